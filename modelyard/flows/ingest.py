@@ -1,0 +1,143 @@
+"""The ``ingest`` Prefect flow: fetch → hash → verify → package → smoke → publish.
+
+Orchestration only: every task calls one stage function. Prefect's ephemeral API is used unless
+``PREFECT_API_URL`` points at a server. Fetch retries (twice, with backoff) only on network
+errors: a missing repo or a bad folder fails at once. The Markdown report is attached to the run
+as a Prefect artifact (key ``ingest-report``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from modelyard.artifacts.manifest import build_manifest
+from modelyard.artifacts.package import stage_model, write_metadata
+from modelyard.artifacts.store import Artifact, Store
+from modelyard.checks import Report, Target
+from modelyard.errors import EndpointUnreachableError, SmokeFailedError
+from modelyard.pipeline import fetch as fetch_stage
+from modelyard.pipeline import hashing, smoke, verify
+from modelyard.pipeline.options import IngestOptions
+from modelyard.pipeline.snapshot import Snapshot
+from modelyard.pipeline.sources import Source, parse_source, sanitize_name
+from modelyard.settings import Settings
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    artifact: Artifact
+    report: Report
+    smoke: dict[str, Any] | None
+    source: str
+    commit: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.artifact
+        return {"artifact": str(a.path), "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
+                "reused": a.reused, "source": self.source, "commit": self.commit,
+                "verification": self.report.to_dict()["summary"], "smoke": self.smoke}
+
+
+def _retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
+    try:
+        state.result()
+    except EndpointUnreachableError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_network, cache_policy=NO_CACHE)
+def fetch_task(source: Source, settings: Settings, options: IngestOptions) -> Snapshot:
+    return fetch_stage.fetch(source, settings, allow_patterns=options.allow_patterns, ignore_patterns=options.ignore_patterns)
+
+
+@task(name="hash", cache_policy=NO_CACHE)
+def hash_task(snapshot: Snapshot) -> Snapshot:
+    return hashing.hash_snapshot(snapshot)
+
+
+@task(name="verify", cache_policy=NO_CACHE)
+def verify_task(snapshot: Snapshot, target: Target) -> Report:
+    report = verify.verify_folder(snapshot.root, target)
+    verify.gate(report, snapshot.source)
+    return report
+
+
+@task(name="package", cache_policy=NO_CACHE)
+def package_task(snapshot: Snapshot, staging: Path) -> Path:
+    return stage_model(snapshot, staging)
+
+
+@task(name="smoke", cache_policy=NO_CACHE)
+def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> smoke.SmokeResult:
+    res = smoke.smoke_load(model_dir, settings, question=options.question, max_tokens=options.smoke_max_tokens,
+                           max_model_len=options.max_model_len)
+    if not res.passed:
+        raise SmokeFailedError(f"vLLM smoke chat failed: {res.error}; answer was {res.text!r}", result=res,
+                               fix="Check generation_config.json eos_token_id against the chat template's turn terminator.")
+    return res
+
+
+@task(name="publish", cache_policy=NO_CACHE)
+def publish_task(store: Store, staging: Path, name: str, revision: str, digest: str) -> Artifact:
+    return store.publish(staging, name, revision, digest)
+
+
+@flow(name="ingest", log_prints=False, validate_parameters=False)
+def ingest_flow(source: str, options: IngestOptions | None = None, home: str | None = None) -> IngestResult:
+    """Ingest ``source`` (a SOURCE URI) into the store at ``home`` (default MODELYARD_HOME)."""
+    options = options or IngestOptions()
+    settings = Settings(home=Path(home)) if home else Settings()
+    src = parse_source(source)
+    name = sanitize_name(options.name) if options.name else src.default_name
+    target = Target(tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.max_model_len,
+                    serve=options.serve)
+    snap = fetch_task(src, settings, options)
+    snap = hash_task(snap)
+    report = verify_task(snap, target)
+    store = Store(settings.store_dir())
+    digest = "sha256:" + hashing.tree_digest(snap.files)
+    revision = snap.commit or f"sha256-{digest[7:19]}"
+    existing = store.get(name, revision)
+    if existing is not None and existing.content_digest == digest:
+        import json
+
+        prev = json.loads((existing.path / "manifest.json").read_text())
+        if not options.smoke or (prev.get("smoke") or {}).get("passed"):
+            prev_report = json.loads((existing.path / "report.json").read_text())
+            _attach(existing.path / "report.md")
+            return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
+                                prev.get("smoke"), src.uri, snap.commit)
+    staging = store.new_staging()
+    try:
+        model_dir = package_task(snap, staging)
+        smoke_dict = smoke_task(model_dir, settings, options).to_dict() if options.smoke else None
+        if smoke_dict is not None:
+            report = report.with_smoke(smoke_dict)
+        report_json = report.to_json().encode()
+        manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
+                                  smoke=smoke_dict)
+        write_metadata(staging, manifest, report, report_json, title=f"{name}@{revision}")
+        artifact = publish_task(store, staging, name, revision, digest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _attach(artifact.path / "report.md")
+    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit)
+
+
+def _attach(report_md: Path) -> None:
+    try:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(markdown=report_md.read_text(), key="ingest-report",
+                                 description="modelyard verification and smoke report")
+    except Exception:  # the report is on disk; a Prefect API hiccup must not fail the ingest
+        pass

@@ -1,0 +1,1 @@
+"""The stages: plain typed functions, one module each."""

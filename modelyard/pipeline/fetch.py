@@ -1,0 +1,180 @@
+"""fetch: turn a :class:`~modelyard.pipeline.sources.Source` into a local :class:`Snapshot`.
+
+- ``hf://``: the revision is resolved to a commit sha once (``HfApi.model_info``), the file list
+  with LFS sha256 / git blob ids comes from ``list_repo_tree`` at that sha, and the files are
+  downloaded with ``huggingface_hub.snapshot_download`` (resumable, into ``<home>/.cache/hf``).
+- ``file://``: the folder itself, read-only; nothing is copied here.
+- ``gguf://``: dequantized to a bf16 safetensors checkpoint by :mod:`modelyard.pipeline.gguf`.
+
+Default allow patterns (issue #2): safetensors, their index, json, tokenizer files, ``*.jinja``,
+``*.txt``, ``*.md``. Pickle formats and ``*.gguf`` are not fetched unless asked.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from modelyard.checkpoint import PICKLE_SUFFIXES
+from modelyard.errors import (
+    EndpointUnreachableError,
+    InvalidSourceError,
+    MissingConfigError,
+    SourceNotFoundError,
+    UnsupportedWeightsError,
+)
+from modelyard.pipeline.snapshot import FileEntry, Snapshot
+from modelyard.pipeline.sources import Source
+from modelyard.settings import Settings
+
+DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = (
+    "*.safetensors", "*.safetensors.index.json", "*.json", "tokenizer.model", "*.tiktoken",
+    "*.jinja", "*.txt", "*.md",
+)
+DEFAULT_IGNORE_PATTERNS: tuple[str, ...] = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.gguf", ".git/*", "*.incomplete")
+
+
+def _filter(paths: Sequence[str], allow: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
+    from huggingface_hub.utils import filter_repo_objects
+
+    return sorted(filter_repo_objects(list(paths), allow_patterns=list(allow) if allow else None,
+                                      ignore_patterns=list(ignore) if ignore else None))
+
+
+def _require_model_files(where: str, selected: Sequence[str], everything: Sequence[str]) -> None:
+    """Raise the input errors of issue #2 point 11 before any byte is downloaded."""
+    if "config.json" not in selected:
+        raise MissingConfigError(f"{where} has no config.json", fix="Point SOURCE at a transformers model folder (with config.json).")
+    if not any(p.endswith(".safetensors") for p in selected):
+        pickles = [p for p in everything if p.endswith(PICKLE_SUFFIXES)]
+        if pickles:
+            raise UnsupportedWeightsError(
+                f"{where} has only pickle weights ({', '.join(pickles[:3])}); modelyard never unpickles",
+                fix="Convert them to safetensors in a sandbox (transformers save_pretrained) and ingest that.")
+        raise UnsupportedWeightsError(f"{where} has no *.safetensors weights", fix="Publish the weights as safetensors.")
+
+
+def fetch(source: Source, settings: Settings, *, allow_patterns: Sequence[str] | None = None,
+          ignore_patterns: Sequence[str] | None = None) -> Snapshot:
+    """Fetch ``source``; returns a Snapshot whose ``files`` carry sizes and expected digests
+    (``sha256`` is filled later by :func:`modelyard.pipeline.hashing.hash_snapshot`).
+
+    Raises :class:`SourceNotFoundError`, :class:`MissingConfigError`, :class:`UnsupportedWeightsError`,
+    :class:`EndpointUnreachableError`, :class:`InvalidSourceError` (all exit code 2).
+    """
+    allow = DEFAULT_ALLOW_PATTERNS if allow_patterns is None else tuple(allow_patterns)
+    ignore = DEFAULT_IGNORE_PATTERNS if ignore_patterns is None else tuple(ignore_patterns)
+    if source.kind == "file":
+        return _fetch_folder(source, allow, ignore)
+    if source.kind == "gguf":
+        from modelyard.pipeline.gguf import fetch_gguf
+
+        return fetch_gguf(source, settings)
+    if source.kind == "hf":
+        return _fetch_hf(source, settings, allow, ignore)
+    raise InvalidSourceError(f"no fetcher for source kind {source.kind!r}")
+
+
+def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
+    root = source.path
+    assert root is not None
+    if not root.exists():
+        raise SourceNotFoundError(f"source folder {root} does not exist", fix="Check the path (file:///absolute/path).")
+    if not root.is_dir():
+        raise InvalidSourceError(f"source {root} is not a folder", fix="Use gguf:// for a .gguf file, or point at the model folder.")
+    everything = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for f in filenames:
+            everything.append(Path(dirpath, f).relative_to(root).as_posix())
+    selected = _filter(everything, allow, ignore)
+    _require_model_files(f"folder {root}", selected, everything)
+    files = tuple(FileEntry(path=p, size=(root / p).stat().st_size) for p in selected)
+    return Snapshot(root=root, source=source.uri, kind="file", files=files)
+
+
+class _HubProgress:
+    """A tqdm-compatible class for ``snapshot_download(tqdm_class=...)`` that feeds our reporter."""
+
+    def __new__(cls, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+        import tqdm
+
+        from modelyard import progress
+
+        class _T(tqdm.tqdm):
+            def __init__(self, *a, **kw):  # noqa: ANN002, ANN003
+                kw.pop("name", None)
+                kw["file"] = open(os.devnull, "w")  # noqa: SIM115 - closed in close()
+                super().__init__(*a, **kw)
+                self._cm = progress.task(kw.get("desc") or "downloading", total=kw.get("total"), unit="files")
+                self._adv = self._cm.__enter__()
+
+            def update(self, n=1):  # noqa: ANN001, ANN202
+                self._adv(n or 0)
+                return super().update(n)
+
+            def close(self):  # noqa: ANN202
+                if getattr(self, "_cm", None) is not None:
+                    self._cm.__exit__(None, None, None)
+                    self._cm = None
+                fp = self.fp
+                super().close()
+                fp.close()
+
+        return _T(*args, **kwargs)
+
+
+def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
+    import httpx
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    endpoint = settings.endpoint()
+    token = settings.token()
+    where = endpoint or "https://huggingface.co"
+    repo, rev = source.repo_id, source.revision
+    assert repo is not None and rev is not None
+    api = HfApi(endpoint=endpoint, token=token or False)
+    try:
+        info = api.model_info(repo, revision=rev)
+        commit = info.sha
+        tree = [e for e in api.list_repo_tree(repo, revision=commit, recursive=True) if hasattr(e, "blob_id") and hasattr(e, "lfs")]
+        everything = [e.path for e in tree]
+        selected = _filter(everything, allow, ignore)
+        _require_model_files(f"hf://{repo}@{commit}", selected, everything)
+        local = snapshot_download(repo, revision=commit, cache_dir=str(settings.cache_dir() / "hf"),
+                                  allow_patterns=selected, endpoint=endpoint, token=token or False,
+                                  tqdm_class=_HubProgress)  # type: ignore[arg-type]
+    except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError):
+        raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where} (or needs a token)",
+                                  fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from None
+    except (httpx.TransportError, LocalEntryNotFoundError, ConnectionError) as exc:
+        raise EndpointUnreachableError(f"cannot reach the hub endpoint {where} ({type(exc).__name__})",
+                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}",
+                                       fix="Retry later, or check the endpoint and token.") from None
+    if commit is None:
+        raise SourceNotFoundError(f"{where} did not resolve {repo}@{rev} to a commit")
+    by_path = {e.path: e for e in tree}
+    files = []
+    for p in selected:
+        e = by_path[p]
+        lfs = e.lfs
+        files.append(FileEntry(
+            path=p,
+            size=Path(local, p).stat().st_size,
+            expected_sha256=lfs.sha256 if lfs else None,
+            expected_git_oid=None if lfs else e.blob_id,
+            expected_size=lfs.size if lfs else e.size,
+        ))
+    return Snapshot(root=Path(local), source=source.uri, kind="hf", files=tuple(files), repo_id=repo,
+                    revision=rev, commit=commit, provenance={"endpoint": where})

@@ -1,0 +1,22 @@
+"""IngestOptions: what a caller can ask of one ingest run (CLI flags map 1:1)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class IngestOptions(BaseModel):
+    """``max_model_len`` in tokens; ``tensor_parallel_size`` in ranks (judged by the checks; the CPU
+    smoke always loads with one rank); ``smoke_max_tokens`` in tokens."""
+
+    model_config = {"frozen": True}
+
+    name: str | None = None
+    max_model_len: int | None = Field(default=None, gt=0)
+    tensor_parallel_size: int = Field(default=1, gt=0)
+    smoke: bool = True
+    serve: str = "chat"
+    question: str = "What is the capital of France?"
+    smoke_max_tokens: int = Field(default=64, gt=0)
+    allow_patterns: tuple[str, ...] | None = None
+    ignore_patterns: tuple[str, ...] | None = None

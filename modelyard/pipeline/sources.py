@@ -1,0 +1,78 @@
+"""Parse a SOURCE URI into a typed :class:`Source`.
+
+Forms (from DESIGN.md): ``hf://org/name[@revision]`` (revision defaults to ``main``),
+``file:///abs/path`` (a local folder), ``gguf:///abs/path/model.gguf``. A bare existing path is
+taken as ``file://`` (or ``gguf://`` for a ``.gguf`` file) for convenience.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from modelyard.errors import InvalidSourceError
+
+_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "hf" | "file" | "gguf"
+    uri: str
+    path: Path | None = None
+    repo_id: str | None = None
+    revision: str | None = None
+
+    @property
+    def default_name(self) -> str:
+        if self.kind == "hf":
+            base = self.repo_id.split("/")[-1]  # type: ignore[union-attr]
+        elif self.kind == "gguf":
+            base = self.path.stem  # type: ignore[union-attr]
+            base = re.sub(r"[.-](Q\d.*|F16|F32|BF16)$", "", base, flags=re.I)
+        else:
+            base = self.path.name  # type: ignore[union-attr]
+        return sanitize_name(base)
+
+
+def sanitize_name(name: str) -> str:
+    """Lower-case ``name`` and keep ``[a-z0-9._-]`` (store folder names). Raises on an empty result."""
+    out = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.")
+    if not out:
+        raise InvalidSourceError(f"name {name!r} has no usable characters", fix="Pass --name with letters or digits.")
+    return out
+
+
+def parse_source(uri: str) -> Source:
+    """Parse ``uri``; raises :class:`InvalidSourceError` naming the accepted forms."""
+    forms = "hf://org/name@revision, file:///path/to/folder, gguf:///path/to/model.gguf"
+    if "://" not in uri:
+        p = Path(uri).expanduser()
+        if p.suffix == ".gguf":
+            return Source("gguf", f"gguf://{p.absolute()}", path=p.absolute())
+        if p.exists() or uri.startswith((".", "/", "~")):
+            return Source("file", f"file://{p.absolute()}", path=p.absolute())
+        raise InvalidSourceError(f"source {uri!r} is not a URI and no such path exists", fix=f"Use one of: {forms}.")
+    parsed = urlparse(uri)
+    scheme = parsed.scheme
+    if scheme in ("file", "gguf"):
+        raw = unquote(parsed.netloc + parsed.path)
+        if not raw:
+            raise InvalidSourceError(f"source {uri!r} has no path", fix=f"Use {scheme}:///absolute/path.")
+        p = Path(raw).expanduser().absolute()
+        if scheme == "gguf" and p.suffix != ".gguf":
+            raise InvalidSourceError(f"gguf source {uri!r} does not name a .gguf file", fix="Point gguf:// at a *.gguf file.")
+        return Source(scheme, f"{scheme}://{p}", path=p)
+    if scheme == "hf":
+        rest = uri[len("hf://"):]
+        repo, _, rev = rest.partition("@")
+        repo = repo.strip("/")
+        if repo.startswith("models/"):
+            repo = repo[len("models/"):]
+        if not _REPO_RE.match(repo):
+            raise InvalidSourceError(f"hf source {uri!r}: {repo!r} is not an org/name repo id", fix="Use hf://org/name@revision.")
+        rev = rev or "main"
+        return Source("hf", f"hf://{repo}@{rev}", repo_id=repo, revision=rev)
+    raise InvalidSourceError(f"unsupported source scheme {scheme!r} in {uri!r}", fix=f"Use one of: {forms}.")

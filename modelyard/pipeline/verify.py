@@ -1,0 +1,77 @@
+"""verify: judge a model folder (or an artifact folder) and gate on the result.
+
+``verify_folder`` runs the check registry over a :class:`~modelyard.checkpoint.Checkpoint`. Given an
+artifact folder (``manifest.json`` + ``model/``) it judges ``model/`` and also re-hashes every file
+against the manifest (``artifact.file_*`` findings): the custody chain of DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from modelyard.checkpoint import Checkpoint
+from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
+from modelyard.errors import InvalidSourceError, SourceNotFoundError, VerificationFailedError
+
+
+def verify_folder(path: Path | str, target: Target | None = None) -> Report:
+    """Judge the model folder ``path`` against ``target``; returns a Report (never raises for
+    findings). Raises :class:`SourceNotFoundError` / :class:`InvalidSourceError` (exit 2) when
+    ``path`` is missing or not a folder."""
+    root = Path(path)
+    target = target or Target()
+    if not root.exists():
+        raise SourceNotFoundError(f"{root} does not exist", fix="Pass the model folder (the one with config.json).")
+    if not root.is_dir():
+        raise InvalidSourceError(f"{root} is not a folder", fix="Pass the model folder (the one with config.json).")
+    extra: list[Finding] = []
+    if (root / "manifest.json").is_file() and (root / "model").is_dir():
+        extra = _check_against_manifest(root)
+        root = root / "model"
+    findings = extra + run_checks(Checkpoint(root), CheckContext(target=target))
+    return Report(findings=tuple(findings), target=target)
+
+
+def _check_against_manifest(artifact: Path) -> list[Finding]:
+    from modelyard.pipeline.hashing import _digest
+
+    try:
+        manifest = json.loads((artifact / "manifest.json").read_text())
+        entries = manifest["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return [Finding("artifact.manifest_invalid", Severity.ERROR, f"manifest.json is unreadable: {exc}",
+                        file="manifest.json", fix="Re-publish the artifact.", source="modelyard artifact format")]
+    out = []
+    listed = set()
+    for e in entries:
+        rel = e["path"]
+        listed.add(rel)
+        p = artifact / rel
+        if not p.is_file():
+            out.append(Finding("artifact.file_missing", Severity.ERROR, f"{rel} is listed in manifest.json but missing",
+                               file=rel, fix="Restore the artifact from its bundle or re-publish it.", source="modelyard manifest"))
+            continue
+        sha, _, size = _digest(p, False)
+        if sha != e["sha256"] or size != e["size"]:
+            out.append(Finding("artifact.file_modified", Severity.ERROR,
+                               f"{rel}: expected sha256 {e['sha256']} ({e['size']} bytes), got {sha} ({size} bytes)",
+                               file=rel, value=sha, fix="The artifact was modified or corrupted; restore or re-publish it.",
+                               source="modelyard manifest (per-file sha256)"))
+    for p in sorted((artifact / "model").rglob("*")):
+        rel = p.relative_to(artifact).as_posix()
+        if p.is_file() and rel not in listed:
+            out.append(Finding("artifact.file_unlisted", Severity.ERROR, f"{rel} is not listed in manifest.json",
+                               file=rel, fix="Remove the stray file or re-publish the artifact.", source="modelyard manifest"))
+    return out
+
+
+def gate(report: Report, what: str) -> None:
+    """Raise :class:`VerificationFailedError` (exit 1) when ``report`` has errors."""
+    if report.passed:
+        return
+    errs = report.errors
+    first = "; ".join(f"[{f.code}] {f.message}" for f in errs[:3])
+    more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
+    raise VerificationFailedError(f"verification of {what} found {len(errs)} error(s): {first}{more}", report=report,
+                                  fix="Fix the findings listed in the report (each names its fix) and run again.")

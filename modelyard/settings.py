@@ -1,0 +1,61 @@
+"""Settings from the environment (``MODELYARD_*``), via pydantic-settings.
+
+=========================  =====================================================================
+``MODELYARD_HOME``          the artifact store folder (default ``./artifacts``); caches and
+                            staging folders live under ``<home>/.cache`` and ``<home>/.staging``
+                            so that the final rename never crosses a filesystem
+``MODELYARD_HF_ENDPOINT``   a Hugging Face-compatible endpoint (falls back to ``HF_ENDPOINT``)
+``MODELYARD_HF_TOKEN``      token for that endpoint (falls back to ``HF_TOKEN``); a ``SecretStr``
+``MODELYARD_VLLM_PYTHON``   the interpreter of the vLLM runtime venv (default: ``.venv-vllm``
+                            beside the source checkout)
+``MODELYARD_SMOKE_TIMEOUT`` seconds the vLLM smoke subprocess may take (default 900)
+=========================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+class Settings(BaseSettings):
+    """modelyard's configuration. Build with ``Settings()``; every field has an env var."""
+
+    model_config = SettingsConfigDict(env_prefix="MODELYARD_", extra="ignore")
+
+    home: Path = Field(default=Path("artifacts"))
+    hf_endpoint: str | None = None
+    hf_token: SecretStr | None = None
+    vllm_python: Path | None = None
+    smoke_timeout: float = 900.0
+    vllm_kvcache_space_gib: int = 1
+
+    def endpoint(self) -> str | None:
+        """The hub endpoint: ``MODELYARD_HF_ENDPOINT``, else ``HF_ENDPOINT``, else None (hub default)."""
+        return self.hf_endpoint or os.environ.get("HF_ENDPOINT") or None
+
+    def token(self) -> str | None:
+        """The hub token in clear, for huggingface_hub calls only; never log it."""
+        if self.hf_token is not None:
+            return self.hf_token.get_secret_value()
+        return os.environ.get("HF_TOKEN") or None
+
+    def store_dir(self) -> Path:
+        return self.home.expanduser().absolute()
+
+    def cache_dir(self) -> Path:
+        return self.store_dir() / ".cache"
+
+    def staging_dir(self) -> Path:
+        return self.store_dir() / ".staging"
+
+    def vllm_interpreter(self) -> Path:
+        """Path of the vLLM runtime's python (may not exist; the smoke stage checks)."""
+        if self.vllm_python is not None:
+            return self.vllm_python.expanduser()
+        return _CHECKOUT / ".venv-vllm" / "bin" / "python"
