@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Turn an LLM checkpoint into a verified, servable artifact for vLLM.")
@@ -23,29 +24,44 @@ err = Console(stderr=True)
 out = Console()
 
 
+class _AmountColumn(ProgressColumn):
+    """Bytes as sizes, files as counts, indeterminate work as 'done' when finished."""
+
+    def render(self, task):  # noqa: ANN001, ANN201
+        from rich.filesize import decimal
+        from rich.text import Text
+
+        unit = task.fields.get("unit")
+        if unit == "B" and task.total is not None:
+            return Text(f"{decimal(int(task.completed))}/{decimal(int(task.total))}")
+        if unit == "B" or task.total is None:
+            return Text("done" if task.finished else "")
+        return Text(f"{int(task.completed)}/{int(task.total)} {unit}")
+
+
 class _RichReporter:
-    """progress.Reporter drawing rich bars on stderr (bytes, files, or a spinner)."""
+    """progress.Reporter drawing rich bars on stderr; one live display for the whole command."""
 
     def __init__(self, console: Console) -> None:
-        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), _AmountColumn(),
                           TimeElapsedColumn(), console=console, transient=False)
-        self.active = 0
+        self.p.start()
 
     def start(self, description: str, total: float | None, unit: str) -> object:
-        if self.active == 0:
-            self.p.start()
-        self.active += 1
-        return self.p.add_task(description, total=total)
+        return self.p.add_task(description, total=total, unit=unit if total is not None else None)
 
     def advance(self, handle: object, amount: float) -> None:
         self.p.advance(handle, amount)  # type: ignore[arg-type]
 
     def finish(self, handle: object) -> None:
-        t = self.p.tasks[[t.id for t in self.p.tasks].index(handle)]
-        self.p.update(handle, total=t.completed or 1, completed=t.completed or 1)  # type: ignore[arg-type]
-        self.active -= 1
-        if self.active == 0:
-            self.p.stop()
+        task = next(t for t in self.p.tasks if t.id == handle)
+        if task.total is None:
+            self.p.update(handle, total=1, completed=1)  # type: ignore[arg-type]
+        else:
+            self.p.update(handle, completed=task.total)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.p.stop()
 
 
 def _quiet_libraries(verbose: bool) -> None:
@@ -75,9 +91,9 @@ def _fail(exc: BaseException, as_json: bool) -> None:
         else:
             if report is not None:
                 _findings_table(report)
-            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
             if exc.fix:
-                err.print(f"[bold]fix:[/] {exc.fix}", highlight=False, soft_wrap=True)
+                err.print(f"[bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
         raise typer.Exit(code)
     if isinstance(exc, KeyboardInterrupt):
         err.print("interrupted")
@@ -86,7 +102,7 @@ def _fail(exc: BaseException, as_json: bool) -> None:
     if as_json:
         out.print_json(json.dumps({"ok": False, "error": "InternalError", "message": msg}))
     else:
-        err.print(f"[bold red]{msg}[/] (re-run with --verbose for details)", highlight=False)
+        err.print(f"[bold red]{escape(msg)}[/] (re-run with --verbose for details)", highlight=False)
     raise typer.Exit(3)
 
 
@@ -97,10 +113,10 @@ def _findings_table(report) -> None:  # noqa: ANN001
         where = f.file or ""
         if f.field:
             where += f" [{f.field}]" if where else f.field
-        err.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{f.code}[/]  {where}", highlight=False, soft_wrap=True)
-        err.print(f"        {f.message}", highlight=False, soft_wrap=True)
+        err.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{escape(f.code)}[/]  {escape(where)}", highlight=False, soft_wrap=True)
+        err.print(f"        {escape(f.message)}", highlight=False, soft_wrap=True)
         if f.fix:
-            err.print(f"        fix: {f.fix}", highlight=False, soft_wrap=True)
+            err.print(f"        fix: {escape(f.fix)}", highlight=False, soft_wrap=True)
 
 
 def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
@@ -108,8 +124,8 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
     _quiet_libraries(verbose)
     from modelyard import progress
 
-    if not as_json:
-        progress.set_reporter(_RichReporter(err))
+    reporter = None if as_json else _RichReporter(err)
+    progress.set_reporter(reporter)
     try:
         from modelyard.flows.ingest import ingest_flow
         from modelyard.pipeline.options import IngestOptions
@@ -125,6 +141,8 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
         _fail(exc, as_json)
     finally:
         progress.set_reporter(None)
+        if reporter is not None:
+            reporter.close()
     return result.to_dict()
 
 

@@ -74,12 +74,11 @@ def fetch_gguf(source: Source, settings: Settings) -> Snapshot:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-    import gguf as gguf_lib
-    import transformers
+    import importlib.metadata as md
 
     files = tuple(FileEntry(path=p.name, size=p.stat().st_size) for p in sorted(cache.iterdir())
                   if p.is_file() and p.name != _DONE)
     prov = {"gguf_file": path.name, "gguf_sha256": digest,
-            "converter": {"transformers": transformers.__version__, "gguf": getattr(gguf_lib, "__version__", None)},
+            "converter": {"transformers": md.version("transformers"), "gguf": md.version("gguf")},
             "dtype": "bfloat16"}
     return Snapshot(root=cache, source=source.uri, kind="gguf", files=files, provenance=prov)

@@ -18,9 +18,7 @@ except ImportError:
 from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
-pytestmark = pytest.mark.skipif(
-    not git_lfs_available(), reason="git-lfs not installed (apt-get install -y git-lfs)"
-)
+pytestmark = pytest.mark.hub
 
 REPO_ID = "org/tiny"
 

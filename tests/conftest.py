@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures import make_tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_CASES = ROOT.parent / "shared" / "cases"
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run the real `modelyard` CLI in a subprocess (as a user would)."""
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "modelyard", *args], capture_output=True, text=True, env=e,
+                          timeout=timeout, cwd=ROOT)
+
+
+def store_artifacts(home: Path) -> list[Path]:
+    """Every published artifact folder under ``home`` (name/revision with a manifest)."""
+    return sorted(p.parent for p in home.glob("*/*/manifest.json"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    d = make_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+    for p in d.iterdir():
+        p.chmod(0o444)
+    return d
+
+
+@pytest.fixture(scope="session")
+def tiny_sharded_dir(tmp_path_factory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-sharded") / "tiny-sharded", shards=2)
+
+
+def load_json(p: Path):
+    return json.loads(Path(p).read_text())

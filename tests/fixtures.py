@@ -1,0 +1,46 @@
+"""Tiny model folders built by code (never copied from ../shared).
+
+``make_tiny_llama(dir)`` writes a real transformers checkpoint: a 2-layer Llama with random weights
+(seeded), a WordLevel tokenizer with a ChatML-style template whose turn terminator is ``<|im_end|>``
+(id 2, the eos), config, generation config. About 120 KB.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+VOCAB = ["<unk>", "<s>", "<|im_end|>", "<|im_start|>"] + [f"w{i}" for i in range(124)]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
+)
+
+
+def make_tiny_llama(out: Path, *, layers: int = 2, shards: int = 1, seed: int = 0) -> Path:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(VOCAB), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    kw = {"max_shard_size": "40KB"} if shards > 1 else {}
+    model.save_pretrained(str(out), safe_serialization=True, **kw)
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|im_end|>", unk_token="<unk>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(out))
+    return out
+
+
+def write_safetensors(path: Path, header: dict, data: bytes, header_len: int | None = None) -> Path:
+    """Write raw safetensors bytes: 8-byte LE length (``header_len`` overrides it), JSON, ``data``."""
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw) if header_len is None else header_len) + raw + data)
+    return path
