@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# Quiet Prefect in-process (its shutdown message otherwise hits pytest's closed capture stream).
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
 from tests.fixtures import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
