@@ -35,7 +35,16 @@ def heads_divisible(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     tp = ctx.target.tensor_parallel_size
     heads = cfg.get("num_attention_heads")
     kv = cfg.get("num_key_value_heads", heads)
-    if tp <= 1 or not isinstance(heads, int) or not isinstance(kv, int) or heads <= 0 or kv <= 0:
+    if not isinstance(heads, int) or not isinstance(kv, int) or heads <= 0 or kv <= 0:
+        return
+    if heads % kv:
+        yield Finding(code="parallelism.gqa_heads_not_divisible", severity=Severity.ERROR,
+                      message=f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}",
+                      file="config.json", field="num_key_value_heads", value=kv,
+                      fix="Restore the original num_key_value_heads (grouped-query attention needs heads % kv_heads == 0).",
+                      source="transformers/vLLM grouped-query attention: num_key_value_groups = heads // kv_heads")
+        return
+    if tp <= 1:
         return
     ok = valid_tp_sizes(heads, kv)
     if tp not in ok:

@@ -136,3 +136,13 @@ def test_tp_divisibility(tiny_llama_dir):
     r = verify_folder(tiny_llama_dir, Target(tensor_parallel_size=3))
     assert codes(r) == [("parallelism.heads_not_divisible", "error")]
     assert r.findings[0].message == "4 attention heads / 2 KV heads cannot be split over tensor_parallel_size=3; valid sizes: 1, 2, 4"
+
+
+def test_gqa_heads_not_divisible(tiny_llama_dir, tmp_path):
+    d = copy(tiny_llama_dir, tmp_path / "m")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["num_key_value_heads"] = 3
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = verify_folder(d)
+    assert codes(r) == [("parallelism.gqa_heads_not_divisible", "error")]
+    assert r.findings[0].message == "num_attention_heads 4 is not a multiple of num_key_value_heads 3"
