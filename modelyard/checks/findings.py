@@ -40,13 +40,13 @@ class Target:
     """What the model is judged against (vLLM's own option names).
 
     ``max_model_len`` in tokens; ``tensor_parallel_size`` ranks; ``dtype`` as vLLM's ``--dtype``;
-    ``serve`` is ``chat`` or ``completion``; ``vllm_version`` the runtime that will serve it.
+    ``serve`` is ``chat``, ``completion`` or None (unspecified); ``vllm_version`` the runtime that will serve it.
     """
 
     tensor_parallel_size: int = 1
     max_model_len: int | None = None
     dtype: str | None = None
-    serve: str = "chat"
+    serve: str | None = None
     vllm_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
