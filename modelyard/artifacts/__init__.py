@@ -1,0 +1,1 @@
+"""Artifacts: layout and manifest, store."""

@@ -1,0 +1,58 @@
+"""The artifact manifest (``manifest.json``), schema_version "1".
+
+Keys: ``name``, ``revision``, ``content_digest`` (SHA256 over sorted ``path\\0size\\0sha256`` lines of
+``model/``: the artifact's identity, independent of timestamps), ``created_at`` (UTC ISO-8601),
+``source`` (uri, kind, repo_id, revision, commit, provenance), ``files`` (path, size in bytes,
+sha256, origin of the trusted digest), ``target``, ``verification`` (summary + report sha256),
+``smoke`` (vLLM result or null), ``tools`` (versions).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata as md
+import platform
+from typing import Any
+
+from modelyard import __version__
+from modelyard.checks import Report
+from modelyard.pipeline.hashing import tree_digest
+from modelyard.pipeline.snapshot import Snapshot
+
+SCHEMA_VERSION = "1"
+_TOOLS = ("huggingface_hub", "safetensors", "transformers", "torch", "prefect", "gguf")
+
+
+def tool_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"modelyard": __version__, "python": platform.python_version()}
+    for dist in _TOOLS:
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,
+                   smoke: dict[str, Any] | None) -> dict[str, Any]:
+    files = sorted(snapshot.files, key=lambda f: f.path)
+    tools = tool_versions()
+    if smoke and smoke.get("vllm_version"):
+        tools["vllm"] = smoke["vllm_version"]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "revision": revision,
+        "content_digest": "sha256:" + tree_digest(tuple(files)),
+        "created_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "source": {"uri": snapshot.source, "kind": snapshot.kind, "repo_id": snapshot.repo_id,
+                   "revision": snapshot.revision, "commit": snapshot.commit, **snapshot.provenance},
+        "files": [{"path": f"model/{f.path}", "size": f.size, "sha256": f.sha256, "origin": f.origin} for f in files],
+        "target": report.target.to_dict(),
+        "verification": {"passed": report.passed, "errors": len(report.errors),
+                         "warnings": sum(1 for f in report.findings if f.severity.value == "warning"),
+                         "report_sha256": hashlib.sha256(report_json).hexdigest()},
+        "smoke": smoke,
+        "tools": tools,
+    }
