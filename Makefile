@@ -30,7 +30,7 @@ $(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock
 	touch $@
 
 demo: setup
-	$(VENV)/bin/modelyard demo
+	$(VENV)/bin/modelyard demo $(ARGS)
 
 # git-lfs (Debian) builds the git+LFS repos that the olah hub tests serve.
 test: setup
