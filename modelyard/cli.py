@@ -67,8 +67,10 @@ class _RichReporter:
 def _quiet_libraries(verbose: bool) -> None:
     """Keep Prefect/transformers/huggingface_hub logs and tracebacks off the user's terminal."""
     if not verbose:
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
-        os.environ.setdefault("PREFECT_LOGGING_LOG_PRINTS", "false")
+        # Forced, not defaulted: Prefect logs a failed run's traceback at ERROR level, and the user
+        # gets one line from us instead. --verbose shows Prefect's own logs.
+        os.environ["PREFECT_LOGGING_LEVEL"] = "CRITICAL"
+        os.environ["PREFECT_LOGGING_LOG_PRINTS"] = "false"
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
