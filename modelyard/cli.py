@@ -32,10 +32,10 @@ class _AmountColumn(ProgressColumn):
         from rich.text import Text
 
         unit = task.fields.get("unit")
-        if unit == "B" and task.total is not None:
-            return Text(f"{decimal(int(task.completed))}/{decimal(int(task.total))}")
-        if unit == "B" or task.total is None:
+        if task.fields.get("spin") or task.total is None:
             return Text("done" if task.finished else "")
+        if unit == "B":
+            return Text(f"{decimal(int(task.completed))}/{decimal(int(task.total))}")
         return Text(f"{int(task.completed)}/{int(task.total)} {unit}")
 
 
@@ -43,12 +43,12 @@ class _RichReporter:
     """progress.Reporter drawing rich bars on stderr; one live display for the whole command."""
 
     def __init__(self, console: Console) -> None:
-        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), _AmountColumn(),
+        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=16), _AmountColumn(),
                           TimeElapsedColumn(), console=console, transient=False)
         self.p.start()
 
     def start(self, description: str, total: float | None, unit: str) -> object:
-        return self.p.add_task(description, total=total, unit=unit if total is not None else None)
+        return self.p.add_task(description, total=total, unit=unit, spin=total is None)
 
     def advance(self, handle: object, amount: float) -> None:
         self.p.advance(handle, amount)  # type: ignore[arg-type]
@@ -154,7 +154,8 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
         return
     v = d["verification"]
     out.print(f"[bold green]artifact:[/] {d['artifact']}" + ("  (already in the store)" if d["reused"] else ""), highlight=False)
-    out.print(f"name: {d['name']}  revision: {d['revision']}  content: {d['content_digest']}", highlight=False)
+    out.print(f"name: {d['name']}  revision: {d['revision']}", highlight=False)
+    out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
     out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({v['errors']} errors, {v['warnings']} warnings)")
     s = d.get("smoke")
     if s:
