@@ -8,6 +8,7 @@ as a Prefect artifact (key ``ingest-report``).
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,8 +109,6 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     revision = snap.commit or f"sha256-{digest[7:19]}"
     existing = store.get(name, revision)
     if existing is not None and existing.content_digest == digest:
-        import json
-
         prev = json.loads((existing.path / "manifest.json").read_text())
         if not options.smoke or (prev.get("smoke") or {}).get("passed"):
             prev_report = json.loads((existing.path / "report.json").read_text())

@@ -7,7 +7,6 @@ import struct
 import pytest
 
 from modelyard.checkpoint import MAX_HEADER_BYTES, SafetensorsHeaderError, read_safetensors_header
-from modelyard.checks import Severity
 from modelyard.pipeline.verify import verify_folder
 from tests.fixtures import write_safetensors
 
