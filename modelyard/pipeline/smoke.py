@@ -107,6 +107,10 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
             finally:
                 if proc.poll() is None:
                     _kill_group(proc)
+                try:  # the runner leaves via os._exit; reap what vLLM left in its group (resource_tracker)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         wall = time.perf_counter() - t0
         tail = log.read_bytes()[-3000:].decode("utf-8", "replace")
         if not out.is_file():
