@@ -185,6 +185,80 @@ class Checkpoint:
         """Header of shard ``rel``; raises :class:`SafetensorsHeaderError` or ``OSError``."""
         return read_safetensors_header(self.root / rel)
 
+    @functools.cached_property
+    def text_config(self) -> dict[str, Any]:
+        """The language-model part of config.json: ``text_config`` for multimodal configs, else the
+        whole config (vLLM ``get_hf_text_config``); ``{}`` when config.json is unusable."""
+        cfg = self.config or {}
+        tc = cfg.get("text_config")
+        return tc if isinstance(tc, dict) else cfg
+
+    @functools.cached_property
+    def tensors(self) -> dict[str, TensorInfo]:
+        """Union of every readable shard header: tensor name → TensorInfo (no weight bytes read).
+        Unreadable shards are skipped here; ``checks.safetensors`` reports them."""
+        out: dict[str, TensorInfo] = {}
+        for rel in self.safetensors_files:
+            try:
+                out.update(self.header(rel).tensors)
+            except (SafetensorsHeaderError, OSError):
+                continue
+        return out
+
+    @functools.cached_property
+    def tensor_shard(self) -> dict[str, str]:
+        """Tensor name → the shard file (relative path) whose header holds it."""
+        out: dict[str, str] = {}
+        for rel in self.safetensors_files:
+            try:
+                out.update(dict.fromkeys(self.header(rel).tensors, rel))
+            except (SafetensorsHeaderError, OSError):
+                continue
+        return out
+
+    @functools.cached_property
+    def weights_readable(self) -> bool:
+        """True when there is at least one safetensors shard and every shard header parses."""
+        if not self.safetensors_files:
+            return False
+        try:
+            for rel in self.safetensors_files:
+                self.header(rel)
+        except (SafetensorsHeaderError, OSError):
+            return False
+        return True
+
+    @functools.cached_property
+    def hf_config(self) -> tuple[Any, str | None]:
+        """``(transformers PretrainedConfig, None)`` or ``(None, "ExcType: message")``.
+
+        Loaded with ``trust_remote_code=False`` and ``local_files_only=True``: never runs the
+        repository's code, never touches the network."""
+        try:
+            import logging
+
+            from transformers import AutoConfig
+
+            logging.getLogger("transformers").setLevel(logging.ERROR)
+            return AutoConfig.from_pretrained(str(self.root), trust_remote_code=False, local_files_only=True), None
+        except Exception as exc:  # transformers raises ValueError, KeyError, OSError, ...
+            return None, _exc_line(exc)
+
+    @functools.cached_property
+    def hf_tokenizer(self) -> tuple[Any, str | None]:
+        """``(transformers tokenizer, None)`` or ``(None, "ExcType: message")``; fast mode,
+        ``trust_remote_code=False``, ``local_files_only=True``."""
+        try:
+            import logging
+
+            from transformers import AutoTokenizer
+
+            logging.getLogger("transformers").setLevel(logging.ERROR)
+            return AutoTokenizer.from_pretrained(str(self.root), trust_remote_code=False, local_files_only=True,
+                                                 use_fast=True), None
+        except Exception as exc:
+            return None, _exc_line(exc)
+
     def chat_template(self) -> str | None:
         """The chat template: ``chat_template.jinja`` beside the tokenizer (transformers ≥ 4.47),
         else ``tokenizer_config.chat_template`` (a string, or the first of a named list)."""
@@ -198,3 +272,9 @@ class Checkpoint:
         if isinstance(ct, list) and ct and isinstance(ct[0], dict):
             return ct[0].get("template")
         return None
+
+
+def _exc_line(exc: BaseException) -> str:
+    """``"ExcType: first line of the message"``, at most 300 characters."""
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

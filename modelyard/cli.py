@@ -122,7 +122,8 @@ def _findings_table(report) -> None:  # noqa: ANN001
 
 
 def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
-                tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool) -> dict[str, Any]:
+                tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
+                serve: str = "chat", dtype: Optional[str] = None, vllm_version: Optional[str] = None) -> dict[str, Any]:
     _quiet_libraries(verbose)
     from modelyard import progress
 
@@ -133,7 +134,7 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
         from modelyard.pipeline.options import IngestOptions
 
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-                             smoke=not no_smoke)
+                             smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version)
         result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
     except typer.Exit:
         raise
@@ -174,13 +175,17 @@ def ingest(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="target TP size"),
+    serve: str = typer.Option("chat", "--serve", help="how it will be served: chat or completion"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="target vLLM --dtype (judged by the checks)"),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it"),
     no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
     """Fetch, verify, smoke-load in vLLM and store SOURCE as a servable artifact."""
     d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
-                    tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose)
+                    tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
+                    serve=serve, dtype=dtype, vllm_version=vllm_version)
     _print_result(d, as_json)
 
 
@@ -189,8 +194,12 @@ def verify(
     path: Path = typer.Argument(..., help="a model folder, or an artifact folder (manifest.json + model/)"),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1),
-    dtype: Optional[str] = typer.Option(None, "--dtype"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="vLLM --dtype: auto, float16, bfloat16, float32"),
     serve: Optional[str] = typer.Option(None, "--serve", help="chat or completion"),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it, e.g. 0.6.3"),
+    transformers_version: Optional[str] = typer.Option(None, "--transformers-version",
+                                                       help="the transformers beside it, e.g. 4.45.2"),
+    gpu_cc: Optional[str] = typer.Option(None, "--gpu-cc", help="the GPU's compute capability, e.g. 8.0"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON report on stdout"),
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
 ) -> None:
@@ -198,13 +207,12 @@ def verify(
     _quiet_libraries(False)
     try:
         from modelyard.checks import Target
-        from modelyard.errors import InvalidSourceError
         from modelyard.pipeline.verify import verify_folder
 
-        if serve not in (None, "chat", "completion"):
-            raise InvalidSourceError(f"--serve {serve!r} is not chat or completion", fix="Use --serve chat or --serve completion.")
-        report = verify_folder(path, Target(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len,
-                                            dtype=dtype, serve=serve))
+        target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
+                               serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
+                               gpu_cc=gpu_cc)
+        report = verify_folder(path, target)
     except typer.Exit:
         raise
     except BaseException as exc:  # noqa: BLE001

@@ -27,6 +27,10 @@ class InvalidSourceError(ModelyardError, ValueError):
     """The SOURCE argument is not a URI modelyard understands."""
 
 
+class InvalidTargetError(ModelyardError, ValueError):
+    """A target option (``--dtype``, ``--serve``, a version) is not a value modelyard understands."""
+
+
 class SourceNotFoundError(ModelyardError, FileNotFoundError):
     """The source (folder, file, repo or revision) does not exist."""
 

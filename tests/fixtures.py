@@ -33,7 +33,8 @@ def make_tiny_llama(out: Path, *, layers: int = 2, shards: int = 1, seed: int = 
     model.save_pretrained(str(out), safe_serialization=True, **kw)
     tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|im_end|>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|im_end|>", unk_token="<unk>",
+                                   pad_token="<unk>")
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(out))
     return out

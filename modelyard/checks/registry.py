@@ -45,8 +45,14 @@ def registered() -> tuple[RegisteredCheck, ...]:
 
 
 def _load_all() -> None:
-    # Importing the modules registers their checks.
-    from modelyard.checks import config, files, parallelism, safetensors, tokenizer  # noqa: F401
+    # Importing the modules registers their checks, in this order (files first, tokenizer last).
+    import modelyard.checks.files
+    import modelyard.checks.safetensors
+    import modelyard.checks.config
+    import modelyard.checks.architecture
+    import modelyard.checks.parallelism
+    import modelyard.checks.quantization
+    import modelyard.checks.tokenizer  # noqa: F401
 
 
 def run_checks(ckpt: Checkpoint, ctx: CheckContext) -> list[Finding]:

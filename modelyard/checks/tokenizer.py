@@ -1,51 +1,230 @@
-"""tokenizer: tokenizer files exist, transformers builds the tokenizer, a chat template exists.
+"""tokenizer: the tokenizer builds, its control tokens are special, the chat template renders, and
+the token that ends an assistant turn stops generation.
 
-Rules: vLLM builds its tokenizer with transformers ``AutoTokenizer``; its chat endpoint formats
-messages with the tokenizer's chat template (``chat_template.jinja`` or
-``tokenizer_config.chat_template``) and rejects chat requests when there is none
-(vLLM ``chat_utils``: "default chat template is no longer allowed").
+Rules and their sources:
+
+- vLLM builds its tokenizer with transformers ``AutoTokenizer`` (fast by default; ``--tokenizer-mode
+  slow`` builds the declared slow class, which for SentencePiece families needs ``tokenizer.model``:
+  huggingface/transformers#27845, #29137).
+- vLLM's chat endpoint renders ``chat_template.jinja`` or ``tokenizer_config.chat_template`` and
+  rejects chat requests when there is none (vLLM ``chat_utils``; vllm-project/vllm#18140).
+- vLLM stops a request on the tokenizer's ``eos_token_id`` plus ``generation_config.eos_token_id``
+  (``SamplingParams.update_from_generation_config``). A template that ends turns with a token outside
+  that set makes chat replies run to ``max_tokens`` (Llama 3 ``<|eot_id|>``: vllm-project/vllm#4180,
+  #4182).
+- Control tokens not marked special are split by the pre-tokenizer and shown in the output
+  (``skip_special_tokens`` only skips special tokens).
 """
 
 from __future__ import annotations
 
-import logging
+import re
 from collections.abc import Iterator
+from typing import Any
 
 from modelyard.checkpoint import Checkpoint
 from modelyard.checks.findings import CheckContext, Finding, Severity
 from modelyard.checks.registry import check
 
+#: slow tokenizer classes backed by a SentencePiece ``tokenizer.model`` (transformers 4 ``vocab_files_names``).
+SENTENCEPIECE_SLOW_CLASSES = {
+    "LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer", "T5Tokenizer", "MT5Tokenizer", "AlbertTokenizer",
+    "XLMRobertaTokenizer", "CamembertTokenizer", "BaichuanTokenizer", "InternLMTokenizer", "InternLM2Tokenizer",
+    "ChatGLMTokenizer", "MistralTokenizer", "SiglipTokenizer", "LlamaTokenizerSlow",
+}
+#: contents that are control tokens by every family's convention.
+CONTROL_TOKEN = re.compile(r"^(<\|[^|<>\s]+\|>|</?s>|<(unk|pad|mask|bos|eos|cls|sep)>|\[/?(INST|SYS)\]|"
+                           r"<(start|end)_of_turn>|<\uff5c[^<>]+\uff5c>)$")
+_SENTINEL = "modelyardsentinelreply"
+_CONVERSATION = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": _SENTINEL},
+]
+
+
+def _f(code: str, severity: Severity, message: str, file: str | None, field: str | None, value: Any, fix: str,
+       source: str) -> Finding:
+    return Finding(code=code, severity=severity, message=message, file=file, field=field, value=value, fix=fix,
+                   source=source)
+
 
 @check("tokenizer")
-def tokenizer_loads(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
-    if "tokenizer.json" not in ckpt.files and "tokenizer.model" not in ckpt.files:
-        yield Finding(code="tokenizer.files.missing", severity=Severity.ERROR,
-                      message="neither tokenizer.json nor tokenizer.model is present", file="tokenizer.json",
-                      fix="Download the tokenizer files from the same revision.",
-                      source="transformers AutoTokenizer needs tokenizer.json or a SentencePiece model")
+def tokenizer_files(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """Files present; the declared class buildable from them; transformers builds it in fast mode."""
+    has_json, has_spm = "tokenizer.json" in ckpt.files, "tokenizer.model" in ckpt.files
+    if not has_json and not has_spm:
+        yield _f("tokenizer.files.missing", Severity.ERROR,
+                 "neither tokenizer.json nor tokenizer.model is present: transformers 4 fails, transformers 5 "
+                 "builds a tokenizer that knows only the special tokens", "tokenizer.json", None, None,
+                 "Copy tokenizer.json (and tokenizer.model for SentencePiece families) from the source model.",
+                 "transformers AutoTokenizer; huggingface/transformers#27845")
         return
-    try:
-        from transformers import AutoTokenizer
+    cls = (ckpt.tokenizer_config or {}).get("tokenizer_class")
+    if isinstance(cls, str) and cls in SENTENCEPIECE_SLOW_CLASSES and not has_spm:
+        yield _f("tokenizer.class.slow_without_model", Severity.WARNING,
+                 (f"tokenizer_config.json names the SentencePiece class {cls} but there is no tokenizer.model: the "
+                  "fast tokenizer builds, the slow one (--tokenizer-mode slow, use_fast=False) fails on transformers 4"),
+                 "tokenizer_config.json", "tokenizer_class", cls,
+                 "Set tokenizer_class to \"PreTrainedTokenizerFast\" and do not serve with --tokenizer-mode slow.",
+                 "huggingface/transformers#27845, #29137, #30607")
+    tok, err = ckpt.hf_tokenizer
+    if err:
+        _, cfg_err = ckpt.hf_config
+        if cfg_err and cfg_err == err:
+            return  # the config error is reported by config.config_json
+        yield _f("tokenizer.load_failed", Severity.ERROR, f"transformers cannot build the tokenizer: {err}",
+                 "tokenizer_config.json", "tokenizer_class", cls,
+                 "Check tokenizer_config.json's tokenizer_class and that the tokenizer files match it.",
+                 "transformers AutoTokenizer.from_pretrained (vLLM get_tokenizer)")
 
-        logging.getLogger("transformers").setLevel(logging.ERROR)
-        AutoTokenizer.from_pretrained(str(ckpt.root), trust_remote_code=False, local_files_only=True)
-    except Exception as exc:
-        yield Finding(code="tokenizer.load_failed", severity=Severity.ERROR,
-                      message=f"transformers cannot build the tokenizer: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
-                      file="tokenizer_config.json",
-                      fix="Check tokenizer_config.json's tokenizer_class and that the tokenizer files match it.",
-                      source="transformers AutoTokenizer.from_pretrained")
+
+@check("tokenizer")
+def special_tokens(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """Control tokens in tokenizer.json's ``added_tokens`` are marked special; a pad token exists."""
+    data, _ = ckpt.json("tokenizer.json")
+    added = data.get("added_tokens") if isinstance(data, dict) else None
+    if isinstance(added, list):
+        plain = [t.get("content") for t in added
+                 if isinstance(t, dict) and isinstance(t.get("content"), str) and CONTROL_TOKEN.match(t["content"])
+                 and t.get("special") is False]
+        if plain:
+            yield _f("tokenizer.control_tokens.not_special", Severity.WARNING,
+                     (f"tokenizer.json has {len(plain)} control token(s) not marked special: {', '.join(plain[:8])}; "
+                      "they are printed in replies and may be split when they appear in text"),
+                     "tokenizer.json", "added_tokens", plain,
+                     "Set \"special\": true for these tokens in tokenizer.json (and added_tokens_decoder in "
+                     "tokenizer_config.json).", "vLLM detokenizer skip_special_tokens; tokenizers AddedToken.special")
+    tok, err = ckpt.hf_tokenizer
+    if tok is not None and getattr(tok, "pad_token", None) is None:
+        yield _f("tokenizer.pad_token.missing", Severity.INFO,
+                 "the tokenizer has no pad token; vLLM does not need one, batch tools (calibration, evals) do",
+                 "tokenizer_config.json", "pad_token", None,
+                 "Set pad_token to an existing token (e.g. the eos or a reserved token) if a tool asks for one.",
+                 "transformers PreTrainedTokenizerBase.pad")
+
+
+@check("tokenizer")
+def vocab_fits_embeddings(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """Every token id the tokenizer can emit is below ``vocab_size`` (the embedding rows)."""
+    tok, _ = ckpt.hf_tokenizer
+    vocab = ckpt.text_config.get("vocab_size")
+    if tok is None or not isinstance(vocab, int) or isinstance(vocab, bool):
+        return
+    size = len(tok)
+    if size > vocab:
+        yield _f("tokenizer.vocab.exceeds_embeddings", Severity.ERROR,
+                 (f"the tokenizer has {size} tokens (largest id {size - 1}) but config.json vocab_size is {vocab}: "
+                  "any id >= vocab_size indexes past the embedding matrix (a device-side assert or garbage)"),
+                 "config.json", "vocab_size", vocab,
+                 "Use the tokenizer of the same revision, or resize the embeddings and set vocab_size to match.",
+                 "transformers resize_token_embeddings; vLLM VocabParallelEmbedding")
+
+
+def render_conversation(tok: Any) -> tuple[str | None, str | None, bool]:
+    """Render system+user+assistant through the chat template: ``(text, error, system_dropped)``.
+
+    Retries without the system message when the template rejects it (Gemma, Mistral v1)."""
+    last = None
+    for msgs, dropped in ((_CONVERSATION, False), (_CONVERSATION[1:], True)):
+        try:
+            return tok.apply_chat_template(msgs, tokenize=False), None, dropped
+        except Exception as exc:  # jinja2 TemplateError, raise_exception(...) in the template, ...
+            last = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return None, last, False
+
+
+def turn_terminator(tok: Any, rendered: str) -> tuple[str, int] | None:
+    """The special token that closes the assistant's turn in ``rendered``: ``(content, id)``, or None
+    when the text after the reply does not start with an added/special token."""
+    idx = rendered.rfind(_SENTINEL)
+    if idx < 0:
+        return None
+    rest = rendered[idx + len(_SENTINEL):].lstrip(" \t\r\n")
+    if not rest:
+        return None
+    candidates: dict[str, int] = {}
+    for tid, added in getattr(tok, "added_tokens_decoder", {}).items():
+        content = getattr(added, "content", str(added))
+        candidates[content] = tid
+    for t in getattr(tok, "all_special_tokens", []):
+        tid = tok.convert_tokens_to_ids(t)
+        if isinstance(tid, int):
+            candidates.setdefault(t, tid)
+    best = max((c for c in candidates if c and rest.startswith(c)), key=len, default=None)
+    return (best, candidates[best]) if best else None
+
+
+def stop_ids(ckpt: Checkpoint, tok: Any) -> dict[int, list[str]]:
+    """The stop set vLLM uses: id → where it comes from (generation_config / config / tokenizer)."""
+    out: dict[int, list[str]] = {}
+
+    def add(v: Any, where: str) -> None:
+        for i in (v if isinstance(v, list) else [v]):
+            if isinstance(i, int) and not isinstance(i, bool):
+                out.setdefault(i, []).append(where)
+
+    add((ckpt.generation_config or {}).get("eos_token_id"), "generation_config.eos_token_id")
+    add(ckpt.text_config.get("eos_token_id"), "config.eos_token_id")
+    eos = getattr(tok, "eos_token", None)
+    if isinstance(eos, str):
+        add(tok.convert_tokens_to_ids(eos), "tokenizer eos_token")
+    return out
 
 
 @check("tokenizer")
 def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
-    if ckpt.chat_template():
-        return
+    """A chat template exists, renders a system+user+assistant conversation, and its turn
+    terminator is in the stop set. Errors when the target serves chat, warnings otherwise."""
     chat = ctx.target.serve == "chat"
-    yield Finding(code="tokenizer.chat_template.missing",
-                  severity=Severity.ERROR if chat else Severity.WARNING,
-                  message="no chat template (no chat_template.jinja, no tokenizer_config.chat_template): "
-                          "vLLM's chat endpoint rejects every request",
-                  file="tokenizer_config.json", field="chat_template",
-                  fix="Add the model's chat template as chat_template.jinja, or serve as completion only.",
-                  source="vLLM chat_utils: a default chat template is no longer allowed (transformers >= 4.44)")
+    sev = Severity.ERROR if chat else Severity.WARNING
+    if not ckpt.chat_template():
+        yield _f("tokenizer.chat_template.missing", sev,
+                 "no chat template (no chat_template.jinja, no tokenizer_config.chat_template): vLLM's chat "
+                 "endpoint rejects every request", "tokenizer_config.json", "chat_template", None,
+                 "Add the model's chat template as chat_template.jinja, or serve as completion only.",
+                 "vLLM chat_utils: a default chat template is no longer allowed (transformers >= 4.44); "
+                 "vllm-project/vllm#18140")
+        return
+    tok, err = ckpt.hf_tokenizer
+    if tok is None:
+        return  # reported by tokenizer_files
+    rendered, render_err, dropped = render_conversation(tok)
+    if rendered is None:
+        yield _f("tokenizer.chat_template.render_failed", sev,
+                 f"the chat template fails on a system+user+assistant conversation: {render_err}",
+                 "tokenizer_config.json", "chat_template", None,
+                 "Fix the template (test it with tokenizer.apply_chat_template) or replace it with the base model's.",
+                 "vLLM chat_utils apply_hf_chat_template")
+        return
+    if dropped:
+        yield _f("tokenizer.chat_template.no_system_role", Severity.INFO,
+                 "the chat template rejects a system message; clients must fold it into the first user turn",
+                 "tokenizer_config.json", "chat_template", None,
+                 "Send no system message, or use a template that accepts one.", "vLLM chat_utils apply_hf_chat_template")
+    term = turn_terminator(tok, rendered)
+    if term is None:
+        yield _f("tokenizer.chat_template.no_turn_terminator", Severity.INFO,
+                 "the template does not close the assistant's turn with a special token; replies stop on the "
+                 "model's own eos only", "tokenizer_config.json", "chat_template", None,
+                 "No action needed if the model emits its eos at the end of a reply.",
+                 "vLLM SamplingParams stop_token_ids")
+        return
+    content, tid = term
+    stops = stop_ids(ckpt, tok)
+    if tid in stops:
+        return
+    current = sorted(stops)
+    gen = (ckpt.generation_config or {}).get("eos_token_id")
+    gen_ids = gen if isinstance(gen, list) else ([gen] if isinstance(gen, int) else [])
+    want = sorted(set(gen_ids) | set(current) | {tid})
+    where = "serving chat" if chat else ("serving completions: clients that apply the chat template run on"
+                                         if ctx.target.serve == "completion" else "serving mode unknown")
+    yield _f("tokenizer.stop_tokens.missing_turn_terminator", sev,
+             (f"the chat template ends every turn with {content} (id {tid}), but the stop set "
+              f"{current} (generation_config eos_token_id, config eos_token_id, tokenizer eos_token) does not "
+              f"contain it: replies never stop and run to max_tokens ({where})"),
+             "generation_config.json", "eos_token_id", gen,
+             f"Set generation_config.json \"eos_token_id\": {want} (or make {content} the tokenizer's eos_token); "
+             "`modelyard patch` does this.",
+             "vllm-project/vllm#4180, vllm-project/vllm#4182")

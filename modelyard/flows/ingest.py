@@ -99,8 +99,8 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     settings = Settings(home=Path(home)) if home else Settings()
     src = parse_source(source)
     name = sanitize_name(options.name) if options.name else src.default_name
-    target = Target(tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.max_model_len,
-                    serve=options.serve)
+    target = Target.create(tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.max_model_len,
+                           serve=options.serve, dtype=options.dtype, vllm_version=options.vllm_version)
     snap = fetch_task(src, settings, options)
     snap = hash_task(snap)
     report = verify_task(snap, target)

@@ -16,6 +16,8 @@ class IngestOptions(BaseModel):
     tensor_parallel_size: int = Field(default=1, gt=0)
     smoke: bool = True
     serve: str = "chat"
+    dtype: str | None = None
+    vllm_version: str | None = None
     question: str = "What is the capital of France?"
     smoke_max_tokens: int = Field(default=64, gt=0)
     allow_patterns: tuple[str, ...] | None = None

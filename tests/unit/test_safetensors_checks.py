@@ -133,8 +133,12 @@ def test_tp_divisibility(tiny_llama_dir):
 
     assert codes(verify_folder(tiny_llama_dir, Target(tensor_parallel_size=2))) == []
     r = verify_folder(tiny_llama_dir, Target(tensor_parallel_size=3))
-    assert codes(r) == [("parallelism.heads_not_divisible", "error")]
-    assert r.findings[0].message == "4 attention heads / 2 KV heads cannot be split over tensor_parallel_size=3; valid sizes: 1, 2, 4"
+    assert codes(r) == [("parallelism.heads_not_divisible", "error"), ("parallelism.row_input_not_divisible", "error")]
+    assert r.findings[1].message == ("tensor_parallel_size 3: down_proj's input 128 does not split evenly over 3 "
+                                     "ranks; valid sizes: 1, 2, 4")
+    assert r.findings[0].message == ("tensor_parallel_size 3: 4 attention heads do not split evenly over 3 ranks; "
+                                     "valid sizes: 1, 2, 4")
+    assert r.findings[0].fix.startswith("Use --tensor-parallel-size 2 (valid: 1, 2, 4)")
 
 
 def test_gqa_heads_not_divisible(tiny_llama_dir, tmp_path):
@@ -143,5 +147,10 @@ def test_gqa_heads_not_divisible(tiny_llama_dir, tmp_path):
     cfg["num_key_value_heads"] = 3
     (d / "config.json").write_text(json.dumps(cfg))
     r = verify_folder(d)
-    assert codes(r) == [("parallelism.gqa_heads_not_divisible", "error")]
-    assert r.findings[0].message == "num_attention_heads 4 is not a multiple of num_key_value_heads 3"
+    # The stored k_proj/v_proj were made for 2 KV heads, so the architecture check sees their shapes too.
+    assert codes(r) == [("architecture.shape_mismatch", "error"), ("parallelism.gqa_heads_not_divisible", "error")]
+    assert r.findings[1].message == "num_attention_heads 4 is not a multiple of num_key_value_heads 3"
+    assert r.findings[0].value == ["model.layers.0.self_attn.k_proj.weight [32, 64] (expected [48, 64])",
+                                   "model.layers.0.self_attn.v_proj.weight [32, 64] (expected [48, 64])",
+                                   "model.layers.1.self_attn.k_proj.weight [32, 64] (expected [48, 64])",
+                                   "model.layers.1.self_attn.v_proj.weight [32, 64] (expected [48, 64])"]

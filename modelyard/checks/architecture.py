@@ -1,0 +1,239 @@
+"""architecture: the tensors in the headers are the parameters the architecture expects.
+
+The expected names and shapes come from transformers itself: the model class named by
+``config.architectures[0]`` is instantiated on the ``meta`` device (no weights, no memory; cost is
+independent of the model's size in bytes), and its ``state_dict`` is compared with the union of the
+shard headers. Rules and their sources:
+
+- A parameter with no tensor is left uninitialised: vLLM's loader raises for unquantized models
+  ("Following weights were not initialized from checkpoint") and skips that check for quantized ones,
+  which then produce garbage (vllm-project/vllm#34859).
+- A tensor the model has no parameter for makes vLLM's ``load_weights`` fail with ``KeyError``.
+- ``tie_word_embeddings``: a tied head reuses ``embed_tokens``; a stored ``lm_head.weight`` next to it
+  is redundant and rejected by some loaders (KeyError 'lm_head.weight'); an untied head with no
+  ``lm_head.weight`` is random (huggingface/transformers#31139, vllm-project/vllm#3553).
+- Quantized layouts stand in for their dense parameter: AutoAWQ ``qweight`` (in, out*bits/32),
+  GPTQ ``qweight`` (in*bits/32, out), compressed-tensors ``weight_packed`` (out, in*bits/32), plus their
+  scales, zero points and ``g_idx``.
+- transformers 5 fuses some checkpoint tensors at load (MoE experts; ``conversion_mapping``): those are
+  compared by rule, not one to one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from modelyard.checkpoint import Checkpoint, TensorInfo
+from modelyard.checks.findings import CheckContext, Finding, Severity
+from modelyard.checks.registry import check
+
+#: tensors that replace ``<module>.weight`` in a quantized checkpoint.
+QUANT_PRIMARY = {".qweight": "awq_gptq", ".weight_packed": "packed"}
+#: side tensors of a quantized ``<module>.weight`` (scales, zero points, orderings, shapes).
+QUANT_AUX = (".qzeros", ".scales", ".g_idx", ".weight_scale", ".weight_scale_inv", ".weight_zero_point",
+             ".weight_g_idx", ".weight_shape", ".weight_global_scale", ".input_scale", ".input_global_scale",
+             ".input_zero_point")
+#: attention-level KV-cache scales (FP8 KV cache), accepted when the module exists.
+KV_SCALES = (".k_scale", ".v_scale", ".q_scale", ".prob_scale")
+#: buffers old exports saved that every loader ignores (vLLM llama.py load_weights skips them).
+IGNORED = re.compile(r"(rotary_emb\.(inv_freq|cos_cached|sin_cached)|\.attn\.bias|\.attn\.masked_bias)$")
+_LIST = 10
+_SRC = "transformers model class on the meta device vs the shard headers; vLLM DefaultModelLoader"
+
+
+def expected_parameters(cfg: Any, arch: str) -> tuple[dict[str, tuple[int, ...]], set[str], str]:
+    """Instantiate ``arch`` for ``cfg`` on the meta device: ``(name -> shape, tied names, prefix)``.
+
+    Raises whatever transformers raises for an unknown class or a config it rejects."""
+    import torch
+    import transformers
+
+    cls = getattr(transformers, arch)
+    with torch.device("meta"):
+        model = cls._from_config(cfg)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    tied_map = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
+    tied = set(tied_map) if isinstance(tied_map, dict) else set(tied_map)
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    if not getattr(text, "tie_word_embeddings", getattr(cfg, "tie_word_embeddings", False)):
+        tied = set()
+    tied = {t for t in tied if t in shapes}
+    return shapes, tied, getattr(model, "base_model_prefix", "") or ""
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(re.escape(pattern).replace(r"\*", r"[^.]+"))
+
+
+def _conversion(model_type: str) -> tuple[list[tuple[str, str]], list[re.Pattern[str]], list[str]]:
+    """transformers 5 checkpoint conversion for ``model_type``: (renames, fused sources, fused targets)."""
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+        mapping = get_checkpoint_conversion_mapping(model_type) or []
+    except Exception:
+        return [], [], []
+    renames, sources, targets = [], [], []
+    for m in mapping:
+        src, tgt = list(getattr(m, "source_patterns", [])), list(getattr(m, "target_patterns", []))
+        if type(m).__name__ == "WeightRenaming" and len(src) == len(tgt):
+            renames.extend(zip(src, tgt))
+        else:
+            sources.extend(_glob_regex(s) for s in src)
+            targets.extend(tgt)
+    return renames, sources, targets
+
+
+def _dense_of(name: str) -> tuple[str, str] | None:
+    """``(dense parameter name, kind)`` for a quantized tensor name; None for a plain tensor."""
+    for suffix, kind in QUANT_PRIMARY.items():
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + ".weight", kind
+    for suffix in QUANT_AUX:
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + ".weight", "aux"
+    return None
+
+
+def _quant_bits(cfg: dict[str, Any]) -> int | None:
+    q = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    bits = q.get("bits") or q.get("w_bit")
+    if isinstance(bits, int):
+        return bits
+    for grp in (q.get("config_groups") or {}).values():
+        w = grp.get("weights") if isinstance(grp, dict) else None
+        if isinstance(w, dict) and isinstance(w.get("num_bits"), int):
+            return w["num_bits"]
+    return None
+
+
+def _packed_shape_ok(t: TensorInfo, dense: tuple[int, ...], method: str | None, bits: int | None) -> bool | None:
+    """Does the packed tensor ``t`` fit the dense (out, in) shape? None when the layout is unknown."""
+    if len(dense) != 2 or len(t.shape) != 2 or not bits or 32 % bits:
+        return None
+    out_f, in_f = dense
+    pack = 32 // bits
+    if t.name.endswith(".weight_packed"):
+        return t.shape == (out_f, -(-in_f // pack))
+    if method == "awq":
+        return t.shape == (in_f, out_f // pack)
+    if method == "gptq":
+        return t.shape == (in_f // pack, out_f)
+    return None
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:_LIST]) + (f" and {len(names) - _LIST} more" if len(names) > _LIST else "")
+
+
+@check("architecture")
+def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """Missing, unexpected and wrong-shaped tensors; ``tie_word_embeddings`` against ``lm_head``."""
+    cfg_dict = ckpt.config
+    if not isinstance(cfg_dict, dict) or not ckpt.weights_readable:
+        return  # config and safetensors checks report why
+    hf_cfg, err = ckpt.hf_config
+    archs = cfg_dict.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if hf_cfg is None or arch is None:
+        return
+    import transformers
+
+    if not hasattr(transformers, arch):
+        yield Finding(code="architecture.unknown_class", severity=Severity.INFO,
+                      message=f"transformers has no class {arch}; parameter names were not compared",
+                      file="config.json", field="architectures", value=arch,
+                      fix="Check that the target vLLM supports this architecture.", source=_SRC)
+        return
+    try:
+        expected, tied, prefix = expected_parameters(hf_cfg, arch)
+    except Exception as exc:
+        yield Finding(code="architecture.instantiate_failed", severity=Severity.WARNING,
+                      message=f"transformers cannot build {arch} from config.json: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                      file="config.json", field="architectures", value=arch,
+                      fix="Check config.json's sizes against the architecture.", source=_SRC)
+        return
+    renames, fused_src, fused_tgt = _conversion(getattr(hf_cfg, "model_type", ""))
+    stored: dict[str, TensorInfo] = {}
+    for name, t in ckpt.tensors.items():
+        for a, b in renames:
+            name = name.replace(a, b)
+        if any(p.search(name) for p in fused_src):
+            continue
+        stored[name] = t
+    expected = {k: v for k, v in expected.items() if not any(tg in k for tg in fused_tgt)}
+    # Base-model exports (no "model." prefix) load through base_model_prefix in both runtimes.
+    if prefix and stored and not set(stored) & set(expected):
+        stored = {f"{prefix}.{k}": v for k, v in stored.items()}
+    method = (cfg_dict.get("quantization_config") or {}).get("quant_method") \
+        if isinstance(cfg_dict.get("quantization_config"), dict) else None
+    bits = _quant_bits(cfg_dict)
+
+    # Tensors the index maps to a shard that is absent are reported by safetensors.index.missing_shard.
+    index_map = (ckpt.index or {}).get("weight_map")
+    covered: set[str] = {n for n, shard in index_map.items() if shard not in ckpt.safetensors_files} \
+        if isinstance(index_map, dict) else set()
+    unexpected: list[str] = []
+    shape_bad: list[str] = []
+    for name, t in sorted(stored.items()):
+        dense = _dense_of(name)
+        if name in expected:
+            covered.add(name)
+            if t.shape != expected[name] and not name.endswith(".weight_shape"):
+                shape_bad.append(f"{name} {list(t.shape)} (expected {list(expected[name])})")
+            continue
+        if dense and dense[0] in expected:
+            if dense[1] != "aux":
+                covered.add(dense[0])
+                ok = _packed_shape_ok(t, expected[dense[0]], method, bits)
+                if ok is False:
+                    shape_bad.append(f"{name} {list(t.shape)} (packs {list(expected[dense[0]])} at {bits} bits)")
+            continue
+        if name.endswith(KV_SCALES) or IGNORED.search(name):
+            continue
+        unexpected.append(name)
+    tie_field = "tie_word_embeddings"
+    for name in sorted(tied):
+        if name in covered:
+            yield Finding(code="architecture.tied_head_stored", severity=Severity.WARNING,
+                          message=(f"tie_word_embeddings is true, yet {name} is stored as well: the head reuses the "
+                                   "embeddings, and some loaders reject the redundant tensor (KeyError "
+                                   f"'{name}')"),
+                          file="config.json", field=tie_field, value=True,
+                          fix=f"Drop {name} from the weights, or set tie_word_embeddings to false if it differs from "
+                              "the embeddings.",
+                          source="huggingface/transformers#31139, vllm-project/vllm#3553")
+    missing = sorted(k for k in expected if k not in covered and k not in tied)
+    head_missing = [k for k in missing if k.endswith("lm_head.weight")]
+    for name in head_missing:
+        yield Finding(code="architecture.untied_head_missing", severity=Severity.ERROR,
+                      message=(f"tie_word_embeddings is false but no {name} is stored: the output projection would "
+                               "stay uninitialised and every answer would be noise"),
+                      file=ckpt.tensor_shard.get("model.embed_tokens.weight") or None, field=name, value=None,
+                      fix=f"Add {name} from the source model, or set tie_word_embeddings to true if the head is "
+                          "meant to reuse the embeddings.",
+                      source="vLLM DefaultModelLoader (weights not initialized); huggingface/transformers#31139")
+    rest = [k for k in missing if k not in head_missing]
+    if rest:
+        yield Finding(code="architecture.missing_tensors", severity=Severity.ERROR,
+                      message=f"{len(rest)} parameter(s) of {arch} have no tensor in the weights: {_names(rest)}",
+                      file=None, field=rest[0], value=rest,
+                      fix="The checkpoint is incomplete or exported for another architecture; re-export it with "
+                          "save_pretrained, or fix config.json if it describes a different model size.",
+                      source="vLLM DefaultModelLoader: 'Following weights were not initialized from checkpoint'")
+    if unexpected:
+        yield Finding(code="architecture.unexpected_tensors", severity=Severity.ERROR,
+                      message=f"{len(unexpected)} tensor(s) are not parameters of {arch}: {_names(unexpected)}",
+                      file=ckpt.tensor_shard.get(unexpected[0]), field=unexpected[0], value=unexpected,
+                      fix="Check architectures/model_type in config.json, or drop the stray tensors.",
+                      source="vLLM <Model>.load_weights (params_dict[name] raises KeyError)")
+    if shape_bad:
+        yield Finding(code="architecture.shape_mismatch", severity=Severity.ERROR,
+                      message=f"{len(shape_bad)} tensor(s) have the wrong shape for config.json: {_names(shape_bad)}",
+                      file=None, field=shape_bad[0].split(" ")[0], value=shape_bad,
+                      fix="config.json sizes (hidden_size, intermediate_size, vocab_size, heads) do not match the "
+                          "weights; restore the config of the same export.",
+                      source="vLLM weight_loader shape assertion; transformers size mismatch error")
