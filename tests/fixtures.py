@@ -45,3 +45,33 @@ def write_safetensors(path: Path, header: dict, data: bytes, header_len: int | N
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw) if header_len is None else header_len) + raw + data)
     return path
+
+
+def write_awq_like(d: Path, *, group_size: int, bits: int = 4, out_pack_wrong: bool = False) -> Path:
+    """Turn the tiny Llama in ``d`` into AutoAWQ GEMM layout (header shapes are what matter; values
+    are zeros): each linear ``(out, in)`` becomes ``qweight`` (in, out*bits/32) I32, ``qzeros``
+    (in/group, out*bits/32) I32 and ``scales`` (in/group, out) F16; everything else F16.
+    ``out_pack_wrong`` packs down_proj twice as wide, as a broken export would."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    dense = load_file(str(d / "model.safetensors"))
+    pack = 32 // bits
+    out: dict[str, object] = {}
+    for name, t in dense.items():
+        if name.endswith("_proj.weight"):
+            base = name[: -len(".weight")]
+            o, i = t.shape
+            width = o // pack * (2 if out_pack_wrong and "down_proj" in name else 1)
+            out[f"{base}.qweight"] = torch.zeros(i, width, dtype=torch.int32)
+            out[f"{base}.qzeros"] = torch.zeros(i // group_size, o // pack, dtype=torch.int32)
+            out[f"{base}.scales"] = torch.zeros(i // group_size, o, dtype=torch.float16)
+        else:
+            out[name] = t.to(torch.float16)
+    save_file(out, str(d / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["dtype"] = "float16"
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": bits, "group_size": group_size, "version": "gemm",
+                                  "zero_point": True}
+    (d / "config.json").write_text(json.dumps(cfg, indent=2))
+    return d

@@ -1,20 +1,24 @@
 """Report: findings plus the target they were judged against, as JSON and Markdown.
 
-JSON schema (``schema_version`` "1"): ``{schema_version, tool, target, summary{errors,warnings,infos,
-passed}, findings[{code,severity,message,file,field,value,fix,source}], smoke|null}``. ``smoke`` is
-the vLLM smoke-load result when one ran (see ``pipeline.smoke.SmokeResult``).
+JSON schema (``schema_version`` "1", the JSON Schema is ``report.schema.json`` beside this module,
+:data:`SCHEMA_PATH`): ``{schema_version, tool, target, summary{errors,warnings,infos, passed},
+findings[{code,severity,message,file,field,value,fix,source}], smoke|null}``. ``smoke`` is the vLLM
+smoke-load result when one ran (see ``pipeline.smoke.SmokeResult``). Additive changes keep the
+version; removing or retyping a key bumps it.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from modelyard import __version__
 from modelyard.checks.findings import Finding, Severity, Target
 
 SCHEMA_VERSION = "1"
+SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 
 @dataclass(frozen=True)
@@ -62,12 +66,15 @@ class Report:
                      f"({self.count(Severity.ERROR)} errors, {self.count(Severity.WARNING)} warnings)")
         lines.append("")
         lines.append(f"Target: tensor_parallel_size={t.tensor_parallel_size}, max_model_len={t.max_model_len or 'derived'}, "
-                     f"dtype={t.dtype or 'auto'}, serve={t.serve or 'any'}")
+                     f"dtype={t.dtype or 'auto'}, serve={t.serve or 'any'}, vllm={t.vllm_version or 'any'}"
+                     + (f", transformers={t.transformers_version}" if t.transformers_version else "")
+                     + (f", gpu_cc={t.gpu_cc}" if t.gpu_cc else ""))
         lines.append("")
         if self.findings:
-            lines += ["| severity | code | file | message | fix |", "|---|---|---|---|---|"]
+            lines += ["| severity | code | where | message | fix | source |", "|---|---|---|---|---|---|"]
             for f in self.findings:
-                cells = [f.severity.value, f"`{f.code}`", f.file or "", f.message, f.fix or ""]
+                where = " ".join(x for x in (f.file, f"`{f.field}`" if f.field else None) if x)
+                cells = [f.severity.value, f"`{f.code}`", where, f.message, f.fix or "", f.source or ""]
                 lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         else:
             lines.append("No findings.")

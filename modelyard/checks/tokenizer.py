@@ -189,24 +189,25 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     tok, err = ckpt.hf_tokenizer
     if tok is None:
         return  # reported by tokenizer_files
+    tfile = "chat_template.jinja" if "chat_template.jinja" in ckpt.files else "tokenizer_config.json"
     rendered, render_err, dropped = render_conversation(tok)
     if rendered is None:
         yield _f("tokenizer.chat_template.render_failed", sev,
                  f"the chat template fails on a system+user+assistant conversation: {render_err}",
-                 "tokenizer_config.json", "chat_template", None,
+                 tfile, "chat_template", None,
                  "Fix the template (test it with tokenizer.apply_chat_template) or replace it with the base model's.",
                  "vLLM chat_utils apply_hf_chat_template")
         return
     if dropped:
         yield _f("tokenizer.chat_template.no_system_role", Severity.INFO,
                  "the chat template rejects a system message; clients must fold it into the first user turn",
-                 "tokenizer_config.json", "chat_template", None,
+                 tfile, "chat_template", None,
                  "Send no system message, or use a template that accepts one.", "vLLM chat_utils apply_hf_chat_template")
     term = turn_terminator(tok, rendered)
     if term is None:
         yield _f("tokenizer.chat_template.no_turn_terminator", Severity.INFO,
                  "the template does not close the assistant's turn with a special token; replies stop on the "
-                 "model's own eos only", "tokenizer_config.json", "chat_template", None,
+                 "model's own eos only", tfile, "chat_template", None,
                  "No action needed if the model emits its eos at the end of a reply.",
                  "vLLM SamplingParams stop_token_ids")
         return

@@ -1,0 +1,305 @@
+"""One code-built fixture per kind of defect the verification suite knows, each with a fixed twin
+that passes. Every broken folder starts as a copy of the healthy tiny Llama (tests/fixtures.py)
+and changes one thing; the assertions name the exact finding codes, severities and fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from modelyard.checks import Target
+from modelyard.pipeline.verify import verify_folder
+from tests.fixtures import write_awq_like
+
+
+def copy(src, dst):
+    shutil.copytree(src, dst, symlinks=True)
+    for p in dst.iterdir():
+        p.chmod(0o644)
+    return dst
+
+
+def edit_json(path, **changes):
+    data = json.loads(path.read_text()) if path.exists() else {}
+    for k, v in changes.items():
+        if v is None:
+            data.pop(k, None)
+        else:
+            data[k] = v
+    path.write_text(json.dumps(data, indent=2))
+
+
+def edit_weights(d, fn):
+    tensors = load_file(str(d / "model.safetensors"))
+    fn(tensors)
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+
+
+def found(report, severity=None):
+    """``[(code, field)]`` of the findings at ``severity`` (all but info when None)."""
+    return [(f.code, f.field) for f in report.findings
+            if (f.severity.value == severity if severity else f.severity.value != "info")]
+
+
+@pytest.fixture
+def m(tiny_llama_dir, tmp_path):
+    return copy(tiny_llama_dir, tmp_path / "m")
+
+
+# --- files -------------------------------------------------------------------------------------
+
+def test_incomplete_leftover_warns_and_fixed_passes(m):
+    (m / "model.safetensors.incomplete").write_bytes(b"\0" * 4096)
+    assert found(verify_folder(m)) == [("files.incomplete_download", None)]
+    (m / "model.safetensors.incomplete").unlink()
+    assert found(verify_folder(m)) == []
+
+
+def test_pickle_only_weights_warn(m):
+    tensors = load_file(str(m / "model.safetensors"))
+    torch.save(tensors, m / "pytorch_model.bin")
+    (m / "model.safetensors").unlink()
+    r = verify_folder(m)
+    assert [(f.code, f.severity.value, f.file) for f in r.findings] == [
+        ("files.pickle_weights", "warning", "pytorch_model.bin"), ("files.no_safetensors", "warning", None)]
+
+
+def test_pickle_and_safetensors_with_different_tensors(m):
+    tensors = load_file(str(m / "model.safetensors"))
+    same = dict(tensors)
+    torch.save(same, m / "pytorch_model.bin")
+    assert found(verify_folder(m)) == [("files.pickle_weights", None)]  # same tensors: only the pickle warning
+    del same["lm_head.weight"]
+    same["score.weight"] = torch.zeros(2, 64)
+    torch.save(same, m / "pytorch_model.bin")
+    r = verify_folder(m)
+    assert found(r) == [("files.pickle_weights", None), ("files.pickle_safetensors_differ", None)]
+    assert r.findings[1].value == {"only_pickle": ["score.weight"], "only_safetensors": ["lm_head.weight"]}
+
+
+def test_remote_code_missing_module_is_error_present_is_review(m):
+    edit_json(m / "config.json", auto_map={"AutoConfig": "configuration_x.XConfig",
+                                           "AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    (m / "configuration_x.py").write_text("# reviewed\n")
+    r = verify_folder(m)
+    assert [(f.code, f.severity.value, f.value) for f in r.findings] == [
+        ("files.remote_code.module_missing", "error", "modeling_x.py"),
+        ("files.remote_code.review", "warning", ["configuration_x.py", "modeling_x.py"]),
+        ("files.remote_code.native_available", "info", "LlamaForCausalLM")]
+    (m / "modeling_x.py").write_text("# reviewed\n")
+    assert found(verify_folder(m), "error") == []
+
+
+def test_symlink_leaving_the_folder_is_error(m, tmp_path):
+    outside = tmp_path / "secret.txt"
+    outside.write_text("x")
+    os.symlink(outside, m / "notes.txt")
+    r = verify_folder(m)
+    assert [(f.code, f.file, f.value) for f in r.errors] == [("files.symlink_escapes", "notes.txt", str(outside))]
+    (m / "notes.txt").unlink()
+    os.symlink("config.json", m / "notes.txt")  # a link inside the folder is fine
+    assert found(verify_folder(m)) == []
+
+
+# --- architecture --------------------------------------------------------------------------------
+
+def test_missing_tensor(m):
+    edit_weights(m, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
+    r = verify_folder(m)
+    assert [(f.code, f.value) for f in r.errors] == [("architecture.missing_tensors", ["model.layers.1.mlp.up_proj.weight"])]
+
+
+def test_unexpected_tensor_and_ignored_rotary_buffer(m):
+    def add(t):
+        t["model.layers.0.mlp.extra_proj.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+        t["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.zeros(8)  # old exports: every loader skips it
+    edit_weights(m, add)
+    r = verify_folder(m)
+    assert [(f.code, f.value) for f in r.errors] == [("architecture.unexpected_tensors", ["model.layers.0.mlp.extra_proj.weight"])]
+
+
+def test_wrong_shape_from_config(m):
+    edit_json(m / "config.json", intermediate_size=96)
+    r = verify_folder(m)
+    assert [f.code for f in r.errors] == ["architecture.shape_mismatch"]
+    assert r.errors[0].value[0] == "model.layers.0.mlp.down_proj.weight [64, 128] (expected [64, 96])"
+
+
+def test_tied_embeddings_with_stored_head_warns(m):
+    edit_json(m / "config.json", tie_word_embeddings=True)
+    r = verify_folder(m)
+    assert [(f.code, f.severity.value, f.field) for f in r.findings] == [
+        ("architecture.tied_head_stored", "warning", "tie_word_embeddings")]
+    edit_weights(m, lambda t: t.pop("lm_head.weight"))  # fixed twin: the head reuses embed_tokens
+    assert found(verify_folder(m)) == []
+
+
+def test_untied_without_head_is_error(m):
+    edit_weights(m, lambda t: t.pop("lm_head.weight"))
+    r = verify_folder(m)
+    assert [(f.code, f.field) for f in r.errors] == [("architecture.untied_head_missing", "lm_head.weight")]
+
+
+def test_awq_layout_maps_to_dense_parameters(tmp_path, tiny_llama_dir):
+    good = write_awq_like(copy(tiny_llama_dir, tmp_path / "awq"), group_size=32)
+    assert found(verify_folder(good)) == []
+    bad = write_awq_like(copy(tiny_llama_dir, tmp_path / "awq-bad"), group_size=32, out_pack_wrong=True)
+    r = verify_folder(bad)
+    assert [f.code for f in r.errors] == ["architecture.shape_mismatch"]
+    assert r.errors[0].value == ["model.layers.0.mlp.down_proj.qweight [128, 16] (packs [64, 128] at 4 bits)",
+                                 "model.layers.1.mlp.down_proj.qweight [128, 16] (packs [64, 128] at 4 bits)"]
+
+
+# --- config ----------------------------------------------------------------------------------------
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64, "rope_theta": 10000.0}
+
+
+def test_rope_llama3_missing_key_then_fixed(m):
+    rope = dict(LLAMA3_ROPE)
+    del rope["high_freq_factor"]
+    edit_json(m / "config.json", rope_parameters=rope)
+    r = verify_folder(m, Target(vllm_version="0.6.3"))
+    assert [(f.code, f.field) for f in r.errors] == [("config.rope.key_missing", "rope_parameters.high_freq_factor")]
+    edit_json(m / "config.json", rope_parameters=LLAMA3_ROPE)
+    assert found(verify_folder(m, Target(vllm_version="0.6.3"))) == []
+    assert found(verify_folder(m)) == [("config.rope.needs_recent_runtime", "rope_parameters")]
+    assert found(verify_folder(m, Target(vllm_version="0.5.2")), "error") == [
+        ("config.rope.unsupported_by_runtime", "rope_parameters")]
+
+
+def test_rope_scaling_without_type(m):
+    edit_json(m / "config.json", rope_parameters=None, rope_theta=10000.0,
+              rope_scaling={k: v for k, v in LLAMA3_ROPE.items() if k not in ("rope_type", "rope_theta")})
+    r = verify_folder(m)
+    assert [(f.code, f.field) for f in r.errors] == [("config.rope.type_missing", "rope_scaling.rope_type")]
+
+
+def test_max_model_len_against_derived_and_linear_scaling(m):
+    r = verify_folder(m, Target(max_model_len=512))
+    assert [(f.code, f.field, f.value) for f in r.errors] == [
+        ("config.max_len.exceeds_derived", "max_position_embeddings", 256)]
+    assert "--max-model-len 256 or less" in r.errors[0].fix
+    edit_json(m / "config.json", rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+    assert found(verify_folder(m, Target(max_model_len=512))) == []  # 256 x 2
+    assert found(verify_folder(m, Target(max_model_len=513)), "error") == [
+        ("config.max_len.exceeds_derived", "max_position_embeddings")]
+
+
+def test_dtype_missing_mismatch_and_fp16_target(m):
+    edit_json(m / "config.json", dtype=None, torch_dtype=None)
+    assert found(verify_folder(m)) == [("config.dtype.missing", "torch_dtype")]
+    edit_json(m / "config.json", dtype="float16")
+    r = verify_folder(m)
+    assert [(f.code, f.field, f.value) for f in r.findings if f.severity.value == "warning"] == [
+        ("config.dtype.mismatch", "dtype", "float16")]
+    edit_json(m / "config.json", dtype="bfloat16")
+    assert found(verify_folder(m, Target(dtype="bfloat16"))) == []
+    assert found(verify_folder(m, Target(dtype="float16"))) == [("config.dtype.half_precision_overflow", "dtype")]
+    assert found(verify_folder(m, Target(gpu_cc="7.5"))) == [("config.dtype.half_precision_overflow", "dtype")]
+
+
+# --- parallelism -----------------------------------------------------------------------------------
+
+def test_quant_group_vs_tp(tmp_path, tiny_llama_dir):
+    d = write_awq_like(copy(tiny_llama_dir, tmp_path / "awq"), group_size=32)
+    assert found(verify_folder(d, Target(tensor_parallel_size=2))) == []  # o_proj 64/2=32, down_proj 128/2=64
+    r = verify_folder(d, Target(tensor_parallel_size=4))  # o_proj 16 per rank
+    assert [(f.code, f.field) for f in r.errors] == [("parallelism.quant_group_not_divisible", "num_attention_heads")]
+    assert r.errors[0].message == ("tensor_parallel_size 4: o_proj's input 64 gives 16 per rank at TP 4, not a "
+                                   "multiple of the quantization group_size 32; valid sizes: 1, 2")
+    d64 = write_awq_like(copy(tiny_llama_dir, tmp_path / "awq64"), group_size=64)
+    assert found(verify_folder(d64, Target(tensor_parallel_size=2)), "error") == [
+        ("parallelism.quant_group_not_divisible", "num_attention_heads")]
+
+
+# --- tokenizer -------------------------------------------------------------------------------------
+
+def test_turn_terminator_not_in_stop_set_then_patched(m):
+    edit_json(m / "generation_config.json", eos_token_id=1)
+    edit_json(m / "config.json", eos_token_id=1)
+    edit_json(m / "tokenizer_config.json", eos_token="<s>")
+    r = verify_folder(m, Target(serve="chat"))
+    assert [(f.code, f.file, f.field, f.value) for f in r.errors] == [
+        ("tokenizer.stop_tokens.missing_turn_terminator", "generation_config.json", "eos_token_id", 1)]
+    assert "<|im_end|> (id 2)" in r.errors[0].message and "[1, 2]" in r.errors[0].fix
+    assert found(verify_folder(m, Target(serve="completion")), "warning") == [
+        ("tokenizer.stop_tokens.missing_turn_terminator", "eos_token_id")]
+    edit_json(m / "generation_config.json", eos_token_id=[1, 2])
+    assert found(verify_folder(m, Target(serve="chat"))) == []
+
+
+def test_slow_class_without_spm(m):
+    edit_json(m / "tokenizer_config.json", tokenizer_class="LlamaTokenizer")
+    r = verify_folder(m)
+    assert [(f.code, f.field, f.value) for f in r.findings if f.severity.value == "warning"] == [
+        ("tokenizer.class.slow_without_model", "tokenizer_class", "LlamaTokenizer")]
+
+
+def test_control_token_not_special(m):
+    data = json.loads((m / "tokenizer.json").read_text())
+    data["added_tokens"].append({"id": 3, "content": "<|im_start|>", "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "special": False})
+    (m / "tokenizer.json").write_text(json.dumps(data))
+    r = verify_folder(m)
+    assert [(f.code, f.value) for f in r.findings if f.severity.value == "warning"] == [
+        ("tokenizer.control_tokens.not_special", ["<|im_start|>"])]
+
+
+def test_template_that_fails_to_render(m):
+    (m / "chat_template.jinja").write_text("{{ messages[0]['content'] | nosuchfilter }}")
+    r = verify_folder(m, Target(serve="chat"))
+    assert [f.code for f in r.errors] == ["tokenizer.chat_template.render_failed"]
+    assert "nosuchfilter" in r.errors[0].message
+
+
+def test_tokenizer_larger_than_embeddings(m):
+    data = json.loads((m / "tokenizer.json").read_text())
+    data["added_tokens"].append({"id": 128, "content": "<|extra|>", "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "special": True})
+    data["model"]["vocab"]["<|extra|>"] = 128
+    (m / "tokenizer.json").write_text(json.dumps(data))
+    r = verify_folder(m)
+    assert [(f.code, f.field, f.value) for f in r.errors] == [("tokenizer.vocab.exceeds_embeddings", "vocab_size", 128)]
+
+
+# --- quantization ----------------------------------------------------------------------------------
+
+def test_quantization_config_without_method_and_unsupported_version(m):
+    edit_json(m / "config.json", quantization_config={"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"})
+    r = verify_folder(m)
+    assert [(f.code, f.field) for f in r.errors] == [("quantization.method_missing", "quantization_config.quant_method")]
+    edit_json(m / "config.json", quantization_config={"load_in_4bit": True, "quant_method": "bitsandbytes"})
+    assert found(verify_folder(m, Target(vllm_version="0.4.0")), "error") == [
+        ("quantization.method_unsupported", "quantization_config.quant_method")]
+    assert found(verify_folder(m, Target(vllm_version="0.6.3"))) == []
+
+
+def test_undeclared_and_stale_quantization(tmp_path, tiny_llama_dir):
+    d = write_awq_like(copy(tiny_llama_dir, tmp_path / "awq"), group_size=32)
+    edit_json(d / "config.json", quantization_config=None)
+    assert [f.code for f in verify_folder(d).errors] == ["quantization.undeclared"]
+    dense = copy(tiny_llama_dir, tmp_path / "dense")
+    edit_json(dense / "config.json", quantization_config={"quant_method": "awq", "bits": 4, "group_size": 32})
+    assert [f.code for f in verify_folder(dense).errors] == ["quantization.tensors_not_quantized"]
+
+
+# --- robustness ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes", [
+    {"num_attention_heads": "four"}, {"rope_parameters": {"rope_type": "yarn", "factor": "x"}},
+    {"max_position_embeddings": -1}, {"rope_scaling": [1, 2]}, {"quantization_config": "awq"},
+    {"architectures": "LlamaForCausalLM"}, {"vocab_size": None}, {"auto_map": {"AutoModel": 3}},
+    {"text_config": {"num_attention_heads": 0}}, {"intermediate_size": 0},
+])
+def test_malformed_config_values_become_findings_not_crashes(m, changes):
+    edit_json(m / "config.json", **changes)
+    r = verify_folder(m, Target(tensor_parallel_size=2, max_model_len=300, serve="chat", dtype="float16"))
+    assert not [f.message for f in r.findings if f.code == "internal.check_crashed"]

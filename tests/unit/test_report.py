@@ -1,0 +1,41 @@
+"""The report's JSON follows the published schema (report.schema.json) and its Markdown escapes cells."""
+
+import json
+
+import jsonschema
+
+from modelyard.checks import Target
+from modelyard.checks.report import SCHEMA_PATH
+from modelyard.pipeline.verify import verify_folder
+from tests.conftest import run_cli
+from tests.unit.test_checks_defects import copy, edit_json
+
+
+def test_json_report_matches_schema_and_counts(tiny_llama_dir, tmp_path):
+    d = copy(tiny_llama_dir, tmp_path / "m")
+    edit_json(d / "generation_config.json", eos_token_id=1)
+    edit_json(d / "config.json", eos_token_id=1)
+    edit_json(d / "tokenizer_config.json", eos_token="<s>")
+    r = verify_folder(d, Target(serve="chat", vllm_version="0.6.3", gpu_cc="8.0"))
+    doc = json.loads(r.to_json())
+    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+    assert doc["summary"] == {"errors": 1, "warnings": 0, "infos": 0, "passed": False}
+    assert doc["target"] == {"tensor_parallel_size": 1, "max_model_len": None, "dtype": None, "serve": "chat",
+                             "vllm_version": "0.6.3", "transformers_version": None, "gpu_cc": "8.0"}
+    (f,) = doc["findings"]
+    assert (f["code"], f["file"], f["field"], f["value"]) == (
+        "tokenizer.stop_tokens.missing_turn_terminator", "generation_config.json", "eos_token_id", 1)
+    assert f["source"] == "vllm-project/vllm#4180, vllm-project/vllm#4182"
+    md = r.to_markdown("t")
+    assert "| error | `tokenizer.stop_tokens.missing_turn_terminator` | generation_config.json `eos_token_id` |" in md
+    assert "<\\|im_end\\|> (id 2)" in md  # pipes inside cells are escaped
+
+
+def test_cli_json_and_usage_errors(tiny_llama_dir):
+    ok = run_cli("verify", str(tiny_llama_dir), "--json")
+    assert ok.returncode == 0
+    jsonschema.validate(json.loads(ok.stdout), json.loads(SCHEMA_PATH.read_text()))
+    bad = run_cli("verify", str(tiny_llama_dir), "--vllm-version", "latest")
+    assert bad.returncode == 2 and "--vllm-version" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_cli("verify", str(tiny_llama_dir), "--dtype", "fp8")
+    assert bad.returncode == 2 and "--dtype 'fp8' is not a vLLM dtype" in bad.stderr
