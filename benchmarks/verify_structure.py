@@ -1,33 +1,42 @@
 """Structure checks never read weight bytes; their cost does not grow with the model's size in bytes.
 
-Run: ``.venv/bin/python benchmarks/verify_structure.py [--keep DIR]``
+Run: ``.venv/bin/python benchmarks/verify_structure.py [--keep DIR]`` (about 20 s; exit 2 when the
+filesystem cannot hold sparse files).
 
 What it builds (in a temp dir under ``$TMPDIR`` or /tmp, removed at the end unless ``--keep DIR``):
 
 - a Llama-3.1-405B-shaped checkpoint: the real config, the real tensor names and shapes (taken from
   ``transformers.LlamaForCausalLM`` instantiated on the ``meta`` device), all BF16, split in
-  ``state_dict`` order into 191 byte-balanced shards (~4.2 GB each, ~811 GB in all), with
+  ``state_dict`` order into 191 byte-balanced shards (~4.2 GB each, ~812 GB in all), with
   ``model.safetensors.index.json`` and ``generation_config.json``;
 - a Llama-3.1-8B-shaped checkpoint the same way, in 4 shards (~16 GB).
 
 Every shard is a valid safetensors file (8-byte LE header length, JSON header with contiguous
 ``data_offsets``) whose data section is a *hole*: the file is extended with ``truncate`` so it has its
-full logical size but occupies no disk. Reading the data would return zeros, and would show up in the
-byte counters below. No tokenizer is written, so the report carries ``tokenizer.files.missing`` (and
-whatever follows from having no tokenizer); that is expected.
+full logical size but occupies no disk (~1 MB on disk for the 405B). No tokenizer is written, so the
+report carries ``tokenizer.files.missing`` and ``tokenizer.chat_template.missing``; that is expected.
+``config.rope.needs_recent_runtime`` (a warning) is expected too: the Target names no vLLM version.
 
 What it measures: each folder is verified in a fresh child process (so memory figures are per run) with
-``verify_folder(path, Target(tensor_parallel_size=8, max_model_len=131072))``. The child records
+``verify_folder(path, Target(tensor_parallel_size=8, max_model_len=131072))``, twice:
 
-- RSS of the bare interpreter, then RSS after ``import torch, transformers`` and modelyard (the
-  *baseline*: what any process using modelyard's architecture check pays before verifying anything);
-- ``/proc/self/io`` ``rchar`` (bytes returned by read() syscalls, page cache or not) and ``read_bytes``
-  (bytes fetched from the block device) at the baseline and after verify;
-- the wall time of ``verify_folder`` alone (``time.perf_counter``);
-- peak RSS of the whole process (``VmHWM`` and ``ru_maxrss``) and RSS added by verify (peak − baseline).
+- *cold*: the first call after ``import torch, transformers`` and modelyard. transformers imports its
+  model code lazily, so this call also pays for that (transformers 5 scans ~1,600 ``.py`` files of
+  ``transformers.models`` to build its lazy import table: ~69 MB of ``rchar``, ~2 s, ~100 MB of RSS);
+- *warm*: a second call in the same process, which is what every further verify costs.
+
+For each call the child records RSS right before it (the *baseline*), ``/proc/self/io`` ``rchar``
+(bytes returned by read(), page cache or not) and ``read_bytes`` (fetched from the block device), the
+wall time of ``verify_folder`` alone (``time.perf_counter``), and the whole-process peak RSS (``VmHWM``,
+reset through ``/proc/self/clear_refs`` before the warm call; ``ru_maxrss`` too). "+RSS" is that peak
+minus the baseline. It also records the RSS of the bare interpreter, so the cost of importing
+torch + transformers + modelyard (~230 MB) is printed separately. An audit hook on ``open`` events
+attributes the bytes read: checkpoint files versus Python source/bytecode.
 
 The targets from the issue ("≤ 1 s and ≤ 150 MB") are compared with the verify wall time and the RSS
 *added by verify*; the whole-process peak (torch + transformers included) is printed beside them.
+Cost is independent of the *bytes* (50x between the two models) but grows with the number of tensors
+and layers (~4x): the meta-device instantiation and the header parsing are per tensor.
 """
 
 from __future__ import annotations
@@ -100,25 +109,47 @@ def child(path: str) -> None:
     from modelyard.pipeline.verify import verify_folder
 
     target = Target(tensor_parallel_size=TP, max_model_len=MAX_LEN)
-    base_kb = _status_kb("VmRSS")
-    base_hwm_kb = _status_kb("VmHWM")
-    io0 = _io()
-    t0 = time.perf_counter()
-    report = verify_folder(path, target)
-    wall = time.perf_counter() - t0
-    io1 = _io()
-    after_kb = _status_kb("VmRSS")
-    hwm_kb = _status_kb("VmHWM")
-    maxrss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    findings = [{"code": f.code, "severity": f.severity.value, "message": f.message} for f in report.findings]
-    print(json.dumps({
-        "wall_s": wall, "bare_rss_kb": bare_kb, "base_rss_kb": base_kb, "base_hwm_kb": base_hwm_kb,
-        "after_rss_kb": after_kb, "hwm_kb": hwm_kb, "maxrss_kb": maxrss_kb,
-        "rchar": io1["rchar"] - io0["rchar"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
-        "syscr": io1["syscr"] - io0["syscr"],
-        "codes": dict(Counter(f.code for f in report.findings)), "findings": findings,
-        "passed": report.passed,
-    }))
+    ckpt = os.path.realpath(path) + os.sep
+    opened: list[str] = []
+
+    def hook(event: str, args: tuple) -> None:  # attribution only: which files verify opens
+        if event == "open" and isinstance(args[0], str):
+            opened.append(args[0])
+
+    sys.addaudithook(hook)
+    out: dict = {"bare_rss_kb": bare_kb}
+    for run in ("cold", "warm"):
+        if run == "warm":
+            try:  # reset VmHWM so the warm peak is its own (Linux >= 4.0)
+                with open("/proc/self/clear_refs", "w") as fh:
+                    fh.write("5")
+                out["hwm_reset"] = True
+            except OSError:
+                out["hwm_reset"] = False
+        opened.clear()
+        base_kb = _status_kb("VmRSS")
+        io0 = _io()
+        t0 = time.perf_counter()
+        report = verify_folder(path, target)
+        wall = time.perf_counter() - t0
+        io1 = _io()
+        hwm_kb = _status_kb("VmHWM")
+        files = [os.path.realpath(f) for f in opened]
+        inside = [f for f in files if f.startswith(ckpt)]
+        py = [f for f in files if f.endswith((".py", ".pyc"))]
+        out[run] = {
+            "wall_s": wall, "base_rss_kb": base_kb, "after_rss_kb": _status_kb("VmRSS"), "hwm_kb": hwm_kb,
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,  # KiB on Linux; not resettable
+            "rchar": io1["rchar"] - io0["rchar"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
+            "syscr": io1["syscr"] - io0["syscr"],
+            "ckpt_opens": len(inside), "ckpt_files": len(set(inside)), "py_opens": len(py),
+            "py_bytes": sum(os.path.getsize(f) for f in py if os.path.exists(f)),
+            "other_opens": sorted({f for f in files if f not in inside and f not in py})[:20],
+            "codes": dict(Counter(f.code for f in report.findings)), "passed": report.passed,
+            "findings": [{"code": f.code, "severity": f.severity.value, "message": f.message}
+                         for f in report.findings],
+        }
+    print(json.dumps(out))
 
 
 # --------------------------------------------------------------------------- parent: build + report
@@ -134,19 +165,19 @@ def tensor_shapes(cfg_dict: dict) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def split_balanced(sizes: list[int], n: int) -> list[list[int]]:
-    """Contiguous split of indices into exactly ``n`` non-empty groups, cutting where the running byte
-    total crosses k·total/n (each tensor goes to the group its midpoint falls in)."""
+    """Contiguous split of indices into exactly ``n`` non-empty groups, balanced by bytes: each tensor
+    goes to the group its byte midpoint falls in (running total / (total / n)), advancing at most one
+    group per tensor (no empty group) and never so late that the remaining tensors cannot fill the
+    remaining groups."""
     if len(sizes) < n:
         raise ValueError(f"{len(sizes)} tensors cannot fill {n} shards")
     total = sum(sizes)
     groups: list[list[int]] = [[] for _ in range(n)]
     pos, g = 0, 0
     for i, s in enumerate(sizes):
-        want = min(n - 1, int((pos + s / 2) * n // total))
-        left = len(sizes) - i  # tensors still to place, this one included
-        g = max(g, min(want, n - left))  # never go backwards, never leave later groups unfillable
-        if g < n - 1 and groups[g] and left <= n - 1 - g:
-            g += 1
+        if groups[g]:
+            want = min(n - 1, int((pos + s / 2) * n // total))
+            g = min(max(g, want, n - (len(sizes) - i)), g + 1)
         groups[g].append(i)
         pos += s
     if any(not grp for grp in groups):
@@ -154,7 +185,8 @@ def split_balanced(sizes: list[int], n: int) -> list[list[int]]:
     return groups
 
 
-def write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]]) -> int:
+def write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]]) -> tuple[int, int]:
+    """Write one sparse shard; returns (tensor data bytes, 8 + header bytes)."""
     header: dict = {"__metadata__": {"format": "pt"}}
     off = 0
     for name, shape in tensors:
@@ -168,7 +200,7 @@ def write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]]) -> int:
     with open(path, "wb") as fh:
         fh.write(struct.pack("<Q", len(raw)) + raw)
         fh.truncate(8 + len(raw) + off)  # the data section is a hole
-    return off
+    return off, 8 + len(raw)
 
 
 def build(root: Path, label: str, shards: int, shape: dict) -> dict:
@@ -186,20 +218,32 @@ def build(root: Path, label: str, shards: int, shape: dict) -> dict:
         for d in s:
             n *= d
         sizes.append(n)
-    weight_map, total = {}, 0
+    weight_map, total, head = {}, 0, 0
     for k, grp in enumerate(split_balanced(sizes, shards), 1):
         name = f"model-{k:05d}-of-{shards:05d}.safetensors"
         part = [tensors[i] for i in grp]
-        total += write_shard(folder / name, part)
+        data, h = write_shard(folder / name, part)
+        total, head = total + data, head + h
         weight_map.update({t: name for t, _ in part})
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     (folder / "generation_config.json").write_text(json.dumps(GEN_CONFIG, indent=2))
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    head += sum((folder / f).stat().st_size for f in ("config.json", "generation_config.json",
+                                                      "model.safetensors.index.json"))
+    shard_sizes = [(folder / f).stat().st_size for f in sorted(set(weight_map.values()))]
+    # the real safetensors reader accepts the files (it mmaps them and parses the header only)
+    from safetensors import safe_open
+
+    for f in (sorted(set(weight_map.values()))[0], sorted(set(weight_map.values()))[-1]):
+        with safe_open(str(folder / f), "pt") as st:
+            assert all(t in weight_map and weight_map[t] == f for t in st.keys()), f
     disk = sum(p.stat().st_blocks * 512 for p in folder.iterdir())
     logical = sum(p.stat().st_size for p in folder.iterdir())
     return {"label": label, "path": folder, "shards": shards, "tensors": len(tensors), "model_bytes": total,
-            "disk_bytes": disk, "logical_bytes": logical, "meta_s": t_meta, "build_s": time.perf_counter() - t0}
+            "header_bytes": head,
+            "disk_bytes": disk, "logical_bytes": logical, "meta_s": t_meta,
+            "shard_min": min(shard_sizes), "shard_max": max(shard_sizes), "build_s": time.perf_counter() - t0}
 
 
 def sparse_ok(root: Path) -> bool:
@@ -265,65 +309,104 @@ def main() -> int:
         print(f"folders: {root}{'' if args.keep else ' (removed at the end)'}")
         built = [build(root, label, n, shape) for label, n, shape in MODELS]
         for b in built:
-            print(f"built {b['label']}: {b['shards']} shards, {b['tensors']} tensors, "
+            print(f"built {b['label']}: {b['shards']} shards ({b['shard_min'] / 1e9:.2f}-{b['shard_max'] / 1e9:.2f} GB), "
+                  f"{b['tensors']} tensors, "
                   f"{b['logical_bytes'] / 1e9:.1f} GB logical, {b['disk_bytes'] / 1e6:.1f} MB on disk "
-                  f"(meta instantiation {b['meta_s']:.2f} s, build {b['build_s']:.2f} s)")
+                  f"(meta instantiation {b['meta_s']:.2f} s{' incl. lazy import' if b is built[0] else ''}, "
+                  f"build {b['build_s']:.2f} s)")
         runs = {b["label"]: measure(b["path"]) for b in built}
+        labels = [b["label"] for b in built]
+    
+        def added(r: dict) -> float:
+            return (r["hwm_kb"] - r["base_rss_kb"]) / 1024
 
         print()
-        cols = ["checkpoint", "shards", "tensors", "model GB", "verify s", "peak RSS MB", "+RSS MB",
+        cols = ["checkpoint", "run", "shards", "tensors", "model GB", "verify s", "peak RSS MB", "+RSS MB",
                 "read MB", "read/model"]
-        fmt = "{:<15} {:>6} {:>7} {:>9} {:>9} {:>11} {:>8} {:>8} {:>11}"
+        fmt = "{:<15} {:<4} {:>6} {:>7} {:>8} {:>8} {:>11} {:>7} {:>7} {:>10}"
         print(fmt.format(*cols))
-        print(fmt.format(*("-" * len(c) if i else "-" * 15 for i, c in enumerate(cols))))
+        print(fmt.format(*("-" * max(4, len(c)) if i else "-" * 15 for i, c in enumerate(cols))))
         for b in built:
-            r = runs[b["label"]]
-            added = (r["hwm_kb"] - r["base_rss_kb"]) / 1024
-            print(fmt.format(b["label"], b["shards"], b["tensors"], f"{b['model_bytes'] / 1e9:.1f}",
-                             f"{r['wall_s']:.3f}", f"{r['hwm_kb'] / 1024:.0f}", f"{added:.1f}",
-                             f"{r['rchar'] / 1e6:.2f}", f"{r['rchar'] / b['model_bytes']:.1e}"))
-        print()
-        print("columns: peak RSS = VmHWM of the whole child (interpreter + torch + transformers + modelyard + verify);")
-        print("         +RSS = that peak minus RSS right before verify_folder; read = /proc/self/io rchar during verify")
-        for b in built:
-            r = runs[b["label"]]
-            print(f"{b['label']}: bare interpreter {r['bare_rss_kb'] / 1024:.0f} MB, after importing torch+transformers"
-                  f"+modelyard {r['base_rss_kb'] / 1024:.0f} MB (imports cost "
-                  f"{(r['base_rss_kb'] - r['bare_rss_kb']) / 1024:.0f} MB); ru_maxrss {r['maxrss_kb'] / 1024:.0f} MB; "
-                  f"read_bytes from disk {r['read_bytes']} B; {r['syscr']} read syscalls; "
-                  f"RSS after verify {r['after_rss_kb'] / 1024:.0f} MB")
+            for run in ("cold", "warm"):
+                r = runs[b["label"]][run]
+                print(fmt.format(b["label"], run, b["shards"], b["tensors"], f"{b['model_bytes'] / 1e9:.1f}",
+                                 f"{r['wall_s']:.3f}", f"{r['hwm_kb'] / 1024:.0f}", f"{added(r):.1f}",
+                                 f"{r['rchar'] / 1e6:.2f}", f"{r['rchar'] / b['model_bytes']:.1e}"))
+        print("""
+cold = first verify_folder call in a fresh process that has imported torch, transformers and modelyard;
+       it also pays transformers' lazy import of the model code (see 'bytes read' below).
+warm = a second call in the same process (what each further verify costs).
+peak RSS = VmHWM of the whole process (interpreter + torch + transformers + modelyard + verify; reset via
+       /proc/self/clear_refs before the warm call); +RSS = peak RSS minus RSS right before the call;
+read = /proc/self/io rchar during the call (every byte returned by read(), page cache or not).""")
 
-        small, big = (runs[label] for label, _, _ in MODELS)
+        if not all(runs[label].get("hwm_reset") for label in labels):
+            print("NOTE: /proc/self/clear_refs could not reset VmHWM: warm peak and +RSS include the cold call")
+        print()
+        print("baseline (per child):")
+        for label in labels:
+            c = runs[label]
+            print(f"  {label:<15} bare interpreter {c['bare_rss_kb'] / 1024:.0f} MB; after import torch, transformers, "
+                  f"modelyard {c['cold']['base_rss_kb'] / 1024:.0f} MB (imports alone: "
+                  f"{(c['cold']['base_rss_kb'] - c['bare_rss_kb']) / 1024:.0f} MB); "
+                  f"ru_maxrss at the end {c['warm']['maxrss_kb'] / 1024:.0f} MB")
+
+        print()
+        print("bytes read, attributed (audit-hook 'open' events during the call):")
+        for b in built:
+            for run in ("cold", "warm"):
+                r = runs[b["label"]][run]
+                print(f"  {b['label']:<15} {run}: rchar {r['rchar'] / 1e6:.2f} MB, read_bytes (block device) "
+                      f"{r['read_bytes']} B, {r['syscr']} read syscalls; opened {r['ckpt_opens']} times "
+                      f"{r['ckpt_files']} checkpoint files (headers + JSON = {b['header_bytes'] / 1e6:.2f} MB of "
+                      f"{b['logical_bytes'] / 1e9:.1f} GB) and {r['py_opens']} Python source/bytecode files "
+                      f"({r['py_bytes'] / 1e6:.1f} MB)")
+                if r["other_opens"]:
+                    print(f"  {'':<15}       other files: {', '.join(r['other_opens'][:8])}"
+                          f"{' ...' if len(r['other_opens']) > 8 else ''}")
+
         sb, bb = built
         print()
         print(f"405B / 8B: model bytes x{bb['model_bytes'] / sb['model_bytes']:.1f}, "
-              f"tensors x{bb['tensors'] / sb['tensors']:.1f}, shards x{bb['shards'] / sb['shards']:.1f}; "
-              f"verify wall x{big['wall_s'] / small['wall_s']:.2f}, "
-              f"+RSS x{(big['hwm_kb'] - big['base_rss_kb']) / max(1, small['hwm_kb'] - small['base_rss_kb']):.2f}, "
-              f"bytes read x{big['rchar'] / max(1, small['rchar']):.2f}")
+              f"tensors x{bb['tensors'] / sb['tensors']:.2f}, shards x{bb['shards'] / sb['shards']:.1f}, "
+              f"header bytes x{bb['header_bytes'] / sb['header_bytes']:.1f}")
+        for run in ("cold", "warm"):
+            s_, b_ = runs[sb["label"]][run], runs[bb["label"]][run]
+            print(f"  {run}: verify wall x{b_['wall_s'] / s_['wall_s']:.2f}, +RSS x{added(b_) / max(0.1, added(s_)):.2f}, "
+                  f"bytes read x{b_['rchar'] / max(1, s_['rchar']):.2f}")
+        print("  => independent of the bytes; the warm cost follows the tensor/layer count (meta instantiation and "
+              "header parsing are per tensor)")
 
         print()
-        print(f"targets (issue): verify <= {TARGET_S:g} s and <= {TARGET_MB:g} MB (RSS added by verify)")
+        print(f"targets (issue): verify <= {TARGET_S:g} s and <= {TARGET_MB:g} MB (compared with the RSS added by verify)")
         for b in built:
-            r = runs[b["label"]]
-            added = (r["hwm_kb"] - r["base_rss_kb"]) / 1024
-            ws = "PASS" if r["wall_s"] <= TARGET_S else "MISS"
-            ms = "PASS" if added <= TARGET_MB else "MISS"
-            wp = "PASS" if r["hwm_kb"] / 1024 <= TARGET_MB else "MISS"
-            print(f"  {b['label']:<15} wall {r['wall_s']:.3f} s {ws}; +RSS {added:.1f} MB {ms}; "
-                  f"whole-process peak {r['hwm_kb'] / 1024:.0f} MB ({wp} against {TARGET_MB:g} MB: "
-                  f"importing torch+transformers alone is {(r['base_rss_kb'] - r['bare_rss_kb']) / 1024:.0f} MB)")
-            no_bytes = r["rchar"] < 64 * 1024 * 1024 and r["rchar"] / b["model_bytes"] < 1e-3
-            print(f"  {'':<15} weight bytes read: {'none beyond headers' if no_bytes else 'YES'} "
-                  f"({r['rchar']} B read vs {b['model_bytes']} B of tensor data)")
+            c = runs[b["label"]]
+            for run in ("cold", "warm"):
+                r = c[run]
+                ws = "PASS" if r["wall_s"] <= TARGET_S else "MISS"
+                ms = "PASS" if added(r) <= TARGET_MB else "MISS"
+                print(f"  {b['label']:<15} {run}: wall {r['wall_s']:.3f} s {ws}; +RSS {added(r):.1f} MB {ms}")
+            peak = c["cold"]["hwm_kb"] / 1024
+            imp = (c["cold"]["base_rss_kb"] - c["bare_rss_kb"]) / 1024
+            print(f"  {'':<15} whole-process peak {peak:.0f} MB "
+                  f"({'PASS' if peak <= TARGET_MB else 'MISS'} if the 150 MB were meant for the whole process: "
+                  f"importing torch+transformers+modelyard alone costs {imp:.0f} MB here)")
+            ckpt_read = c["warm"]["rchar"]
+            verdict = ("no weight bytes read" if ckpt_read <= 2 * b["header_bytes"] + 16384 * c["warm"]["ckpt_opens"]
+                       else "MORE THAN HEADERS READ")
+            print(f"  {'':<15} {verdict}: warm call read {ckpt_read / 1e6:.2f} MB for "
+                  f"{b['header_bytes'] / 1e6:.2f} MB of headers+JSON and {b['model_bytes'] / 1e9:.1f} GB of tensor data "
+                  f"(the excess: each shard is opened twice, LFS-pointer probe then header, and Python reads whole 4 KiB blocks)")
 
         print()
         print("findings (no tokenizer is written, so tokenizer.files.missing and its consequences are expected):")
         for b in built:
-            r = runs[b["label"]]
-            print(f"  {b['label']}: passed={r['passed']} " + ", ".join(f"{c} x{n}" for c, n in sorted(r["codes"].items())))
+            r = runs[b["label"]]["cold"]
+            same = r["codes"] == runs[b["label"]]["warm"]["codes"]
+            print(f"  {b['label']}: passed={r['passed']}; " + ", ".join(f"{k} x{n}" for k, n in sorted(r["codes"].items()))
+                  + ("" if same else "  (WARM RUN DIFFERS)"))
             for f in r["findings"]:
-                print(f"    [{f['severity']}] {f['code']}: {f['message'][:200]}")
+                print(f"    [{f['severity']}] {f['code']}: {f['message'][:220]}")
         print(f"\ntotal {time.perf_counter() - t_start:.1f} s")
         return 0
     finally:

@@ -123,7 +123,8 @@ def _findings_table(report) -> None:  # noqa: ANN001
 
 def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
                 tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
-                serve: str = "chat", dtype: Optional[str] = None, vllm_version: Optional[str] = None) -> dict[str, Any]:
+                serve: str = "chat", dtype: Optional[str] = None, vllm_version: Optional[str] = None,
+                patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     _quiet_libraries(verbose)
     from modelyard import progress
 
@@ -134,7 +135,7 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
         from modelyard.pipeline.options import IngestOptions
 
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-                             smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version)
+                             smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
         result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
     except typer.Exit:
         raise
@@ -178,14 +179,20 @@ def ingest(
     serve: str = typer.Option("chat", "--serve", help="how it will be served: chat or completion"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="target vLLM --dtype (judged by the checks)"),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it"),
+    no_patch: bool = typer.Option(False, "--no-patch", help="do not repair fixable findings"),
+    add_special_token: list[str] = typer.Option([], "--add-special-token",
+                                                help="mark an existing vocabulary token special (repeatable)"),
+    chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
     no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
-    """Fetch, verify, smoke-load in vLLM and store SOURCE as a servable artifact."""
+    """Fetch, verify, patch, smoke-load in vLLM and store SOURCE as a servable artifact."""
     d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
                     tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
-                    serve=serve, dtype=dtype, vllm_version=vllm_version)
+                    serve=serve, dtype=dtype, vllm_version=vllm_version,
+                    patch={"patch": not no_patch, "add_special_tokens": tuple(add_special_token),
+                           "chat_template": str(chat_template) if chat_template else None})
     _print_result(d, as_json)
 
 
@@ -227,6 +234,49 @@ def verify(
         out.print(f"{verdict} {path}: {len(report.errors)} errors, "
                   f"{sum(1 for f in report.findings if f.severity.value == 'warning')} warnings", highlight=False)
     raise typer.Exit(0 if report.passed else 1)
+
+
+@app.command("patch")
+def patch_cmd(
+    path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="new folder to write: OUT/model, OUT/patches.json, OUT/patch.diff"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the diff, write nothing"),
+    add_special_token: list[str] = typer.Option([], "--add-special-token",
+                                                help="mark an existing vocabulary token special (repeatable)"),
+    chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
+    serve: Optional[str] = typer.Option(None, "--serve", help="chat or completion (how findings are judged)"),
+) -> None:
+    """Repair the fixable findings of PATH into a new folder, printing the unified diff on stdout.
+
+    Exit 0 when the result verifies without errors (or for --dry-run), 1 when errors remain, 2 for bad input."""
+    _quiet_libraries(False)
+    try:
+        from modelyard.checks import Target
+        from modelyard.errors import InvalidTargetError
+        from modelyard.pipeline.patch import patch_folder
+
+        if out_dir is None and not dry_run:
+            raise InvalidTargetError("--out is required unless --dry-run", fix="Pass --out NEW_FOLDER or --dry-run.")
+        res = patch_folder(path, out_dir, target=Target.create(serve=serve), dry_run=dry_run,
+                           add_special_tokens=add_special_token, chat_template=chat_template)
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        _fail(exc, False)
+    sys.stdout.write(res.plan.diff)
+    for op in res.plan.ops:
+        err.print(f"  [{escape(op.code)}] {escape(op.file)} {escape(op.pointer or '(whole file)')}: "
+                  f"{escape(json.dumps(op.old))} -> {escape(json.dumps(op.new) if op.pointer else '(new content)')}",
+                  highlight=False, soft_wrap=True)
+    n = len(res.plan.ops)
+    if res.after is None:
+        err.print(f"{n} change(s) planned (dry run, nothing written)" if n else "nothing to patch", highlight=False)
+        raise typer.Exit(0)
+    _findings_table(res.after)
+    verdict = "[bold green]PASS[/]" if res.after.passed else "[bold red]FAIL[/]"
+    err.print(f"{n} change(s) -> {escape(str(res.out))}/model; verification after patch: {verdict} "
+              f"({len(res.after.errors)} errors)", highlight=False)
+    raise typer.Exit(0 if res.after.passed else 1)
 
 
 def demo_gguf_path() -> Path:

@@ -13,12 +13,15 @@ import datetime as dt
 import hashlib
 import importlib.metadata as md
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelyard import __version__
 from modelyard.checks import Report
 from modelyard.pipeline.hashing import tree_digest
-from modelyard.pipeline.snapshot import Snapshot
+from modelyard.pipeline.snapshot import FileEntry, Snapshot
+
+if TYPE_CHECKING:
+    from modelyard.pipeline.patch import PatchPlan
 
 SCHEMA_VERSION = "1"
 _TOOLS = ("huggingface_hub", "safetensors", "transformers", "torch", "prefect", "gguf")
@@ -35,8 +38,12 @@ def tool_versions() -> dict[str, str | None]:
 
 
 def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,
-                   smoke: dict[str, Any] | None) -> dict[str, Any]:
-    files = sorted(snapshot.files, key=lambda f: f.path)
+                   smoke: dict[str, Any] | None, files: tuple[FileEntry, ...] | None = None,
+                   plan: PatchPlan | None = None) -> dict[str, Any]:
+    """The manifest dict. ``files`` are the artifact's ``model/`` entries (default: the snapshot's);
+    a patched file lists its new ``sha256`` and its ``original_sha256``; ``patches`` holds the
+    plan's ops (``patches.json``) and its digest."""
+    files = sorted(files if files is not None else snapshot.files, key=lambda f: f.path)
     tools = tool_versions()
     if smoke and smoke.get("vllm_version"):
         tools["vllm"] = smoke["vllm_version"]
@@ -48,7 +55,12 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
         "created_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "source": {"uri": snapshot.source, "kind": snapshot.kind, "repo_id": snapshot.repo_id,
                    "revision": snapshot.revision, "commit": snapshot.commit, **snapshot.provenance},
-        "files": [{"path": f"model/{f.path}", "size": f.size, "sha256": f.sha256, "origin": f.origin} for f in files],
+        "files": [{"path": f"model/{f.path}", "size": f.size, "sha256": f.sha256, "origin": f.origin,
+                   **({"original_sha256": f.original_sha256} if f.patched else {})} for f in files],
+        "patches": None if plan is None or plan.empty else {
+            "count": len(plan.ops), "sha256": plan.digest,
+            "ops": [{"file": o.file, "pointer": o.pointer, "old": o.old, "new": o.new, "code": o.code, "reason": o.reason}
+                    for o in plan.ops]},
         "target": report.target.to_dict(),
         "verification": {"passed": report.passed, "errors": len(report.errors),
                          "warnings": sum(1 for f in report.findings if f.severity.value == "warning"),

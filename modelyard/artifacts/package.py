@@ -1,39 +1,66 @@
 """package: assemble the artifact folder of DESIGN.md in a staging folder.
 
-``model/`` receives the snapshot's files (copied; the source is never modified, and a copy keeps
-the artifact independent of the download cache), made read-only. ``report.json``, ``report.md``
+``model/`` receives the snapshot's files, read-only: hard-linked from modelyard's own caches (no
+bytes copied), copied from a user's folder (the source is never modified). Patched files are then
+replaced by rename (``pipeline.patch.apply_plan``), which never writes through a link. ``report.json``, ``report.md``
 and ``manifest.json`` are written by :func:`write_metadata` once the smoke result is known.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelyard import progress
 from modelyard.checks import Report
 from modelyard.errors import StoreError
-from modelyard.pipeline.snapshot import Snapshot
+from modelyard.pipeline.snapshot import FileEntry, Snapshot
+
+if TYPE_CHECKING:
+    from modelyard.pipeline.patch import PatchPlan
 
 
-def stage_model(snapshot: Snapshot, staging: Path) -> Path:
-    """Copy the snapshot's files into ``staging/model`` (bytes); returns that folder.
-    Raises :class:`StoreError` on a filesystem error (e.g. disk full)."""
+def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] = ()) -> Path:
+    """Place the snapshot's files into ``staging/model``, read-only; returns that folder.
+
+    A file is hard-linked (no bytes copied) when it lies under one of ``link_from`` (modelyard's own
+    download and conversion caches) or is already read-only, and the link succeeds (same
+    filesystem); otherwise it is copied. A writable file of a user's folder is always copied:
+    making the artifact read-only must not change the mode of the source. Raises
+    :class:`StoreError` on a filesystem error (e.g. disk full)."""
     model = staging / "model"
+    roots = tuple(r.resolve() for r in link_from)
     try:
         with progress.task("packaging model/", total=snapshot.total_bytes) as adv:
             for f in snapshot.files:
                 dst = model / f.path
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(snapshot.root / f.path, dst)  # follows hub-cache symlinks to the blob
-                os.chmod(dst, 0o444)
+                src = (snapshot.root / f.path).resolve()  # follows hub-cache symlinks to the blob
+                if not _link(src, dst, roots):
+                    shutil.copyfile(src, dst)
+                    os.chmod(dst, 0o444)
                 adv(f.size)
     except OSError as exc:
         raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
     return model
+
+
+def _link(src: Path, dst: Path, roots: tuple[Path, ...]) -> bool:
+    """Hard-link ``src`` to ``dst`` when that is safe (see :func:`stage_model`); True when linked."""
+    ours = any(src.is_relative_to(r) for r in roots)
+    if not ours and src.stat().st_mode & 0o222:
+        return False
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem (EXDEV), a filesystem without links, ...
+        return False
+    if ours:
+        os.chmod(dst, 0o444)  # our cache's blob: read-only is what it should be anyway
+    return True
 
 
 def write_metadata(staging: Path, manifest: dict[str, Any], report: Report, report_json: bytes, title: str) -> None:
@@ -51,3 +78,26 @@ def _write(path: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
     except OSError as exc:
         raise StoreError(f"cannot write {path}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
+
+
+def patched_files(snapshot: Snapshot, plan: PatchPlan) -> tuple[FileEntry, ...]:
+    """The artifact's ``model/`` entries: the snapshot's, with patched files' size and sha256
+    replaced (``origin`` "patched") and created files added. Sizes in bytes."""
+    out = {f.path: f for f in snapshot.files}
+    for rel, data in plan.files.items():
+        out[rel] = FileEntry(path=rel, size=len(data), sha256=hashlib.sha256(data).hexdigest(), patched=True,
+                             original_sha256=plan.originals.get(rel))
+    return tuple(sorted(out.values(), key=lambda f: f.path))
+
+
+def write_patch_records(staging: Path, plan: PatchPlan, model: Path) -> None:
+    """Apply ``plan`` to ``model`` (the staged copy) and write ``patches.json`` and ``patch.diff``
+    beside it. Raises :class:`StoreError` on a filesystem error."""
+    from modelyard.pipeline.patch import apply_plan
+
+    try:
+        apply_plan(plan, model)
+    except OSError as exc:
+        raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
+    _write(staging / "patches.json", plan.to_json())
+    _write(staging / "patch.diff", plan.diff.encode())

@@ -1,4 +1,4 @@
-"""The ``ingest`` Prefect flow: fetch → hash → verify → package → smoke → publish.
+"""The ``ingest`` Prefect flow: fetch → hash → verify → patch → package → verify → smoke → publish.
 
 Orchestration only: every task calls one stage function. Prefect's ephemeral API is used unless
 ``PREFECT_API_URL`` points at a server. Fetch retries (twice, with backoff) only on network
@@ -18,12 +18,12 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from modelyard.artifacts.manifest import build_manifest
-from modelyard.artifacts.package import stage_model, write_metadata
+from modelyard.artifacts.package import patched_files, stage_model, write_metadata, write_patch_records
 from modelyard.artifacts.store import Artifact, Store
 from modelyard.checks import Report, Target
 from modelyard.errors import EndpointUnreachableError, SmokeFailedError
 from modelyard.pipeline import fetch as fetch_stage
-from modelyard.pipeline import hashing, smoke, verify
+from modelyard.pipeline import hashing, patch, smoke, verify
 from modelyard.pipeline.options import IngestOptions
 from modelyard.pipeline.snapshot import Snapshot
 from modelyard.pipeline.sources import Source, parse_source, sanitize_name
@@ -66,15 +66,27 @@ def hash_task(snapshot: Snapshot) -> Snapshot:
 
 
 @task(name="verify", cache_policy=NO_CACHE)
-def verify_task(snapshot: Snapshot, target: Target) -> Report:
-    report = verify.verify_folder(snapshot.root, target)
-    verify.gate(report, snapshot.source)
-    return report
+def verify_task(root: Path, target: Target) -> Report:
+    return verify.verify_folder(root, target)
+
+
+@task(name="plan-patches", cache_policy=NO_CACHE)
+def plan_task(snapshot: Snapshot, report: Report, options: IngestOptions) -> patch.PatchPlan:
+    if not options.patch:
+        return patch.PatchPlan()
+    plan = patch.plan_patches(snapshot.root, report, add_special_tokens=options.add_special_tokens,
+                              chat_template=Path(options.chat_template) if options.chat_template else None)
+    # Errors the plan does not repair block the ingest before anything is staged.
+    verify.gate(report, snapshot.source, ignore=plan.fixes)
+    return plan
 
 
 @task(name="package", cache_policy=NO_CACHE)
-def package_task(snapshot: Snapshot, staging: Path) -> Path:
-    return stage_model(snapshot, staging)
+def package_task(snapshot: Snapshot, staging: Path, plan: patch.PatchPlan, settings: Settings) -> Path:
+    model = stage_model(snapshot, staging, link_from=(settings.cache_dir(),))
+    if not plan.empty:
+        write_patch_records(staging, plan, model)
+    return model
 
 
 @task(name="smoke", cache_policy=NO_CACHE)
@@ -103,27 +115,38 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
                            serve=options.serve, dtype=options.dtype, vllm_version=options.vllm_version)
     snap = fetch_task(src, settings, options)
     snap = hash_task(snap)
-    report = verify_task(snap, target)
+    report = verify_task(snap.root, target)
+    plan = plan_task(snap, report, options)
+    if plan.empty:
+        verify.gate(report, snap.source)
     store = Store(settings.store_dir())
-    digest = "sha256:" + hashing.tree_digest(snap.files)
-    revision = snap.commit or f"sha256-{digest[7:19]}"
+    files = patched_files(snap, plan)
+    digest = "sha256:" + hashing.tree_digest(files)
+    revision = snap.commit or f"sha256-{hashing.tree_digest(snap.files)[:12]}"
+    if not plan.empty:  # a patched artifact is a variant of the source revision
+        revision = f"{revision}-patched-{plan.digest[:8]}"
     existing = store.get(name, revision)
     if existing is not None and existing.content_digest == digest:
         prev = json.loads((existing.path / "manifest.json").read_text())
         if not options.smoke or (prev.get("smoke") or {}).get("passed"):
             prev_report = json.loads((existing.path / "report.json").read_text())
+            if not plan.empty:
+                report = verify_task(existing.path / "model", target)
             _attach(existing.path / "report.md")
             return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
                                 prev.get("smoke"), src.uri, snap.commit)
     staging = store.new_staging()
     try:
-        model_dir = package_task(snap, staging)
+        model_dir = package_task(snap, staging, plan, settings)
+        if not plan.empty:
+            report = verify_task(model_dir, target)
+            verify.gate(report, f"{snap.source} after patching")
         smoke_dict = smoke_task(model_dir, settings, options).to_dict() if options.smoke else None
         if smoke_dict is not None:
             report = report.with_smoke(smoke_dict)
         report_json = report.to_json().encode()
         manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
-                                  smoke=smoke_dict)
+                                  smoke=smoke_dict, files=files, plan=plan)
         write_metadata(staging, manifest, report, report_json, title=f"{name}@{revision}")
         artifact = publish_task(store, staging, name, revision, digest)
     finally:

@@ -44,6 +44,7 @@ def main() -> int:
         result.update(
             ok=True,
             text=o.text,
+            text_with_special_tokens=tok.decode(ids, skip_special_tokens=False) if ids else "",
             finish_reason=o.finish_reason,
             stop_reason=o.stop_reason,
             prompt_tokens=len(req.prompt_token_ids or []),

@@ -20,5 +20,8 @@ class IngestOptions(BaseModel):
     vllm_version: str | None = None
     question: str = "What is the capital of France?"
     smoke_max_tokens: int = Field(default=64, gt=0)
+    patch: bool = True
+    add_special_tokens: tuple[str, ...] = ()
+    chat_template: str | None = None  # path of a Jinja file to install as chat_template.jinja
     allow_patterns: tuple[str, ...] | None = None
     ignore_patterns: tuple[str, ...] | None = None

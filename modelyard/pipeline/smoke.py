@@ -49,6 +49,7 @@ class SmokeResult:
     enforce_eager: bool
     wall_seconds: float
     error: str | None = None
+    text_with_special_tokens: str | None = None  # the reply as generated, control tokens included
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,5 +127,6 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         completion_tokens=r.get("completion_tokens"), load_seconds=r.get("load_seconds"),
         generate_seconds=r.get("generate_seconds"), tokens_per_second=r.get("tokens_per_second"),
         max_model_len=r.get("max_model_len"), enforce_eager=True, wall_seconds=round(wall, 2),
+        text_with_special_tokens=r.get("text_with_special_tokens"),
         error=None if passed else f"finish_reason={r.get('finish_reason')!r}: the model did not stop at its end-of-turn token within {max_tokens} tokens",
     )

@@ -21,10 +21,14 @@ class FileEntry:
     expected_sha256: str | None = None
     expected_git_oid: str | None = None
     expected_size: int | None = None
+    patched: bool = False
+    original_sha256: str | None = None  # for a patched file: the source's sha256 (None when created)
 
     @property
     def origin(self) -> str:
-        """Where the trusted digest comes from: ``hub-lfs``, ``hub-git`` or ``computed``."""
+        """Where the trusted digest comes from: ``hub-lfs``, ``hub-git``, ``computed`` or ``patched``."""
+        if self.patched:
+            return "patched"
         if self.expected_sha256:
             return "hub-lfs"
         if self.expected_git_oid:

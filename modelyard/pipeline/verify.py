@@ -66,11 +66,12 @@ def _check_against_manifest(artifact: Path) -> list[Finding]:
     return out
 
 
-def gate(report: Report, what: str) -> None:
-    """Raise :class:`VerificationFailedError` (exit 1) when ``report`` has errors."""
-    if report.passed:
+def gate(report: Report, what: str, ignore: frozenset[str] = frozenset()) -> None:
+    """Raise :class:`VerificationFailedError` (exit 1) when ``report`` has errors whose code is not
+    in ``ignore`` (the codes a patch plan is about to repair)."""
+    errs = tuple(f for f in report.errors if f.code not in ignore)
+    if not errs:
         return
-    errs = report.errors
     first = "; ".join(f"[{f.code}] {f.message}" for f in errs[:3])
     more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
     raise VerificationFailedError(f"verification of {what} found {len(errs)} error(s): {first}{more}", report=report,

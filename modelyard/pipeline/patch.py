@@ -1,0 +1,374 @@
+"""patch: repair what is safely repairable, as a reviewable, idempotent list of JSON changes.
+
+A :class:`PatchPlan` is computed from a model folder and its verification report; it never touches
+the folder. Each fixable finding code maps to one repair (:data:`FIXABLE`):
+
+- ``tokenizer.stop_tokens.missing_turn_terminator``: add the template's turn terminator id to
+  ``generation_config.eos_token_id`` as a list (created when missing). vLLM adds every id of that
+  list to a request's stop set (``SamplingParams.update_from_generation_config``); the Llama 3
+  ``<|eot_id|>`` failure (vllm-project/vllm#4180).
+- ``tokenizer.control_tokens.not_special``: mark them special in tokenizer.json ``added_tokens``
+  (and ``tokenizer_config.added_tokens_decoder``).
+- ``tokenizer.class.slow_without_model``: ``tokenizer_class`` = ``PreTrainedTokenizerFast``
+  (huggingface/transformers#27845).
+- ``config.dtype.missing`` / ``config.dtype.mismatch``: ``torch_dtype`` = the stored dtype.
+- user-requested: ``--add-special-token TOKEN`` marks an *existing* vocabulary entry special (a
+  new token would need a new embedding row: refused); ``--chat-template FILE`` writes
+  ``chat_template.jinja``.
+
+Applying a plan writes only the patched files, each replaced by rename, into a *copy* (the
+artifact's ``model/``); re-planning the patched folder gives an empty plan (idempotence).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelyard.checkpoint import Checkpoint
+from modelyard.checks import Report
+from modelyard.errors import ModelyardError
+
+#: finding codes the planner repairs.
+FIXABLE = frozenset({
+    "tokenizer.stop_tokens.missing_turn_terminator", "tokenizer.control_tokens.not_special",
+    "tokenizer.class.slow_without_model", "config.dtype.missing", "config.dtype.mismatch",
+})
+_MISSING = object()
+
+
+class PatchError(ModelyardError, ValueError):
+    """A requested patch cannot be made safely (exit 2)."""
+
+
+@dataclass(frozen=True)
+class PatchOp:
+    """One change: ``file`` (relative), ``pointer`` (RFC 6901; ``""`` = the whole file), ``old`` and
+    ``new`` values (``old`` None when absent), the finding ``code`` it fixes and the ``reason``."""
+
+    file: str
+    pointer: str
+    old: Any
+    new: Any
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """Ops plus the patched files' new bytes and their original sha256 (None for created files)."""
+
+    ops: tuple[PatchOp, ...] = ()
+    files: dict[str, bytes] = field(default_factory=dict)
+    originals: dict[str, str | None] = field(default_factory=dict)
+    diff: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not self.ops
+
+    @property
+    def fixes(self) -> frozenset[str]:
+        return frozenset(op.code for op in self.ops)
+
+    def to_json(self) -> bytes:
+        """``patches.json``: ``{schema_version, patches: [{file, pointer, old, new, code, reason}],
+        files: [{path, original_sha256, sha256}]}``."""
+        doc = {"schema_version": "1", "patches": [asdict(op) for op in self.ops],
+               "files": [{"path": p, "original_sha256": self.originals.get(p),
+                          "sha256": hashlib.sha256(b).hexdigest()} for p, b in sorted(self.files.items())]}
+        return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+
+    @property
+    def digest(self) -> str:
+        """sha256 hex of :meth:`to_json`: identifies the patch set."""
+        return hashlib.sha256(self.to_json()).hexdigest()
+
+
+def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str] = (),
+                 chat_template: Path | None = None) -> PatchPlan:
+    """Plan the repairs for the folder ``root`` judged by ``report``; reads, never writes.
+
+    Raises :class:`PatchError` when ``add_special_tokens`` names a token outside the vocabulary, or
+    ``chat_template`` is unreadable."""
+    ckpt = Checkpoint(root)
+    docs: dict[str, Any] = {}
+    texts: dict[str, str | None] = {}
+    ops: list[PatchOp] = []
+
+    def doc(rel: str) -> Any:
+        if rel not in docs:
+            p = root / rel
+            texts[rel] = p.read_text(encoding="utf-8") if p.is_file() else None
+            docs[rel] = json.loads(texts[rel]) if texts[rel] is not None else {}
+        return docs[rel]
+
+    def set_(rel: str, pointer: str, new: Any, code: str, reason: str) -> None:
+        d = doc(rel)
+        old = _get(d, pointer)
+        if old is not _MISSING and old == new:
+            return
+        _set(d, pointer, new)
+        ops.append(PatchOp(rel, pointer, None if old is _MISSING else old, new, code, reason))
+
+    codes = {f.code for f in report.findings}
+    if "tokenizer.stop_tokens.missing_turn_terminator" in codes:
+        _plan_stop_tokens(ckpt, doc, set_)
+    if "tokenizer.control_tokens.not_special" in codes:
+        plain = [f.value for f in report.findings if f.code == "tokenizer.control_tokens.not_special"][0] or []
+        _mark_special(ckpt, doc, set_, plain, "tokenizer.control_tokens.not_special",
+                      "control tokens must be special so they are not split or printed")
+    if "tokenizer.class.slow_without_model" in codes:
+        set_("tokenizer_config.json", "/tokenizer_class", "PreTrainedTokenizerFast", "tokenizer.class.slow_without_model",
+             "the declared slow SentencePiece class has no tokenizer.model; the fast class builds from tokenizer.json")
+    for code in ("config.dtype.missing", "config.dtype.mismatch"):
+        if code in codes:
+            from modelyard.checks.config import stored_dtype
+
+            stored = stored_dtype(ckpt)
+            if stored:
+                key = "dtype" if "dtype" in doc("config.json") and code == "config.dtype.mismatch" else "torch_dtype"
+                set_("config.json", f"/{key}", stored, code, f"the weights are stored as {stored}")
+    if add_special_tokens:
+        _add_special(ckpt, doc, set_, list(add_special_tokens))
+    new_files: dict[str, bytes] = {}
+    if chat_template is not None:
+        try:
+            tpl = Path(chat_template).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PatchError(f"--chat-template {chat_template}: cannot read it ({exc})",
+                             fix="Pass a readable UTF-8 Jinja file.") from None
+        if ckpt.chat_template() != tpl:
+            old = (root / "chat_template.jinja").read_text(encoding="utf-8") if (root / "chat_template.jinja").is_file() else None
+            texts["chat_template.jinja"] = old
+            new_files["chat_template.jinja"] = tpl.encode()
+            ops.append(PatchOp("chat_template.jinja", "", old, tpl, "tokenizer.chat_template.missing",
+                               f"chat template from {Path(chat_template).name} (the file transformers reads first)"))
+    touched = {op.file for op in ops}
+    for rel in sorted(touched - set(new_files)):
+        new_files[rel] = _dump_like(docs[rel], texts[rel]).encode()
+    originals = {rel: (hashlib.sha256((root / rel).read_bytes()).hexdigest() if (root / rel).is_file() else None)
+                 for rel in new_files}
+    diff = "".join(
+        "".join(difflib.unified_diff((texts.get(rel) or "").splitlines(keepends=True),
+                                     new_files[rel].decode("utf-8").splitlines(keepends=True),
+                                     fromfile=f"a/{rel}" if texts.get(rel) is not None else "/dev/null",
+                                     tofile=f"b/{rel}"))
+        for rel in sorted(new_files))
+    return PatchPlan(tuple(ops), new_files, originals, diff)
+
+
+def _plan_stop_tokens(ckpt: Checkpoint, doc, set_) -> None:  # noqa: ANN001
+    from modelyard.checks.tokenizer import render_conversation, stop_ids, turn_terminator
+
+    tok, _ = ckpt.hf_tokenizer
+    if tok is None:
+        return
+    rendered, _, _ = render_conversation(tok)
+    term = turn_terminator(tok, rendered) if rendered else None
+    if term is None:
+        return
+    content, tid = term
+    gen = doc("generation_config.json")
+    cur = gen.get("eos_token_id")
+    ids = list(cur) if isinstance(cur, list) else ([cur] if isinstance(cur, int) else [])
+    for i in sorted(stop_ids(ckpt, tok)):  # keep what stopped before, from every source
+        if i not in ids:
+            ids.append(i)
+    if tid not in ids:
+        ids.append(tid)
+    if not (ckpt.root / "generation_config.json").is_file():
+        for k in ("bos_token_id", "pad_token_id"):
+            v = ckpt.text_config.get(k)
+            if isinstance(v, int):
+                set_("generation_config.json", f"/{k}", v, "tokenizer.stop_tokens.missing_turn_terminator",
+                     f"generation_config.json created; {k} from config.json")
+    set_("generation_config.json", "/eos_token_id", ids, "tokenizer.stop_tokens.missing_turn_terminator",
+         f"the chat template ends turns with {content} (id {tid}); vLLM stops on every id of this list")
+
+
+def _vocab_id(ckpt: Checkpoint, tokjson: dict[str, Any], token: str) -> int | None:
+    for t in tokjson.get("added_tokens") or []:
+        if isinstance(t, dict) and t.get("content") == token and isinstance(t.get("id"), int):
+            return t["id"]
+    vocab = (tokjson.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict) and isinstance(vocab.get(token), int):
+        return vocab[token]
+    if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        for i, ent in enumerate(vocab):
+            if isinstance(ent, list) and ent and ent[0] == token:
+                return i
+    return None
+
+
+def _mark_special(ckpt: Checkpoint, doc, set_, tokens: list[str], code: str, reason: str) -> None:  # noqa: ANN001
+    tj = doc("tokenizer.json")
+    for i, t in enumerate(tj.get("added_tokens") or []):
+        if isinstance(t, dict) and t.get("content") in tokens and t.get("special") is not True:
+            set_("tokenizer.json", f"/added_tokens/{i}/special", True, code, f"{t['content']}: {reason}")
+            tc = doc("tokenizer_config.json") if (ckpt.root / "tokenizer_config.json").is_file() else None
+            ent = (tc or {}).get("added_tokens_decoder", {}).get(str(t.get("id")))
+            if isinstance(ent, dict) and ent.get("special") is not True:
+                set_("tokenizer_config.json", f"/added_tokens_decoder/{t['id']}/special", True, code,
+                     f"{t['content']}: {reason}")
+
+
+def _add_special(ckpt: Checkpoint, doc, set_, tokens: list[str]) -> None:  # noqa: ANN001
+    if not (ckpt.root / "tokenizer.json").is_file():
+        raise PatchError("--add-special-token needs tokenizer.json, which is missing",
+                         fix="Copy tokenizer.json from the source model first.")
+    tj = doc("tokenizer.json")
+    code = "patch.add_special_token"
+    for token in tokens:
+        tid = _vocab_id(ckpt, tj, token)
+        if tid is None:
+            raise PatchError(f"--add-special-token {token!r}: the token is not in the vocabulary (tokenizer.json); "
+                             "adding it would add an embedding row and change the weights' shape",
+                             fix="Name a token the vocabulary already has (e.g. a reserved token), or fine-tune "
+                                 "with the new token and re-export.")
+        added = tj.setdefault("added_tokens", [])
+        idx = next((i for i, t in enumerate(added) if isinstance(t, dict) and t.get("content") == token), None)
+        if idx is None:
+            entry = {"id": tid, "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+                     "normalized": False, "special": True}
+            set_("tokenizer.json", f"/added_tokens/{len(added)}", entry, code, f"{token} (id {tid}) made special on request")
+        else:
+            _mark_special(ckpt, doc, set_, [token], code, "made special on request")
+
+
+def _split(pointer: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+
+
+def _get(d: Any, pointer: str) -> Any:
+    for part in _split(pointer):
+        if isinstance(d, list) and part.isdigit() and int(part) < len(d):
+            d = d[int(part)]
+        elif isinstance(d, dict) and part in d:
+            d = d[part]
+        else:
+            return _MISSING
+    return copy.deepcopy(d)
+
+
+def _set(d: Any, pointer: str, value: Any) -> None:
+    parts = _split(pointer)
+    for part in parts[:-1]:
+        d = d[int(part)] if isinstance(d, list) else d.setdefault(part, {})
+    last = parts[-1]
+    if isinstance(d, list):
+        if int(last) == len(d):
+            d.append(value)
+        else:
+            d[int(last)] = value
+    else:
+        d[last] = value
+
+
+def _dump_like(data: Any, original: str | None) -> str:
+    """Serialize ``data`` in the style of ``original``: the same indent (or compact), a trailing
+    newline when it had one; non-ASCII kept as is. Keeps the diff to the changed lines."""
+    if original is None:
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    ascii_only = "\\u" in original and not _has_non_ascii(original)
+    m = re.search(r"\n( +|\t)\S", original)
+    if m:
+        indent: int | str = len(m.group(1)) if m.group(1) != "\t" else "\t"
+        text = json.dumps(data, indent=indent, ensure_ascii=ascii_only)
+    else:
+        compact = ", " not in original[:2000] and ": " not in original[:2000]
+        text = json.dumps(data, ensure_ascii=ascii_only, separators=(",", ":") if compact else None)
+    return text + ("\n" if original.endswith("\n") else "")
+
+
+def _has_non_ascii(s: str) -> bool:
+    return any(ord(c) > 127 for c in s[:100000])
+
+
+def apply_plan(plan: PatchPlan, model_dir: Path) -> None:
+    """Write the plan's files into ``model_dir`` (a copy, never the source): each to a temp name,
+    fsynced, then renamed over the entry, which also breaks any hard link to the source; read-only.
+    Raises ``OSError`` on a filesystem error."""
+    for rel, data in sorted(plan.files.items()):
+        dst = model_dir / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.modelyard-tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, dst)
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """``plan`` applied (or not, for a dry run) from ``source`` to ``out`` (``out/model`` holds the
+    folder, ``out/patches.json`` and ``out/patch.diff`` the record); the reports before and after."""
+
+    source: Path
+    out: Path | None
+    plan: PatchPlan
+    before: Report
+    after: Report | None
+
+
+def model_root(path: Path) -> Path:
+    """The model folder inside ``path``: ``path/model`` for an artifact or a ``modelyard patch``
+    output (``model/`` beside ``manifest.json`` or ``patches.json``), else ``path``."""
+    if (path / "model").is_dir() and ((path / "manifest.json").is_file() or (path / "patches.json").is_file()):
+        return path / "model"
+    return path
+
+
+def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run: bool = False,
+                 add_special_tokens: Iterable[str] = (), chat_template: Path | None = None) -> PatchResult:
+    """Verify ``source``, plan its repairs and (unless ``dry_run``) write ``out/model`` (unchanged
+    files hard-linked when the source file is read-only, else copied; patched files written new),
+    ``out/patches.json`` and ``out/patch.diff``. ``out`` is assembled under a temp name beside it
+    and renamed into place, so it is complete or absent. The source is only read.
+
+    Raises :class:`~modelyard.errors.SourceNotFoundError` / ``InvalidSourceError`` for a bad
+    ``source``, :class:`PatchError` when ``out`` exists or a requested patch is unsafe,
+    :class:`~modelyard.errors.StoreError` on a filesystem error."""
+    import shutil
+    import tempfile
+
+    from modelyard.artifacts.package import stage_model
+    from modelyard.errors import StoreError
+    from modelyard.pipeline.snapshot import FileEntry, Snapshot
+    from modelyard.pipeline.verify import verify_folder
+
+    root = model_root(Path(source))
+    before = verify_folder(root, target)
+    plan = plan_patches(root, before, add_special_tokens=add_special_tokens, chat_template=chat_template)
+    if dry_run or out is None:
+        return PatchResult(root, None, plan, before, None)
+    out = Path(out)
+    if out.exists():
+        raise PatchError(f"{out} already exists", fix="Pass --out a folder that does not exist yet.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        ckpt = Checkpoint(root)
+        files = tuple(FileEntry(rel, (root / rel).stat().st_size) for rel in ckpt.files)
+        model = stage_model(Snapshot(root=root, source=str(root), kind="file", files=files), tmp)
+        apply_plan(plan, model)
+        (tmp / "patches.json").write_bytes(plan.to_json())
+        (tmp / "patch.diff").write_text(plan.diff, encoding="utf-8")
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, out)
+    except OSError as exc:
+        raise StoreError(f"cannot write {out}: {exc.strerror or exc}", fix="Check the free space and permissions there.") from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return PatchResult(root, out, plan, before, verify_folder(out / "model", target))
