@@ -159,6 +159,8 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
     out.print(f"name: {d['name']}  revision: {d['revision']}", highlight=False)
     out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
     out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({v['errors']} errors, {v['warnings']} warnings)")
+    if d.get("patches"):
+        out.print(f"patches: {d['patches']} repair(s), see {d['artifact']}/patch.diff", highlight=False)
     s = d.get("smoke")
     if s:
         out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s", highlight=False)

@@ -37,12 +37,13 @@ class IngestResult:
     smoke: dict[str, Any] | None
     source: str
     commit: str | None
+    patches: int = 0  # repairs applied (patches.json beside model/)
 
     def to_dict(self) -> dict[str, Any]:
         a = self.artifact
         return {"artifact": str(a.path), "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
                 "reused": a.reused, "source": self.source, "commit": self.commit,
-                "verification": self.report.to_dict()["summary"], "smoke": self.smoke}
+                "verification": self.report.to_dict()["summary"], "patches": self.patches, "smoke": self.smoke}
 
 
 def _retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
@@ -134,7 +135,7 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
                 report = verify_task(existing.path / "model", target)
             _attach(existing.path / "report.md")
             return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
-                                prev.get("smoke"), src.uri, snap.commit)
+                                prev.get("smoke"), src.uri, snap.commit, len(plan.ops))
     staging = store.new_staging()
     try:
         model_dir = package_task(snap, staging, plan, settings)
@@ -152,7 +153,7 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     _attach(artifact.path / "report.md")
-    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit)
+    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops))
 
 
 def _attach(report_md: Path) -> None:

@@ -13,14 +13,6 @@ from tests.conftest import run_cli, store_artifacts
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 
-@pytest.fixture(scope="session")
-def demo_run(tmp_path_factory):
-    home = tmp_path_factory.mktemp("demo-store")
-    r = run_cli("demo", "--json", "--out", str(home), timeout=1500)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return home, json.loads(r.stdout)
-
-
 def test_demo_answers_paris_and_stops_at_end_of_turn(demo_run):
     home, out = demo_run
     s = out["smoke"]
