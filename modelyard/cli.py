@@ -20,7 +20,13 @@ from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Te
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Turn an LLM checkpoint into a verified, servable artifact for vLLM.")
-err = Console(stderr=True)
+# Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
+# silenced during long stages (pipeline.quantize._quiet_libraries) while this console keeps reporting.
+try:
+    _ERR_FILE = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+except OSError:  # no stderr (a daemon): let rich pick
+    _ERR_FILE = None
+err = Console(file=_ERR_FILE, stderr=_ERR_FILE is None)
 out = Console()
 
 
@@ -134,6 +140,10 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
         from modelyard.flows.ingest import ingest_flow
         from modelyard.pipeline.options import IngestOptions
 
+        if (patch or {}).get("quantize"):
+            from modelyard.pipeline.quantize import scheme
+
+            scheme(patch["quantize"])  # a bad scheme is bad usage: fail before fetching anything
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                              smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
         result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
@@ -185,16 +195,26 @@ def ingest(
     add_special_token: list[str] = typer.Option([], "--add-special-token",
                                                 help="mark an existing vocabulary token special (repeatable)"),
     chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
+    quantize: Optional[str] = typer.Option(None, "--quantize", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="llm-compressor recipe YAML (overrides the scheme's)"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
+    num_samples: int = typer.Option(64, "--num-samples", min=1, help="calibration samples"),
+    max_seq_len: int = typer.Option(512, "--max-seq-len", min=8, help="calibration/evaluation window (tokens)"),
+    accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss", help="publish even if the quality gate fails"),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for (default: local)"),
     no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
-    """Fetch, verify, patch, smoke-load in vLLM and store SOURCE as a servable artifact."""
+    """Fetch, verify, patch, quantize, smoke-load in vLLM and store SOURCE as a servable artifact."""
     d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
                     tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
                     serve=serve, dtype=dtype, vllm_version=vllm_version,
                     patch={"patch": not no_patch, "add_special_tokens": tuple(add_special_token),
-                           "chat_template": str(chat_template) if chat_template else None})
+                           "chat_template": str(chat_template) if chat_template else None,
+                           "quantize": quantize, "recipe": str(recipe) if recipe else None,
+                           "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
+                           "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime})
     _print_result(d, as_json)
 
 
@@ -279,6 +299,80 @@ def patch_cmd(
     err.print(f"{n} change(s) -> {escape(str(res.out))}/model; verification after patch: {verdict} "
               f"({len(res.after.errors)} errors)", highlight=False)
     raise typer.Exit(0 if res.after.passed else 1)
+
+
+@app.command("quantize")
+def quantize_cmd(
+    path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
+    scheme: str = typer.Option(..., "--scheme", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16"),
+    out_dir: Path = typer.Option(..., "--out", help="new folder: OUT/model, OUT/quantization.json, OUT/recipe.yaml"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="llm-compressor recipe YAML (overrides the scheme's)"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
+    num_samples: int = typer.Option(64, "--num-samples", min=1),
+    max_seq_len: int = typer.Option(512, "--max-seq-len", min=8),
+    max_ppl_ratio: Optional[float] = typer.Option(None, "--max-ppl-ratio", help="quality limit (default: per scheme family)"),
+    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="quality limit, nats/token (default: per family)"),
+    accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss"),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for (default: local)"),
+    as_json: bool = typer.Option(False, "--json", help="print quantization.json on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Quantize PATH with llm-compressor into OUT, measure perplexity and KL against it, and judge the
+    output against the target vLLM runtime. Exit 0 when every gate passes, 1 when one fails, 2 for bad input."""
+    _quiet_libraries(verbose)
+    from modelyard import progress
+
+    reporter = None if as_json else _RichReporter(err)
+    progress.set_reporter(reporter)
+    try:
+        from modelyard.artifacts.package import write_quantization_records
+        from modelyard.pipeline import compat
+        from modelyard.pipeline import quantize as q
+        from modelyard.pipeline.patch import model_root
+        from modelyard.pipeline.verify import verify_folder
+
+        q.scheme(scheme)
+        if out_dir.exists():
+            raise q.QuantizeError(f"{out_dir} already exists", fix="Pass --out a folder that does not exist yet.")
+        out_dir.mkdir(parents=True)
+        res = q.quantize_model(model_root(path), out_dir / "model", scheme, recipe_file=recipe, calibration=calibration,
+                               num_samples=num_samples, max_seq_len=max_seq_len, max_ppl_ratio=max_ppl_ratio,
+                               max_kl=max_kl)
+        record = res.record()
+        write_quantization_records(out_dir, record)
+        report = verify_folder(out_dir / "model")
+        findings = tuple(compat.check_runtime(out_dir / "model", runtime))
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if out_dir.exists() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        progress.set_reporter(None)
+        if reporter is not None:
+            reporter.close()
+    from dataclasses import replace
+
+    report = replace(report, findings=report.findings + findings)
+    if as_json:
+        sys.stdout.write(json.dumps({k: v for k, v in record.items()} | {"verification": report.to_dict()["summary"]},
+                                    indent=2) + "\n")
+    else:
+        _findings_table(report)
+        qual = res.quality
+        for note in res.recipe.adjustments:
+            err.print(f"recipe: {escape(note)}", highlight=False)
+        out.print(f"{scheme}: {out_dir}/model in {res.seconds:.1f} s", highlight=False)
+        if qual:
+            out.print(f"perplexity {qual.ppl_parent} -> {qual.ppl_quantized} (x{qual.ppl_ratio}, limit x{qual.max_ppl_ratio}); "
+                      f"KL {qual.kl_mean} nats/token (limit {qual.max_kl}): {'passed' if qual.passed else 'FAILED'}",
+                      highlight=False)
+        out.print(f"verification: {'passed' if report.passed else 'FAILED'} ({len(report.errors)} errors)")
+    ok = report.passed and (res.quality is None or res.quality.passed or accept_quality_loss)
+    raise typer.Exit(0 if ok else 1)
 
 
 def demo_gguf_path() -> Path:

@@ -1,6 +1,7 @@
 """Tiny model folders built by code (never copied from ../shared).
 
-``make_tiny_llama(dir)`` writes a real transformers checkpoint: a 2-layer Llama with random weights
+``make_tiny_llama(dir)`` writes a real transformers checkpoint: a 2-layer Llama (hidden 64 unless
+``hidden``/``intermediate`` say otherwise; quantization tests use 128/256 so group 128 fits) with random weights
 (seeded), a WordLevel tokenizer with a ChatML-style template whose turn terminator is ``<|im_end|>``
 (id 2, the eos), config, generation config. About 120 KB.
 """
@@ -18,14 +19,15 @@ CHAT_TEMPLATE = (
 )
 
 
-def make_tiny_llama(out: Path, *, layers: int = 2, shards: int = 1, seed: int = 0) -> Path:
+def make_tiny_llama(out: Path, *, layers: int = 2, shards: int = 1, seed: int = 0, hidden: int = 64,
+                    intermediate: int = 128) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(VOCAB), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+    cfg = LlamaConfig(vocab_size=len(VOCAB), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)

@@ -39,7 +39,7 @@ def tool_versions() -> dict[str, str | None]:
 
 def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,
                    smoke: dict[str, Any] | None, files: tuple[FileEntry, ...] | None = None,
-                   plan: PatchPlan | None = None) -> dict[str, Any]:
+                   plan: PatchPlan | None = None, quantization: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest dict. ``files`` are the artifact's ``model/`` entries (default: the snapshot's);
     a patched file lists its new ``sha256`` and its ``original_sha256``; ``patches`` holds the
     plan's ops (``patches.json``) and its digest."""
@@ -65,6 +65,9 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
         "verification": {"passed": report.passed, "errors": len(report.errors),
                          "warnings": sum(1 for f in report.findings if f.severity.value == "warning"),
                          "report_sha256": hashlib.sha256(report_json).hexdigest()},
+        "quantization": None if quantization is None else {
+            **{k: v for k, v in quantization.items() if k != "recipe"},
+            "recipe": {k: v for k, v in quantization["recipe"].items() if k != "text"}},
         "smoke": smoke,
-        "tools": tools,
+        "tools": {**tools, **((quantization or {}).get("tools") or {})},
     }

@@ -101,3 +101,22 @@ def write_patch_records(staging: Path, plan: PatchPlan, model: Path) -> None:
         raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
     _write(staging / "patches.json", plan.to_json())
     _write(staging / "patch.diff", plan.diff.encode())
+
+
+def quantized_files(model: Path) -> tuple[FileEntry, ...]:
+    """Hash the quantized ``model`` folder: entries with size (bytes) and sha256, origin "quantized"."""
+    from modelyard.pipeline.hashing import hash_snapshot
+
+    entries = tuple(FileEntry(p.relative_to(model).as_posix(), p.stat().st_size, made_by="quantized")
+                    for p in sorted(model.rglob("*")) if p.is_file())
+    snap = hash_snapshot(Snapshot(root=model, source=str(model), kind="file", files=entries))
+    for p in model.rglob("*"):
+        if p.is_file():
+            os.chmod(p, 0o444)
+    return snap.files
+
+
+def write_quantization_records(staging: Path, record: dict[str, Any]) -> None:
+    """``quantization.json`` (the record) and ``recipe.yaml`` (the effective recipe) beside model/."""
+    _write(staging / "recipe.yaml", record["recipe"]["text"].encode())
+    _write(staging / "quantization.json", (json.dumps(record, indent=2) + "\n").encode())

@@ -13,7 +13,8 @@ shard headers. Rules and their sources:
   is redundant and rejected by some loaders (KeyError 'lm_head.weight'); an untied head with no
   ``lm_head.weight`` is random (huggingface/transformers#31139, vllm-project/vllm#3553).
 - Quantized layouts stand in for their dense parameter: AutoAWQ ``qweight`` (in, out*bits/32),
-  GPTQ ``qweight`` (in*bits/32, out), compressed-tensors ``weight_packed`` (out, in*bits/32), plus their
+  GPTQ ``qweight`` (in*bits/32, out), compressed-tensors ``weight_packed`` (out, in*bits/32 in I32,
+  or in*bits/8 in U8 for NVFP4), plus their
   scales, zero points and ``g_idx``.
 - transformers 5 fuses some checkpoint tensors at load (MoE experts; ``conversion_mapping``): those are
   compared by rule, not one to one.
@@ -25,7 +26,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from modelyard.checkpoint import Checkpoint, TensorInfo
+from modelyard.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo
 from modelyard.checks.findings import CheckContext, Finding, Severity
 from modelyard.checks.registry import check
 
@@ -111,10 +112,11 @@ def _quant_bits(cfg: dict[str, Any]) -> int | None:
 
 def _packed_shape_ok(t: TensorInfo, dense: tuple[int, ...], method: str | None, bits: int | None) -> bool | None:
     """Does the packed tensor ``t`` fit the dense (out, in) shape? None when the layout is unknown."""
-    if len(dense) != 2 or len(t.shape) != 2 or not bits or 32 % bits:
+    container = DTYPE_BITS.get(t.dtype)  # I32 for AutoAWQ/GPTQ/pack-quantized int4, U8 for NVFP4 (2 per byte)
+    if len(dense) != 2 or len(t.shape) != 2 or not bits or not container or container % bits:
         return None
     out_f, in_f = dense
-    pack = 32 // bits
+    pack = container // bits
     if t.name.endswith(".weight_packed"):
         return t.shape == (out_f, -(-in_f // pack))
     if method == "awq":

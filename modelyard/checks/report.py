@@ -26,6 +26,7 @@ class Report:
     findings: tuple[Finding, ...]
     target: Target = field(default_factory=Target)
     smoke: dict[str, Any] | None = None
+    quantization: dict[str, Any] | None = None  # pipeline.quantize.QuantizeResult.record() without the recipe text
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -41,6 +42,9 @@ class Report:
     def with_smoke(self, smoke: dict[str, Any]) -> Report:
         return replace(self, smoke=smoke)
 
+    def with_quantization(self, record: dict[str, Any]) -> Report:
+        return replace(self, quantization=record)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -54,6 +58,7 @@ class Report:
             },
             "findings": [f.to_dict() for f in self.findings],
             "smoke": self.smoke,
+            **({"quantization": self.quantization} if self.quantization else {}),
         }
 
     def to_json(self) -> str:
@@ -78,6 +83,21 @@ class Report:
                 lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         else:
             lines.append("No findings.")
+        q = self.quantization
+        if q:
+            lines += ["", "## Quantization", ""]
+            lines.append(f"- scheme `{q['scheme']}` with {q['backend']}, recipe sha256 `{q['recipe']['sha256'][:16]}`"
+                         + (f" ({'; '.join(q['recipe']['adjustments'])})" if q['recipe'].get('adjustments') else ""))
+            c = q["calibration"]
+            lines.append(f"- calibration: {c['samples']} samples of at most {c['max_seq_len']} tokens, sha256 "
+                         f"`{c['sha256'][:16]}`" + ("" if c.get("used") else " (not used by this scheme)"))
+            qual = q.get("quality")
+            if qual:
+                lines += ["", "| | parent | quantized | ratio | limit |", "|---|---|---|---|---|",
+                          f"| perplexity (held-out, {qual['tokens']} tokens) | {qual['ppl_parent']} | "
+                          f"{qual['ppl_quantized']} | {qual['ppl_ratio']} | {qual['max_ppl_ratio']} |",
+                          f"| mean KL(parent ‖ quantized), nats/token | | {qual['kl_mean']} | | {qual['max_kl']} |",
+                          "", f"- quality gate: {'passed' if qual['passed'] else 'FAILED'}"]
         if self.smoke:
             s = self.smoke
             lines += ["", "## vLLM smoke load", ""]

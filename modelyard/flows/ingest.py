@@ -1,4 +1,5 @@
-"""The ``ingest`` Prefect flow: fetch → hash → verify → patch → package → verify → smoke → publish.
+"""The ``ingest`` Prefect flow: fetch → hash → verify → patch → package → verify → quantize → verify →
+smoke → publish.
 
 Orchestration only: every task calls one stage function. Prefect's ephemeral API is used unless
 ``PREFECT_API_URL`` points at a server. Fetch retries (twice, with backoff) only on network
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,19 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from modelyard.artifacts.manifest import build_manifest
-from modelyard.artifacts.package import patched_files, stage_model, write_metadata, write_patch_records
+from modelyard.artifacts.package import (
+    patched_files,
+    quantized_files,
+    stage_model,
+    write_metadata,
+    write_patch_records,
+    write_quantization_records,
+)
 from modelyard.artifacts.store import Artifact, Store
 from modelyard.checks import Report, Target
 from modelyard.errors import EndpointUnreachableError, SmokeFailedError
 from modelyard.pipeline import fetch as fetch_stage
-from modelyard.pipeline import hashing, patch, smoke, verify
+from modelyard.pipeline import compat, hashing, patch, quantize, smoke, verify
 from modelyard.pipeline.options import IngestOptions
 from modelyard.pipeline.snapshot import Snapshot
 from modelyard.pipeline.sources import Source, parse_source, sanitize_name
@@ -100,6 +108,17 @@ def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> s
     return res
 
 
+@task(name="quantize", cache_policy=NO_CACHE)
+def quantize_task(model_dir: Path, out_model: Path, options: IngestOptions) -> quantize.QuantizeResult:
+    return quantize.quantize_model(model_dir, out_model, options.quantize or "", num_samples=options.num_samples,
+                                   max_seq_len=options.max_seq_len, recipe_file=_path(options.recipe),
+                                   calibration=_path(options.calibration))
+
+
+def _path(p: str | None) -> Path | None:
+    return Path(p) if p else None
+
+
 @task(name="publish", cache_policy=NO_CACHE)
 def publish_task(store: Store, staging: Path, name: str, revision: str, digest: str) -> Artifact:
     return store.publish(staging, name, revision, digest)
@@ -126,13 +145,17 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     revision = snap.commit or f"sha256-{hashing.tree_digest(snap.files)[:12]}"
     if not plan.empty:  # a patched artifact is a variant of the source revision
         revision = f"{revision}-patched-{plan.digest[:8]}"
+    if options.quantize:  # so is a quantized one, keyed by everything that determines it
+        revision = f"{revision}-{options.quantize}-{quantize.variant_digest(snap.root, options)[:8]}"
     existing = store.get(name, revision)
-    if existing is not None and existing.content_digest == digest:
+    if existing is not None and (existing.content_digest == digest or options.quantize):
         prev = json.loads((existing.path / "manifest.json").read_text())
         if not options.smoke or (prev.get("smoke") or {}).get("passed"):
             prev_report = json.loads((existing.path / "report.json").read_text())
-            if not plan.empty:
+            if not plan.empty or options.quantize:
                 report = verify_task(existing.path / "model", target)
+                if prev.get("quantization"):
+                    report = report.with_quantization(prev["quantization"])
             _attach(existing.path / "report.md")
             return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
                                 prev.get("smoke"), src.uri, snap.commit, len(plan.ops))
@@ -142,12 +165,27 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
         if not plan.empty:
             report = verify_task(model_dir, target)
             verify.gate(report, f"{snap.source} after patching")
+        qrec = None
+        if options.quantize:
+            qres = quantize_task(model_dir, staging / "model.quantized", options)
+            shutil.rmtree(model_dir)
+            (staging / "model.quantized").rename(model_dir)
+            files = quantized_files(model_dir)
+            digest = "sha256:" + hashing.tree_digest(files)
+            qrec = qres.record()
+            write_quantization_records(staging, qrec)
+            report = verify_task(model_dir, target)
+            report = replace(report, findings=report.findings + tuple(compat.check_runtime(model_dir, options.runtime)))
+            report = report.with_quantization({k: v for k, v in qrec.items() if k != "recipe"}
+                                              | {"recipe": {k: v for k, v in qrec["recipe"].items() if k != "text"}})
+            verify.gate(report, f"{snap.source} quantized with {options.quantize}")
+            quantize.quality_gate(qres, accept=options.accept_quality_loss)
         smoke_dict = smoke_task(model_dir, settings, options).to_dict() if options.smoke else None
         if smoke_dict is not None:
             report = report.with_smoke(smoke_dict)
         report_json = report.to_json().encode()
         manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
-                                  smoke=smoke_dict, files=files, plan=plan)
+                                  smoke=smoke_dict, files=files, plan=plan, quantization=qrec)
         write_metadata(staging, manifest, report, report_json, title=f"{name}@{revision}")
         artifact = publish_task(store, staging, name, revision, digest)
     finally:

@@ -23,5 +23,12 @@ class IngestOptions(BaseModel):
     patch: bool = True
     add_special_tokens: tuple[str, ...] = ()
     chat_template: str | None = None  # path of a Jinja file to install as chat_template.jinja
+    quantize: str | None = None  # a scheme of pipeline.quantize.SCHEMES
+    recipe: str | None = None
+    calibration: str | None = None
+    num_samples: int = Field(default=64, gt=0)
+    max_seq_len: int = Field(default=512, gt=0)
+    accept_quality_loss: bool = False
+    runtime: str | None = None  # a key of pipeline.compat.RUNTIME_SUPPORT; None = the local vLLM runtime
     allow_patterns: tuple[str, ...] | None = None
     ignore_patterns: tuple[str, ...] | None = None

@@ -23,10 +23,13 @@ class FileEntry:
     expected_size: int | None = None
     patched: bool = False
     original_sha256: str | None = None  # for a patched file: the source's sha256 (None when created)
+    made_by: str | None = None  # a stage that produced the file (e.g. "quantized")
 
     @property
     def origin(self) -> str:
-        """Where the trusted digest comes from: ``hub-lfs``, ``hub-git``, ``computed`` or ``patched``."""
+        """Where the trusted digest comes from: ``hub-lfs``, ``hub-git``, ``computed``, ``patched`` or the producing stage."""
+        if self.made_by:
+            return self.made_by
         if self.patched:
             return "patched"
         if self.expected_sha256:
