@@ -45,3 +45,22 @@ def tiny_sharded_dir(tmp_path_factory) -> Path:
 
 def load_json(p: Path):
     return json.loads(Path(p).read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny128(tmp_path_factory) -> Path:
+    """The tiny Llama with hidden 128 / intermediate 256, so that quantization groups of 128 fit."""
+    d = make_tiny_llama(tmp_path_factory.mktemp("tiny128") / "tiny128", hidden=128, intermediate=256)
+    for p in d.iterdir():
+        p.chmod(0o444)
+    return d
+
+
+@pytest.fixture(scope="session")
+def quantized(tiny128, tmp_path_factory):
+    """Every quantization scheme applied once to ``tiny128`` (8 calibration samples of 64 tokens):
+    scheme -> pipeline.quantize.QuantizeResult."""
+    from modelyard.pipeline import quantize as q
+
+    root = tmp_path_factory.mktemp("quantized")
+    return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.SCHEMES}

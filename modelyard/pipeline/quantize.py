@@ -350,10 +350,11 @@ _CARRY = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special
 def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe_file: Path | None = None,
                    calibration: Path | None = None, num_samples: int = 64, max_seq_len: int = 512,
                    quality_text: Path | None = None, max_ppl_ratio: float | None = None,
-                   max_kl: float | None = None) -> QuantizeResult:
+                   max_kl: float | None = None, evaluate: bool = True) -> QuantizeResult:
     """Quantize the model folder ``model_dir`` with ``scheme_name`` into ``out_model`` (created
     through a temp folder and a rename: complete or absent), then measure its quality against the
-    parent on ``quality_text`` (default ``modelyard/data/heldout.txt``, never the calibration text).
+    parent on ``quality_text`` (default ``modelyard/data/heldout.txt``, never the calibration text;
+    ``evaluate=False`` skips that, for benchmarks).
 
     ``num_samples`` calibration samples of at most ``max_seq_len`` tokens. Raises
     :class:`QuantizeError`, :class:`InsufficientResourcesError`; the quality verdict is in the
@@ -405,9 +406,11 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
             shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.perf_counter() - t0
     del model
-    with _quiet_libraries():
-        quality = evaluate_quality(model_dir, out_model, quality_text, max_seq_len=max_seq_len,
-                                   max_ppl_ratio=max_ppl_ratio or sch.max_ppl_ratio, max_kl=max_kl or sch.max_kl)
+    quality = None
+    if evaluate:  # False only for benchmarks that time the quantization alone
+        with _quiet_libraries():
+            quality = evaluate_quality(model_dir, out_model, quality_text, max_seq_len=max_seq_len,
+                                       max_ppl_ratio=max_ppl_ratio or sch.max_ppl_ratio, max_kl=max_kl or sch.max_kl)
     calib_rec = {"source": calib.source, "sha256": calib.sha256, "samples": len(calib.texts),
                  "max_seq_len": max_seq_len, "used": sch.needs_data}
     return QuantizeResult(sch.name, out_model, recipe, calib_rec, quality, pf, seconds, tool_versions())
