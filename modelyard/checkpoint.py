@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,8 +119,11 @@ def tensor_nbytes(t: TensorInfo) -> int | None:
 
 
 def read_json(path: Path) -> tuple[Any, str | None]:
-    """``(data, None)`` or ``(None, reason)``; never raises for a missing or malformed file."""
+    """``(data, None)`` or ``(None, reason)``; never raises for a missing or malformed file, and
+    never opens a FIFO or device (``reason`` "not a regular file")."""
     try:
+        if path.exists() and not path.is_file():
+            return None, "not a regular file"
         with open(path, "rb") as fh:
             return json.loads(fh.read()), None
     except FileNotFoundError:
@@ -184,6 +188,23 @@ class Checkpoint:
     def header(self, rel: str) -> SafetensorsHeader:
         """Header of shard ``rel``; raises :class:`SafetensorsHeaderError` or ``OSError``."""
         return read_safetensors_header(self.root / rel)
+
+    @functools.cached_property
+    def special_files(self) -> tuple[tuple[str, str], ...]:
+        """``(relative path, kind)`` of entries that are not regular files or directories (FIFOs,
+        sockets, device nodes; links are followed): opening one can block forever or read a device,
+        so :func:`~modelyard.pipeline.verify.verify_folder` stops at them."""
+        out = []
+        for rel in self.files:
+            try:
+                mode = (self.root / rel).stat().st_mode
+            except OSError:
+                continue  # dangling link: reported by files.symlinks
+            if not stat.S_ISREG(mode):
+                kind = ("FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else
+                        "character device" if stat.S_ISCHR(mode) else "block device" if stat.S_ISBLK(mode) else "special file")
+                out.append((rel, kind))
+        return tuple(out)
 
     @functools.cached_property
     def text_config(self) -> dict[str, Any]:

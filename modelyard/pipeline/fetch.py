@@ -89,6 +89,10 @@ def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -
         for f in filenames:
             everything.append(Path(dirpath, f).relative_to(root).as_posix())
     selected = _filter(everything, allow, ignore)
+    special = [p for p in selected if not (root / p).is_file()]
+    if special:
+        raise InvalidSourceError(f"{root}: {', '.join(special[:5])} is not a regular file (a FIFO, socket or device)",
+                                 fix="Replace it with the real file or remove it; modelyard reads regular files only.")
     _require_model_files(f"folder {root}", selected, everything)
     files = tuple(FileEntry(path=p, size=(root / p).stat().st_size) for p in selected)
     return Snapshot(root=root, source=source.uri, kind="file", files=files)

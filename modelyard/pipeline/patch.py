@@ -349,6 +349,10 @@ def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run:
 
     root = model_root(Path(source))
     before = verify_folder(root, target)
+    special = [f.file for f in before.findings if f.code == "files.not_regular"]
+    if special:
+        raise PatchError(f"{root}: {', '.join(special)} is not a regular file; nothing is copied from such a folder",
+                         fix="Replace it with the real file or remove it, then patch again.")
     plan = plan_patches(root, before, add_special_tokens=add_special_tokens, chat_template=chat_template)
     if dry_run or out is None:
         return PatchResult(root, None, plan, before, None)

@@ -29,7 +29,16 @@ def verify_folder(path: Path | str, target: Target | None = None) -> Report:
     if (root / "manifest.json").is_file() and (root / "model").is_dir():
         extra = _check_against_manifest(root)
         root = root / "model"
-    findings = extra + run_checks(Checkpoint(root), CheckContext(target=target))
+    ckpt = Checkpoint(root)
+    if ckpt.special_files:  # reading any of them could block or read a device: judge nothing else
+        special = [Finding("files.not_regular", Severity.ERROR,
+                           f"{rel} is a {kind}, not a regular file; modelyard does not read it (it could block or "
+                           "read a device)", file=rel, value=kind,
+                           fix="Replace it with the real file, or remove it from the model folder.",
+                           source="modelyard: a model folder holds regular files only")
+                   for rel, kind in ckpt.special_files]
+        return Report(findings=tuple(extra + special), target=target)
+    findings = extra + run_checks(ckpt, CheckContext(target=target))
     return Report(findings=tuple(findings), target=target)
 
 

@@ -107,6 +107,13 @@ def test_symlink_leaving_the_folder_is_error(m, tmp_path):
     assert found(verify_folder(m)) == []
 
 
+def test_fifo_is_refused_without_being_opened(m):
+    (m / "tokenizer.json").unlink()
+    os.mkfifo(m / "tokenizer.json")  # opening it for reading would block forever
+    r = verify_folder(m)
+    assert [(f.code, f.file, f.value) for f in r.findings] == [("files.not_regular", "tokenizer.json", "FIFO")]
+
+
 # --- architecture --------------------------------------------------------------------------------
 
 def test_missing_tensor(m):
