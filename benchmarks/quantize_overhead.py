@@ -1,7 +1,7 @@
 """Quantize overhead: modelyard's quantize stage against a direct llm-compressor ``oneshot`` call.
 
-Baseline: a fresh process that loads the model with transformers, tokenizes the same calibration
-samples, calls ``llmcompressor.oneshot`` with the same (fitted) recipe text and saves with
+Baseline: a fresh process that reads the same calibration text, loads the model with transformers,
+tokenizes the samples, calls ``llmcompressor.oneshot`` with the same (fitted) recipe text and saves with
 ``save_compressed=True``. Candidate: a fresh process that calls
 ``modelyard.pipeline.quantize.quantize_model`` on the same folder, without (then with) the quality
 evaluation, which is extra work by design. Each runs ``--repeat`` times; the medians are compared.
@@ -36,8 +36,9 @@ from modelyard.checkpoint import Checkpoint
 from modelyard.pipeline import quantize as q
 model_dir, out, scheme, n, L = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 recipe = q.make_recipe(scheme, Checkpoint(__import__("pathlib").Path(model_dir)).text_config).text
-texts = list(q.load_calibration(None, num_samples=n, max_seq_len=L).texts)
 t1 = time.perf_counter()
+# What any caller does: read the calibration text (blank-line separated, as modelyard's default set).
+texts = [p.strip() for p in open(q.DATA / "calibration.txt", encoding="utf-8").read().split("\n\n") if p.strip()][:n]
 tok = AutoTokenizer.from_pretrained(model_dir)
 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto")
 ds = Dataset.from_dict({"text": texts}).map(lambda r: tok(r["text"], truncation=True, max_length=L, add_special_tokens=False), remove_columns=["text"])
