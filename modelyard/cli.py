@@ -231,9 +231,10 @@ def verify(
     gpu_cc: Optional[str] = typer.Option(None, "--gpu-cc", help="the GPU's compute capability, e.g. 8.0"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON report on stdout"),
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
     """Judge a model folder; exit 0 when it has no errors, 1 when it has, 2 when unreadable."""
-    _quiet_libraries(False)
+    _quiet_libraries(verbose)
     try:
         from modelyard.checks import Target
         from modelyard.pipeline.verify import verify_folder
@@ -245,6 +246,8 @@ def verify(
     except typer.Exit:
         raise
     except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
         _fail(exc, as_json)
     if as_json:
         sys.stdout.write(report.to_json())
@@ -267,8 +270,10 @@ def patch_cmd(
                                                 help="mark an existing vocabulary token special (repeatable)"),
     chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
     serve: Optional[str] = typer.Option(None, "--serve", help="chat or completion (how findings are judged)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
     """Repair the fixable findings of PATH into a new folder, printing the unified diff on stdout.
+    Verify the result as OUT (it holds OUT/model); patching judges with --serve only.
 
     Exit 0 when the result verifies without errors (or for --dry-run), 1 when errors remain, 2 for bad input."""
     _quiet_libraries(False)
@@ -284,6 +289,8 @@ def patch_cmd(
     except typer.Exit:
         raise
     except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
         _fail(exc, False)
     sys.stdout.write(res.plan.diff)
     for op in res.plan.ops:

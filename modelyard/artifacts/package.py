@@ -1,7 +1,7 @@
 """package: assemble the artifact folder of DESIGN.md in a staging folder.
 
 ``model/`` receives the snapshot's files, read-only: hard-linked from modelyard's own caches (no
-bytes copied), copied from a user's folder (the source is never modified). Patched files are then
+bytes copied), copied from a user's folder (the source is never modified, not even its mode). Patched files are then
 replaced by rename (``pipeline.patch.apply_plan``), which never writes through a link. ``report.json``, ``report.md``
 and ``manifest.json`` are written by :func:`write_metadata` once the smoke result is known.
 """
@@ -28,9 +28,9 @@ def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] =
     """Place the snapshot's files into ``staging/model``, read-only; returns that folder.
 
     A file is hard-linked (no bytes copied) when it lies under one of ``link_from`` (modelyard's own
-    download and conversion caches) or is already read-only, and the link succeeds (same
-    filesystem); otherwise it is copied. A writable file of a user's folder is always copied:
-    making the artifact read-only must not change the mode of the source. Raises
+    download and conversion caches) and the link succeeds (same filesystem); otherwise it is copied.
+    A user's file is always copied: through a link, making the artifact read-only (or a later edit
+    of it) would change the source. Raises
     :class:`StoreError` on a filesystem error (e.g. disk full)."""
     model = staging / "model"
     roots = tuple(r.resolve() for r in link_from)
@@ -51,15 +51,13 @@ def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] =
 
 def _link(src: Path, dst: Path, roots: tuple[Path, ...]) -> bool:
     """Hard-link ``src`` to ``dst`` when that is safe (see :func:`stage_model`); True when linked."""
-    ours = any(src.is_relative_to(r) for r in roots)
-    if not ours and src.stat().st_mode & 0o222:
-        return False
+    if not any(src.is_relative_to(r) for r in roots):
+        return False  # a user's file: a link would let an edit of the artifact reach the source
     try:
         os.link(src, dst)
     except OSError:  # another filesystem (EXDEV), a filesystem without links, ...
         return False
-    if ours:
-        os.chmod(dst, 0o444)  # our cache's blob: read-only is what it should be anyway
+    os.chmod(dst, 0o444)  # our cache's blob: read-only is what it should be anyway
     return True
 
 

@@ -41,6 +41,7 @@ KV_SCALES = (".k_scale", ".v_scale", ".q_scale", ".prob_scale")
 #: buffers old exports saved that every loader ignores (vLLM llama.py load_weights skips them).
 IGNORED = re.compile(r"(rotary_emb\.(inv_freq|cos_cached|sin_cached)|\.attn\.bias|\.attn\.masked_bias)$")
 _LIST = 10
+_LAYER = re.compile(r"\.layers\.(\d+)\.")
 _SRC = "transformers model class on the meta device vs the shard headers; vLLM DefaultModelLoader"
 
 
@@ -149,14 +150,25 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       file="config.json", field="architectures", value=arch,
                       fix="Check that the target vLLM supports this architecture.", source=_SRC)
         return
+    layers = ckpt.text_config.get("num_hidden_layers")
+    stored_layers = {int(m.group(1)) for n in ckpt.tensors if (m := _LAYER.search(n))}
+    if isinstance(layers, int) and stored_layers and layers > max(stored_layers) + 1 + 64:
+        # Building a model of (say) 10^12 layers on the meta device would not finish: judge without it.
+        yield Finding(code="architecture.layer_count_mismatch", severity=Severity.ERROR,
+                      message=f"config.json num_hidden_layers is {layers} but the weights hold layers 0-{max(stored_layers)}",
+                      file="config.json", field="num_hidden_layers", value=layers,
+                      fix=f"Set num_hidden_layers to {max(stored_layers) + 1}, or ship the missing layers.",
+                      source="vLLM/transformers build num_hidden_layers decoder layers")
+        return
     try:
         expected, tied, prefix = expected_parameters(hf_cfg, arch)
     except Exception as exc:
-        yield Finding(code="architecture.instantiate_failed", severity=Severity.WARNING,
+        yield Finding(code="architecture.instantiate_failed", severity=Severity.ERROR,
                       message=f"transformers cannot build {arch} from config.json: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
                       file="config.json", field="architectures", value=arch,
-                      fix="Check config.json's sizes against the architecture.", source=_SRC)
+                      fix="Fix the config.json value named in the message: vLLM builds the model from it too.",
+                      source=_SRC)
         return
     renames, fused_src, fused_tgt = _conversion(getattr(hf_cfg, "model_type", ""))
     stored: dict[str, TensorInfo] = {}

@@ -21,6 +21,7 @@ Rules and their sources:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -168,10 +169,10 @@ def _rope(cfg: dict[str, Any], ctx: CheckContext) -> Iterator[Finding]:
         if missing:
             continue
         factor = block.get("factor")
-        if "factor" in ROPE_REQUIRED.get(rtype, ()) and (isinstance(factor, bool)
-                                                          or not isinstance(factor, (int, float)) or not factor >= 1):
+        if "factor" in ROPE_REQUIRED.get(rtype, ()) and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                                          or not math.isfinite(factor) or not 1 <= factor < 1e6):
             yield _finding("config.rope.bad_factor", Severity.ERROR,
-                           f"config.json {path}.factor is {factor!r}; it must be a number >= 1",
+                           f"config.json {path}.factor is {factor!r}; it must be a finite number >= 1",
                            f"{path}.factor", factor, "Restore the factor from the base model's config.json.",
                            "transformers modeling_rope_utils _check_received_keys / factor validation")
             continue
@@ -218,17 +219,41 @@ def derived_max_len(cfg: dict[str, Any], vllm_version: str | None = None) -> tup
     for _path, block in rope_blocks(cfg):
         rtype = rope_type(block)
         factor = block.get("factor")
-        if rtype is None or rtype in _UNSCALED_ROPE or not isinstance(factor, (int, float)) or isinstance(factor, bool):
-            continue
+        if rtype is None or rtype in _UNSCALED_ROPE or not isinstance(factor, (int, float)) or isinstance(factor, bool) \
+                or not math.isfinite(factor) or not 0 < factor < 1e6:
+            continue  # a bad factor is reported by the rope check
         if rtype == "yarn":
             if new_yarn:
                 continue
             orig = block.get("original_max_position_embeddings")
-            if isinstance(orig, int) and orig > 0:
+            if isinstance(orig, int) and 0 < orig < 2**40:
                 return int(orig * factor), "rope_scaling", f"yarn: original_max_position_embeddings {orig} x factor {factor:g}"
         if rtype in ("linear", "dynamic", "yarn"):
             return int(length * factor), key, f"{key} {length} x rope factor {factor:g} ({rtype})"
     return length, key, how
+
+
+@check("config")
+def generation_config(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """generation_config.json, when present, is a JSON object whose ``eos_token_id`` is an int or a
+    list of ints: vLLM silently ignores a generation config it cannot read, and with it the stop ids."""
+    if "generation_config.json" not in ckpt.files:
+        return
+    data, err = ckpt.json("generation_config.json")
+    src = "vLLM try_get_generation_config (an unreadable file is ignored)"
+    if err or not isinstance(data, dict):
+        yield _finding("config.generation_config.invalid", Severity.ERROR,
+                       f"generation_config.json is {err or 'not a JSON object'}: vLLM ignores it, and its stop ids",
+                       None, None, "Restore generation_config.json from the source model.", src,
+                       file="generation_config.json")
+        return
+    eos = data.get("eos_token_id")
+    ids = eos if isinstance(eos, list) else [eos]
+    if eos is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        yield _finding("config.generation_config.bad_eos", Severity.ERROR,
+                       f"generation_config.json eos_token_id is {eos!r}; it must be a token id or a list of token ids",
+                       "eos_token_id", eos, "Write the ids as integers, e.g. [128001, 128009].", src,
+                       file="generation_config.json")
 
 
 @check("config")

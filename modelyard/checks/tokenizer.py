@@ -112,6 +112,13 @@ def vocab_fits_embeddings(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Findi
     if tok is None or not isinstance(vocab, int) or isinstance(vocab, bool):
         return
     size = len(tok)
+    for i, where in sorted(stop_ids(ckpt, tok).items()):
+        if not 0 <= i < max(size, vocab):
+            yield _f("tokenizer.stop_tokens.out_of_range", Severity.ERROR,
+                     f"stop id {i} ({', '.join(where)}) is not a token id (the vocabulary has {max(size, vocab)})",
+                     "generation_config.json" if "generation_config.eos_token_id" in where else "config.json",
+                     "eos_token_id", i, "Set eos_token_id to the id of the model's end token.",
+                     "vLLM SamplingParams stop_token_ids")
     if size > vocab:
         yield _f("tokenizer.vocab.exceeds_embeddings", Severity.ERROR,
                  (f"the tokenizer has {size} tokens (largest id {size - 1}) but config.json vocab_size is {vocab}: "
@@ -217,7 +224,7 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
         return
     current = sorted(stops)
     gen = (ckpt.generation_config or {}).get("eos_token_id")
-    gen_ids = gen if isinstance(gen, list) else ([gen] if isinstance(gen, int) else [])
+    gen_ids = [i for i in (gen if isinstance(gen, list) else [gen]) if isinstance(i, int) and not isinstance(i, bool)]
     want = sorted(set(gen_ids) | set(current) | {tid})
     where = "serving chat" if chat else ("serving completions: clients that apply the chat template run on"
                                          if ctx.target.serve == "completion" else "serving mode unknown")

@@ -108,7 +108,14 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
         if rel not in docs:
             p = root / rel
             texts[rel] = p.read_text(encoding="utf-8") if p.is_file() else None
-            docs[rel] = json.loads(texts[rel]) if texts[rel] is not None else {}
+            try:
+                docs[rel] = json.loads(texts[rel]) if texts[rel] is not None else {}
+            except ValueError as exc:
+                raise PatchError(f"{rel} is not valid JSON ({exc}); it cannot be patched",
+                                 fix=f"Restore {rel} from the source model first.") from None
+            if not isinstance(docs[rel], dict):
+                raise PatchError(f"{rel} is not a JSON object; it cannot be patched",
+                                 fix=f"Restore {rel} from the source model first.")
         return docs[rel]
 
     def set_(rel: str, pointer: str, new: Any, code: str, reason: str) -> None:
@@ -158,12 +165,22 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
     originals = {rel: (hashlib.sha256((root / rel).read_bytes()).hexdigest() if (root / rel).is_file() else None)
                  for rel in new_files}
     diff = "".join(
-        "".join(difflib.unified_diff((texts.get(rel) or "").splitlines(keepends=True),
-                                     new_files[rel].decode("utf-8").splitlines(keepends=True),
-                                     fromfile=f"a/{rel}" if texts.get(rel) is not None else "/dev/null",
-                                     tofile=f"b/{rel}"))
+        "".join(_marked(difflib.unified_diff((texts.get(rel) or "").splitlines(keepends=True),
+                                             new_files[rel].decode("utf-8").splitlines(keepends=True),
+                                             fromfile=f"a/{rel}" if texts.get(rel) is not None else "/dev/null",
+                                             tofile=f"b/{rel}")))
         for rel in sorted(new_files))
     return PatchPlan(tuple(ops), new_files, originals, diff)
+
+
+def _marked(lines: Iterable[str]) -> Iterable[str]:
+    """Unified-diff lines with git's "\\ No newline at end of file" marker after a last line that
+    has no newline, so that `git apply` / `patch` accept the diff."""
+    for line in lines:
+        if line.endswith("\n"):
+            yield line
+        else:
+            yield line + "\n\\ No newline at end of file\n"
 
 
 def _plan_stop_tokens(ckpt: Checkpoint, doc, set_) -> None:  # noqa: ANN001
@@ -332,7 +349,7 @@ def model_root(path: Path) -> Path:
 def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run: bool = False,
                  add_special_tokens: Iterable[str] = (), chat_template: Path | None = None) -> PatchResult:
     """Verify ``source``, plan its repairs and (unless ``dry_run``) write ``out/model`` (unchanged
-    files hard-linked when the source file is read-only, else copied; patched files written new),
+    files copied, patched files written new),
     ``out/patches.json`` and ``out/patch.diff``. ``out`` is assembled under a temp name beside it
     and renamed into place, so it is complete or absent. The source is only read.
 
@@ -349,21 +366,32 @@ def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run:
 
     root = model_root(Path(source))
     before = verify_folder(root, target)
-    special = [f.file for f in before.findings if f.code == "files.not_regular"]
-    if special:
-        raise PatchError(f"{root}: {', '.join(special)} is not a regular file; nothing is copied from such a folder",
-                         fix="Replace it with the real file or remove it, then patch again.")
+    unsafe = [f"{f.file} ({f.code})" for f in before.findings
+              if f.code in ("files.not_regular", "files.symlink_escapes", "files.symlink_dangling")]
+    if unsafe:
+        raise PatchError(f"{root}: {', '.join(unsafe)}: nothing is copied from such a folder",
+                         fix="Replace links and special files with the real files, then patch again.")
+    if out is not None:
+        o, r = Path(out).resolve(), root.resolve()
+        if o == r or o.is_relative_to(r) or r.is_relative_to(o):
+            raise PatchError(f"--out {out} is inside the source {root} (or contains it); the source is never written",
+                             fix="Pass --out a new folder outside the model folder.")
     plan = plan_patches(root, before, add_special_tokens=add_special_tokens, chat_template=chat_template)
     if dry_run or out is None:
         return PatchResult(root, None, plan, before, None)
     out = Path(out)
     if out.exists():
         raise PatchError(f"{out} already exists", fix="Pass --out a folder that does not exist yet.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise PatchError(f"--out {out}: cannot create it ({exc.strerror or exc})",
+                         fix="Pass --out a new folder under a writable directory.") from None
     try:
         ckpt = Checkpoint(root)
         files = tuple(FileEntry(rel, (root / rel).stat().st_size) for rel in ckpt.files)
+        # Copies, never links: an edited patch output must not be able to reach the source.
         model = stage_model(Snapshot(root=root, source=str(root), kind="file", files=files), tmp)
         apply_plan(plan, model)
         (tmp / "patches.json").write_bytes(plan.to_json())

@@ -29,6 +29,8 @@ def verify_folder(path: Path | str, target: Target | None = None) -> Report:
     if (root / "manifest.json").is_file() and (root / "model").is_dir():
         extra = _check_against_manifest(root)
         root = root / "model"
+    elif (root / "patches.json").is_file() and (root / "model").is_dir():  # a `modelyard patch` output
+        root = root / "model"
     ckpt = Checkpoint(root)
     if ckpt.special_files:  # reading any of them could block or read a device: judge nothing else
         special = [Finding("files.not_regular", Severity.ERROR,

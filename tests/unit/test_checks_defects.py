@@ -305,8 +305,32 @@ def test_undeclared_and_stale_quantization(tmp_path, tiny_llama_dir):
     {"max_position_embeddings": -1}, {"rope_scaling": [1, 2]}, {"quantization_config": "awq"},
     {"architectures": "LlamaForCausalLM"}, {"vocab_size": None}, {"auto_map": {"AutoModel": 3}},
     {"text_config": {"num_attention_heads": 0}}, {"intermediate_size": 0},
+    {"rope_parameters": {"rope_type": "linear", "factor": float("nan")}},
+    {"rope_parameters": {"rope_type": "yarn", "factor": 1e308, "original_max_position_embeddings": 10**30}},
+    {"num_key_value_heads": -2}, {"head_dim": 0}, {"eos_token_id": [1, "x"]},
 ])
 def test_malformed_config_values_become_findings_not_crashes(m, changes):
     edit_json(m / "config.json", **changes)
     r = verify_folder(m, Target(tensor_parallel_size=2, max_model_len=300, serve="chat", dtype="float16"))
     assert not [f.message for f in r.findings if f.code == "internal.check_crashed"]
+
+
+def test_configs_transformers_cannot_build_are_errors(m):
+    edit_json(m / "config.json", intermediate_size=-128)
+    assert [f.code for f in verify_folder(m).errors] == ["architecture.instantiate_failed"]
+
+
+def test_absurd_layer_count_is_judged_without_building_the_model(m):
+    edit_json(m / "config.json", num_hidden_layers=10**12)
+    r = verify_folder(m)
+    assert [(f.code, f.value) for f in r.errors] == [("architecture.layer_count_mismatch", 10**12)]
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    ("{not json", "config.generation_config.invalid"), ("[1, 2]", "config.generation_config.invalid"),
+    ('{"eos_token_id": "2"}', "config.generation_config.bad_eos"),
+    ('{"eos_token_id": [2, 10000000000]}', "tokenizer.stop_tokens.out_of_range"),
+])
+def test_malformed_generation_config_is_an_error(m, text, code):
+    (m / "generation_config.json").write_text(text)
+    assert code in [f.code for f in verify_folder(m).errors]

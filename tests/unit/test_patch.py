@@ -93,15 +93,46 @@ def test_source_is_never_written(broken, tmp_path):
     assert all(out[k][3] != state[k][3] for k in state)  # no inode shared with a writable source
 
 
-def test_read_only_source_files_are_hard_linked_except_patched(broken, tmp_path):
+def test_read_only_source_is_copied_not_linked(broken, tmp_path):
+    """Even a read-only source is copied: a later chmod+edit of the output must not reach it."""
     for p in broken.iterdir():
         p.chmod(0o444)
     state = tree_state(broken)
     patch_folder(broken, tmp_path / "out", target=Target(serve="chat"))
     out = tree_state(tmp_path / "out/model")
-    assert out["model.safetensors"][3] == state["model.safetensors"][3]
-    assert out["generation_config.json"][3] != state["generation_config.json"][3]
+    assert all(out[k][3] != state[k][3] for k in state)
+    cfg = tmp_path / "out/model/config.json"
+    cfg.chmod(0o644)
+    cfg.write_text("{}")
     assert tree_state(broken) == state
+
+
+def test_out_inside_the_source_and_escaping_links_are_refused(broken, tmp_path):
+    state = tree_state(broken)
+    with pytest.raises(PatchError, match="inside the source"):
+        patch_folder(broken, broken / "fixed")
+    assert tree_state(broken) == state and not (broken / "fixed").exists()
+    (tmp_path / "secret").write_text("x")
+    os.symlink(tmp_path / "secret", broken / "extra.json")
+    with pytest.raises(PatchError, match="files.symlink_escapes"):
+        patch_folder(broken, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_diff_applies_with_git_even_without_trailing_newlines(tiny_llama_dir, tmp_path):
+    import subprocess
+
+    tpl = (tiny_llama_dir / "chat_template.jinja").read_text().rstrip("\n").replace("assistant", "assistant ")
+    (tmp_path / "t.jinja").write_text(tpl)  # no trailing newline, like the original
+    res = patch_folder(tiny_llama_dir, tmp_path / "out", add_special_tokens=["<|im_start|>"],
+                       chat_template=tmp_path / "t.jinja")
+    assert "\\ No newline at end of file\n" in res.plan.diff
+    work = copy(tiny_llama_dir, tmp_path / "work")
+    (tmp_path / "p.diff").write_text(res.plan.diff)
+    r = subprocess.run(["git", "apply", str(tmp_path / "p.diff")], cwd=work, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for name in ("tokenizer.json", "chat_template.jinja"):
+        assert (work / name).read_bytes() == (tmp_path / "out/model" / name).read_bytes()
 
 
 def test_dry_run_prints_the_diff_and_writes_nothing(broken, tmp_path):
