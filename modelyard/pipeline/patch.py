@@ -365,6 +365,12 @@ def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run:
     from modelyard.pipeline.verify import verify_folder
 
     root = model_root(Path(source))
+    if (Path(source) / "manifest.json").is_file():  # an artifact: its files must still match the manifest
+        tampered = [f"{f.file} ({f.code})" for f in verify_folder(Path(source), target).findings
+                    if f.code.startswith("artifact.")]
+        if tampered:
+            raise PatchError(f"{source} no longer matches its manifest.json: {', '.join(tampered[:5])}",
+                             fix="Restore the artifact (or re-ingest it) before patching.")
     before = verify_folder(root, target)
     unsafe = [f"{f.file} ({f.code})" for f in before.findings
               if f.code in ("files.not_regular", "files.symlink_escapes", "files.symlink_dangling")]

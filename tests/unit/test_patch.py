@@ -204,6 +204,18 @@ def test_ingest_patches_by_default_and_records_it(broken, tmp_path):
     assert again.returncode == 0 and json.loads(again.stdout)["reused"] is True
 
 
+def test_patching_a_tampered_artifact_is_refused(broken, tmp_path):
+    home = tmp_path / "store"
+    assert run_cli("ingest", f"file://{broken}", "--no-smoke", "--out", str(home)).returncode == 0
+    (art,) = store_artifacts(home)
+    assert patch_folder(art, None, dry_run=True).plan.empty  # intact: nothing left to patch
+    cfg = art / "model" / "config.json"
+    cfg.chmod(0o644)
+    cfg.write_text(cfg.read_text().replace('"vocab_size": 128', '"vocab_size": 129'))
+    with pytest.raises(PatchError, match="model/config.json \\(artifact.file_modified\\)"):
+        patch_folder(art, tmp_path / "out")
+
+
 def test_ingest_no_patch_fails_and_unfixable_blocks(broken, tmp_path):
     r = run_cli("ingest", f"file://{broken}", "--no-smoke", "--no-patch", "--out", str(tmp_path / "s1"))
     assert r.returncode == 1 and "tokenizer.stop_tokens.missing_turn_terminator" in r.stderr
