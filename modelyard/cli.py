@@ -127,15 +127,29 @@ def _findings_table(report) -> None:  # noqa: ANN001
             err.print(f"        fix: {escape(f.fix)}", highlight=False, soft_wrap=True)
 
 
+def _start_progress(as_json: bool) -> _RichReporter | None:
+    """Route stage progress to a rich reporter on stderr (none with --json); pair with _stop_progress."""
+    from modelyard import progress
+
+    reporter = None if as_json else _RichReporter(err)
+    progress.set_reporter(reporter)
+    return reporter
+
+
+def _stop_progress(reporter: _RichReporter | None) -> None:
+    from modelyard import progress
+
+    progress.set_reporter(None)
+    if reporter is not None:
+        reporter.close()
+
+
 def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
                 tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
                 serve: str = "chat", dtype: Optional[str] = None, vllm_version: Optional[str] = None,
                 patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     _quiet_libraries(verbose)
-    from modelyard import progress
-
-    reporter = None if as_json else _RichReporter(err)
-    progress.set_reporter(reporter)
+    reporter = _start_progress(as_json)
     try:
         from modelyard.flows.ingest import ingest_flow
         from modelyard.pipeline.options import IngestOptions
@@ -154,9 +168,7 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
             err.print_exception()
         _fail(exc, as_json)
     finally:
-        progress.set_reporter(None)
-        if reporter is not None:
-            reporter.close()
+        _stop_progress(reporter)
     return result.to_dict()
 
 
@@ -327,10 +339,7 @@ def quantize_cmd(
     """Quantize PATH with llm-compressor into OUT, measure perplexity and KL against it, and judge the
     output against the target vLLM runtime. Exit 0 when every gate passes, 1 when one fails, 2 for bad input."""
     _quiet_libraries(verbose)
-    from modelyard import progress
-
-    reporter = None if as_json else _RichReporter(err)
-    progress.set_reporter(reporter)
+    reporter = _start_progress(as_json)
     try:
         from modelyard.artifacts.package import write_quantization_records
         from modelyard.pipeline import compat
@@ -358,14 +367,12 @@ def quantize_cmd(
             err.print_exception()
         _fail(exc, as_json)
     finally:
-        progress.set_reporter(None)
-        if reporter is not None:
-            reporter.close()
+        _stop_progress(reporter)
     from dataclasses import replace
 
     report = replace(report, findings=report.findings + findings)
     if as_json:
-        sys.stdout.write(json.dumps({k: v for k, v in record.items()} | {"verification": report.to_dict()["summary"]},
+        sys.stdout.write(json.dumps(record | {"verification": report.to_dict()["summary"]},
                                     indent=2) + "\n")
     else:
         _findings_table(report)
