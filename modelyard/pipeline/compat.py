@@ -31,6 +31,9 @@ RUNTIME_SUPPORT: dict[str, dict[str, tuple[str, str]]] = {
         "FP8-DYNAMIC": ("slow", "measured: loads; fp8 is emulated on CPU, far slower than bf16"),
         "NVFP4": ("no", "measured: no CPU kernel for NVFP4"),
         "NVFP4A16": ("no", "measured: no CPU kernel for NVFP4A16"),
+        "GPTQ-W4": ("no", "measured: vLLM picks CPUWNA16LinearKernel, which calls the cpu_gemm_wna16 kernel "
+                          "missing from the AVX2 build (AttributeError at the first forward)"),
+        "AWQ-W4": ("no", "measured: same missing cpu_gemm_wna16 kernel as GPTQ-W4"),
     },
     "vllm-cpu-0.32-avx512": {},  # not measured: no AVX512 host here
     "vllm-cuda-0.32": {
@@ -40,6 +43,8 @@ RUNTIME_SUPPORT: dict[str, dict[str, tuple[str, str]]] = {
         "FP8-DYNAMIC": ("yes", "documented: native on compute capability >= 8.9, Marlin weight-only on 8.0"),
         "NVFP4": ("yes", "documented: compute capability >= 10.0 (Blackwell)"),
         "NVFP4A16": ("yes", "documented: Marlin FP4 on compute capability >= 8.0"),
+        "GPTQ-W4": ("yes", "documented: gptq_marlin on compute capability >= 8.0, exllama-style gptq below"),
+        "AWQ-W4": ("yes", "documented: awq_marlin on compute capability >= 8.0, awq (fp16 only) from 7.5"),
     },
 }
 RUNTIMES = tuple(RUNTIME_SUPPORT)
@@ -63,9 +68,16 @@ def local_runtime() -> str:
     return "vllm-cpu-0.32-avx512" if "avx512f" in flags else "vllm-cpu-0.32-avx2"
 
 
+#: quantization_config methods judged here: compressed-tensors and the legacy GPTQ / AutoAWQ formats.
+JUDGED_METHODS = ("compressed-tensors", "gptq", "awq")
+
+
 def scheme_label(qcfg: dict[str, Any]) -> str | None:
-    """Classify a compressed-tensors ``quantization_config`` by its first config group:
-    W8A8-INT8, W8A16, W4A16, W4A16-ASYM, FP8-DYNAMIC, FP8-STATIC, NVFP4, NVFP4A16; None if unknown."""
+    """Classify a ``quantization_config``: a compressed-tensors one by its first config group
+    (W8A8-INT8, W8A16, W4A16, W4A16-ASYM, FP8-DYNAMIC, FP8-STATIC, NVFP4, NVFP4A16), a legacy one by
+    method and bits (GPTQ-W4, AWQ-W4); None if unknown."""
+    if qcfg.get("quant_method") in ("gptq", "awq"):
+        return f"{str(qcfg['quant_method']).upper()}-W{qcfg.get('bits')}"
     groups = qcfg.get("config_groups") if isinstance(qcfg.get("config_groups"), dict) else {}
     for g in groups.values():
         w, a = (g or {}).get("weights") or {}, (g or {}).get("input_activations")
@@ -85,18 +97,20 @@ def scheme_label(qcfg: dict[str, Any]) -> str | None:
 
 def check_runtime(model_dir: Path, runtime: str | None) -> list[Finding]:
     """Findings on whether ``runtime`` (a key of :data:`RUNTIME_SUPPORT`; None = :func:`local_runtime`)
-    loads the compressed-tensors checkpoint in ``model_dir``. Not quantized: no findings."""
+    loads the quantized checkpoint in ``model_dir`` (compressed-tensors, GPTQ or AWQ). Not quantized, or
+    another method (judged by ``checks/quantization.py`` alone): no findings."""
     runtime = runtime or local_runtime()
     try:
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return []
     q = cfg.get("quantization_config")
-    if not isinstance(q, dict) or q.get("quant_method") != "compressed-tensors":
+    if not isinstance(q, dict) or q.get("quant_method") not in JUDGED_METHODS:
         return []
     out: list[Finding] = []
     src = "modelyard runtime table (pipeline/compat.py), checked against the real runtime by the e2e tests"
     label = scheme_label(q)
+    where = "quantization_config.config_groups" if q.get("quant_method") == "compressed-tensors" else "quantization_config.quant_method"
     table = RUNTIME_SUPPORT.get(runtime)
     if table is None:
         out.append(Finding("quantization.runtime.unknown", Severity.WARNING,
@@ -108,16 +122,16 @@ def check_runtime(model_dir: Path, runtime: str | None) -> list[Finding]:
         if loads == "no":
             out.append(Finding("quantization.runtime.unsupported_scheme", Severity.ERROR,
                                f"{runtime} cannot load {label} checkpoints: {note}",
-                               file="config.json", field="quantization_config.config_groups", value=label,
+                               file="config.json", field=where, value=label,
                                fix="Pick a scheme this runtime loads (see the README support table) or serve on "
                                    "another runtime (--runtime).", source=src))
         elif loads in ("slow", "unknown"):
             out.append(Finding("quantization.runtime.slow_or_unmeasured", Severity.WARNING,
                                f"{runtime} and {label}: {note}", file="config.json",
-                               field="quantization_config.config_groups", value=label,
+                               field=where, value=label,
                                fix="Benchmark before serving.", source=src))
     ct = RUNTIME_CT.get(runtime)
-    keys = CT_KEYS.get(ct or "")
+    keys = CT_KEYS.get(ct or "") if q.get("quant_method") == "compressed-tensors" else None
     if keys:
         for gname, g in (q.get("config_groups") or {}).items():
             extra = sorted(set(g or {}) - keys["QuantizationScheme"])

@@ -18,6 +18,7 @@ Rules of judgement kept here (the rest is llm-compressor's):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import importlib.metadata as md
@@ -27,7 +28,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -51,6 +52,7 @@ class Scheme:
     weight_bits: int
     max_ppl_ratio: float  # quantized / parent perplexity on the held-out text
     max_kl: float  # mean per-token KL(parent || quantized), nats
+    backend: str = "llm-compressor"  # or a legacy backend of pipeline/legacy.py
 
 
 #: Thresholds are per family: 8-bit schemes should be near-lossless; 4-bit ones lose more, most on
@@ -63,6 +65,12 @@ SCHEMES: dict[str, Scheme] = {
     "nvfp4": Scheme("nvfp4", "fp4", True, 4, 1.60, 0.60),
     "nvfp4a16": Scheme("nvfp4a16", "fp4", False, 4, 1.50, 0.50),
 }
+#: legacy formats (pipeline/legacy.py), each made by its own library in its own venv.
+LEGACY_SCHEMES: dict[str, Scheme] = {
+    "gptq": Scheme("gptq", "int4", True, 4, 1.35, 0.35, backend="gptqmodel"),
+    "awq-gemm": Scheme("awq-gemm", "int4", True, 4, 1.35, 0.35, backend="autoawq"),
+}
+ALL_SCHEMES = {**SCHEMES, **LEGACY_SCHEMES}
 #: groups used by llm-compressor's preset schemes (compressed-tensors quant_scheme.py).
 _PRESET_GROUP = {"NVFP4": 16, "NVFP4A16": 16, "MXFP4": 32, "W4A16": 128, "W4A16_ASYM": 128}
 
@@ -139,10 +147,12 @@ class QuantizeResult:
     preflight: Preflight
     seconds: float
     tools: dict[str, str | None] = field(default_factory=dict)
+    backend: str = "llm-compressor"
+    loaded_with: str | None = None  # how the quality evaluation loaded the output (legacy formats)
 
     def record(self) -> dict[str, Any]:
         """The ``quantization`` record for the manifest and ``quantization.json``."""
-        return {"scheme": self.scheme, "backend": "llm-compressor",
+        return {"scheme": self.scheme, "backend": self.backend, "loaded_with": self.loaded_with,
                 "recipe": {"sha256": self.recipe.sha256, "source": self.recipe.source,
                            "adjustments": list(self.recipe.adjustments), "text": self.recipe.text},
                 "calibration": self.calibration, "quality": asdict(self.quality) if self.quality else None,
@@ -152,10 +162,10 @@ class QuantizeResult:
 def scheme(name: str) -> Scheme:
     """The :class:`Scheme` called ``name``; raises :class:`QuantizeError` listing the valid names."""
     try:
-        return SCHEMES[name]
+        return ALL_SCHEMES[name]
     except KeyError:
         raise QuantizeError(f"--quantize/--scheme {name!r} is not a scheme modelyard knows",
-                            fix=f"Use one of: {', '.join(SCHEMES)}.") from None
+                            fix=f"Use one of: {', '.join(ALL_SCHEMES)}.") from None
 
 
 def load_recipe(name: str, recipe_file: Path | None = None) -> tuple[dict[str, Any], str]:
@@ -347,6 +357,26 @@ _CARRY = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special
           "chat_template.jinja", "generation_config.json", "vocab.json", "merges.txt", "added_tokens.json")
 
 
+@contextlib.contextmanager
+def _staged_output(model_dir: Path, out_model: Path) -> Iterator[Path]:
+    """Yield a temp folder beside ``out_model`` for the backend to save into; on success copy the
+    source's tokenizer and generation files (:data:`_CARRY`) next to the weights and rename the
+    folder to ``out_model`` (complete or absent); on any failure remove it."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_model.name}.", dir=out_model.parent))
+    try:
+        yield tmp
+        for name in _CARRY:
+            if (model_dir / name).is_file():
+                shutil.copyfile(model_dir / name, tmp / name)
+        os.chmod(tmp, 0o755)
+        if out_model.exists():
+            raise QuantizeError(f"{out_model} already exists", fix="Pass a new output folder.")
+        os.rename(tmp, out_model)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe_file: Path | None = None,
                    calibration: Path | None = None, num_samples: int = 64, max_seq_len: int = 512,
                    quality_text: Path | None = None, max_ppl_ratio: float | None = None,
@@ -372,6 +402,10 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     recipe = make_recipe(scheme_name, cfg, recipe_file)
     out_model = Path(out_model)
     pf = preflight(model_dir, sch, out_model.parent)
+    if sch.backend != "llm-compressor":
+        return _quantize_legacy(model_dir, out_model, sch, recipe, pf, calibration=calibration,
+                                num_samples=num_samples, max_seq_len=max_seq_len, quality_text=quality_text,
+                                max_ppl_ratio=max_ppl_ratio, max_kl=max_kl, evaluate=evaluate)
     t0 = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     calib = load_calibration(calibration, num_samples=num_samples, max_seq_len=max_seq_len, tokenizer=tok)
@@ -385,8 +419,7 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
             lambda r: tok(r["text"], truncation=True, max_length=max_seq_len, add_special_tokens=False),
             remove_columns=["text"])
     layers = int(cfg.get("num_hidden_layers") or 1)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_model.name}.", dir=out_model.parent))
-    try:
+    with _staged_output(model_dir, out_model) as tmp:
         with progress.task(f"quantizing {sch.name} (llm-compressor, {layers} layers)", total=None):
             kw: dict[str, Any] = {}
             if sch.needs_data:
@@ -394,16 +427,6 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
             with _quiet_libraries():
                 oneshot(model=model, recipe=recipe.text, **kw)
                 model.save_pretrained(str(tmp), save_compressed=True)
-        for name in _CARRY:
-            if (model_dir / name).is_file():
-                shutil.copyfile(model_dir / name, tmp / name)
-        os.chmod(tmp, 0o755)
-        if out_model.exists():
-            raise QuantizeError(f"{out_model} already exists", fix="Pass a new output folder.")
-        os.rename(tmp, out_model)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.perf_counter() - t0
     del model
     quality = None
@@ -414,6 +437,44 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     calib_rec = {"source": calib.source, "sha256": calib.sha256, "samples": len(calib.texts),
                  "max_seq_len": max_seq_len, "used": sch.needs_data}
     return QuantizeResult(sch.name, out_model, recipe, calib_rec, quality, pf, seconds, tool_versions())
+
+
+def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Recipe, pf: Preflight, *,
+                     calibration: Path | None, num_samples: int, max_seq_len: int, quality_text: Path | None,
+                     max_ppl_ratio: float | None, max_kl: float | None, evaluate: bool) -> QuantizeResult:
+    """:func:`quantize_model` for the legacy formats: the backend runs in its own venv
+    (``pipeline/legacy.py``); the output is renamed into place only when complete."""
+    import time
+
+    from modelyard.pipeline import legacy
+
+    try:
+        backend, qc = legacy.quantize_config(yaml.safe_load(recipe.text), sch.name)
+    except ValueError as exc:
+        raise QuantizeError(f"recipe {recipe.source}: {exc}", fix="See modelyard/recipes/gptq.yaml.") from None
+    if backend != sch.backend:
+        raise QuantizeError(f"recipe {recipe.source} names backend {backend!r}; scheme {sch.name} uses {sch.backend!r}",
+                            fix=f"Set 'backend: {sch.backend}' in the recipe.")
+    legacy.interpreter(backend)  # fail before any work when the venv is missing
+    calib = load_calibration(calibration, num_samples=num_samples, max_seq_len=max_seq_len)
+    timeout = float(os.environ.get("MODELYARD_QUANTIZE_TIMEOUT", 4 * 3600))
+    t0 = time.perf_counter()
+    with _staged_output(model_dir, out_model) as tmp:
+        r = legacy.quantize(model_dir, tmp, backend, qc, list(calib.texts), max_seq_len=max_seq_len, timeout=timeout)
+    seconds = time.perf_counter() - t0
+    quality, loaded_with, tools = None, None, dict(r.get("tools") or {})
+    if evaluate:
+        text = Path(quality_text) if quality_text else DATA / "heldout.txt"
+        raw = text.read_bytes()
+        e = legacy.evaluate(model_dir, out_model, raw.decode("utf-8"), max_seq_len=max_seq_len, timeout=timeout)
+        quality = quality_from(e["quality"], max_ppl_ratio or sch.max_ppl_ratio, max_kl or sch.max_kl,
+                               hashlib.sha256(raw).hexdigest())
+        loaded_with = e.get("loaded_with")
+        tools.update({f"evaluate:{k}": v for k, v in (e.get("tools") or {}).items()})
+    calib_rec = {"source": calib.source, "sha256": calib.sha256, "samples": len(calib.texts),
+                 "max_seq_len": max_seq_len, "used": True}
+    return QuantizeResult(sch.name, out_model, recipe, calib_rec, quality, pf, seconds, tools,
+                          backend=backend, loaded_with=loaded_with)
 
 
 class _quiet_libraries:
@@ -456,42 +517,27 @@ def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None =
     with transformers on CPU (the quantized model is loaded from its saved compressed-tensors
     files, as it will be served)."""
     import torch
-    import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from modelyard.pipeline import _quality
 
     path = Path(text_file) if text_file else DATA / "heldout.txt"
     raw = path.read_bytes()
     tok = AutoTokenizer.from_pretrained(str(parent_dir), local_files_only=True)
-    ids = tok(raw.decode("utf-8"), add_special_tokens=False)["input_ids"]
-    windows = [ids[i:i + max_seq_len] for i in range(0, len(ids), max_seq_len) if len(ids[i:i + max_seq_len]) > 1]
-    nll = {"parent": 0.0, "quant": 0.0}
-    kl_sum, n_tok = 0.0, 0
-    with progress.task("quality: perplexity and KL", total=len(windows) * 2, unit="windows") as adv:
-        logits_parent = []
-        parent = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32, local_files_only=True)
-        with torch.no_grad():
-            for w in windows:
-                logits_parent.append(parent(torch.tensor([w])).logits[0, :-1].float())
-                adv(1)
-        del parent
-        # "auto": compressed-tensors layers keep their scales in the checkpoint dtype (NVFP4 fails in float32).
-        quant = AutoModelForCausalLM.from_pretrained(str(quant_dir), dtype="auto", local_files_only=True)
-        with torch.no_grad():
-            for w, lp in zip(windows, logits_parent):
-                lq = quant(torch.tensor([w])).logits[0, :-1].float()
-                target = torch.tensor(w[1:])
-                nll["parent"] += F.cross_entropy(lp, target, reduction="sum").item()
-                nll["quant"] += F.cross_entropy(lq, target, reduction="sum").item()
-                p_log, q_log = F.log_softmax(lp, -1), F.log_softmax(lq, -1)
-                kl_sum += (p_log.exp() * (p_log - q_log)).sum().item()
-                n_tok += len(w) - 1
-                adv(1)
-    import math
+    wins = _quality.windows(tok(raw.decode("utf-8"), add_special_tokens=False)["input_ids"], max_seq_len)
+    with progress.task("quality: perplexity and KL", total=len(wins) * 2, unit="windows") as adv:
+        m = _quality.compare(
+            lambda: AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32, local_files_only=True),
+            # "auto": compressed-tensors layers keep their scales in the checkpoint dtype (NVFP4 fails in float32).
+            lambda: AutoModelForCausalLM.from_pretrained(str(quant_dir), dtype="auto", local_files_only=True),
+            wins, adv)
+    return quality_from(m, max_ppl_ratio, max_kl, hashlib.sha256(raw).hexdigest())
 
-    ppl_p, ppl_q = math.exp(nll["parent"] / n_tok), math.exp(nll["quant"] / n_tok)
-    ratio, kl = ppl_q / ppl_p, kl_sum / n_tok
-    return Quality(round(ppl_p, 4), round(ppl_q, 4), round(ratio, 4), round(kl, 5), n_tok, max_ppl_ratio, max_kl,
-                   ratio <= max_ppl_ratio and kl <= max_kl, hashlib.sha256(raw).hexdigest())
+
+def quality_from(m: dict[str, Any], max_ppl_ratio: float, max_kl: float, text_sha256: str) -> Quality:
+    """A :class:`Quality` from :func:`_quality.compare`'s figures and the thresholds."""
+    return Quality(m["ppl_parent"], m["ppl_quantized"], m["ppl_ratio"], m["kl_mean"], m["tokens"], max_ppl_ratio,
+                   max_kl, m["ppl_ratio"] <= max_ppl_ratio and m["kl_mean"] <= max_kl, text_sha256)
 
 
 def data_digest(path: Path | None) -> str:

@@ -15,6 +15,7 @@ end-of-turn token within ``max_tokens``); "length" means it never emitted a stop
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -67,6 +68,19 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+_ERROR_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
+
+
+def root_cause(log: str) -> str | None:
+    """The first ``SomeError: message`` line of a vLLM log: the worker's own exception, which the
+    engine then reports only as ``EngineDeadError``."""
+    for line in log.splitlines():
+        m = _ERROR_LINE.search(line)
+        if m and m.group(1) not in ("EngineDeadError",):
+            return f"{m.group(1)}: {m.group(2).strip()}"[:500]
+    return None
+
+
 def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,
                max_model_len: int | None = None, timeout: float | None = None) -> SmokeResult:
     """Run the smoke in the vLLM runtime; returns a SmokeResult (``passed`` may be False).
@@ -117,8 +131,10 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         if not out.is_file():
             raise SmokeFailedError(f"vLLM runtime exited with code {proc.returncode} without a result; log tail:\n{tail}")
         r = json.loads(out.read_text())
+        cause = root_cause(log.read_text("utf-8", "replace")) if not r.get("ok") else None
     if not r.get("ok"):
-        raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}",
+        why = f" (root cause: {cause})" if cause and cause not in str(r.get("error")) else ""
+        raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}{why}",
                                fix="See the error above; `modelyard verify` on the folder may name the cause.")
     passed = bool((r.get("text") or "").strip()) and r.get("finish_reason") == "stop"
     return SmokeResult(

@@ -71,3 +71,16 @@ def test_smollm2_w4a16_verifies_and_local_runtime_refuses(smollm2_dir, tmp_path)
     assert codes == ["quantization.runtime.unsupported_scheme"]
     assert compat.check_runtime(tmp_path / "w4a16", "vllm-cuda-0.32") == []
     (tmp_path / "w4a16-quality.json").write_text(json.dumps(res.record()["quality"]))
+
+
+@pytest.mark.skipif(compat.local_runtime() != "vllm-cpu-0.32-avx2", reason="the table row is for AVX2 hosts")
+@pytest.mark.parametrize("scheme,label", [("gptq", "GPTQ-W4"), ("awq-gemm", "AWQ-W4")])
+def test_runtime_table_matches_real_vllm_for_legacy_formats(legacy_quantized, scheme, label):
+    loads, note = compat.RUNTIME_SUPPORT["vllm-cpu-0.32-avx2"][label]
+    try:
+        smoke_load(legacy_quantized[scheme].model_dir, Settings(), question="w1 w2", max_tokens=4, timeout=600)
+        loaded = True
+    except SmokeFailedError as exc:
+        loaded = False
+        assert "root cause: AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'" in str(exc)
+    assert loaded is (loads != "no"), (scheme, note)
