@@ -64,3 +64,13 @@ def quantized(tiny128, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("quantized")
     return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.SCHEMES}
+
+
+@pytest.fixture(scope="session")
+def legacy_quantized(tiny128, tmp_path_factory):
+    """The legacy formats (gptq via gptqmodel, awq-gemm via autoawq), each made once from ``tiny128``
+    in its own venv: scheme -> QuantizeResult."""
+    from modelyard.pipeline import quantize as q
+
+    root = tmp_path_factory.mktemp("legacy")
+    return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.LEGACY_SCHEMES}
