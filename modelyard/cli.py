@@ -184,13 +184,45 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
     if d.get("patches"):
         out.print(f"patches: {d['patches']} repair(s), see {d['artifact']}/patch.diff", highlight=False)
     s = d.get("smoke")
-    if s:
+    if s and s.get("level") in ("server", "bench"):
+        _print_server_smoke(s)
+    elif s:
         out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s", highlight=False)
         out.print(f"question: {s['question']}", highlight=False)
         out.print(f"answer: {s['text']}", highlight=False)
         out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
     else:
         out.print("smoke: skipped (--no-smoke)")
+
+
+def _smoke_level(level: str, as_json: bool) -> str:
+    from modelyard.errors import InvalidTargetError
+    from modelyard.pipeline.serve_smoke import LEVELS
+
+    if level not in LEVELS:
+        _fail(InvalidTargetError(f"--smoke {level!r} is not a smoke level", fix=f"Use one of: {', '.join(LEVELS)}."), as_json)
+    return level
+
+
+def _print_server_smoke(s: dict[str, Any]) -> None:
+    out.print(f"vLLM {s.get('vllm_version')} OpenAI server ({s['level']}): /health after {s.get('startup_seconds')} s, "
+              f"served as {s.get('served_model_name')}", highlight=False)
+    out.print(f"question: {s['question']}", highlight=False)
+    out.print(f"answer: {s['text']}", highlight=False)
+    out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
+    for c in s.get("checks") or []:
+        out.print(f"  {'ok ' if c['passed'] else 'FAIL'} {c['name']}: {escape(c['detail'])}", highlight=False)
+    for g in s.get("golden") or []:
+        out.print(f"  {'ok ' if g['passed'] else 'FAIL'} golden {g['name']}"
+                  + (f": missing {', '.join(g['missing'])}" if g["missing"] else ""), highlight=False)
+    b = s.get("bench")
+    if b:
+        sp = b.get("spec") or {}
+        out.print(f"bench ({sp.get('num_prompts')} requests, {sp.get('max_concurrency')} concurrent): "
+                  f"{b.get('completed')} completed, {b.get('failed')} failed; TTFT p50 {b.get('p50_ttft_ms')} ms, "
+                  f"p95 {b.get('p95_ttft_ms')} ms; ITL p50 {b.get('p50_itl_ms')} ms, p95 {b.get('p95_itl_ms')} ms; "
+                  f"{b.get('output_throughput')} output tokens/s" + (f"; error: {b['error']}" if b.get("error") else ""),
+                  highlight=False)
 
 
 @app.command()
@@ -207,18 +239,24 @@ def ingest(
     add_special_token: list[str] = typer.Option([], "--add-special-token",
                                                 help="mark an existing vocabulary token special (repeatable)"),
     chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
-    quantize: Optional[str] = typer.Option(None, "--quantize", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="llm-compressor recipe YAML (overrides the scheme's)"),
+    quantize: Optional[str] = typer.Option(None, "--quantize", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
     num_samples: int = typer.Option(64, "--num-samples", min=1, help="calibration samples"),
     max_seq_len: int = typer.Option(512, "--max-seq-len", min=8, help="calibration/evaluation window (tokens)"),
     accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss", help="publish even if the quality gate fails"),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for (default: local)"),
     no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
+    smoke_level: str = typer.Option("load", "--smoke", help="load (in-process chat), server (OpenAI server checks "
+                                                            "+ golden prompts) or bench (server + a short load test)"),
+    golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML for --smoke server|bench"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="serve/ plan target GPU, e.g. H100-80GB (default: H100-80GB "
+                                                          "on the fewest GPUs that fit)"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="serve/ plan GPU count"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
-    """Fetch, verify, patch, quantize, smoke-load in vLLM and store SOURCE as a servable artifact."""
+    """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact."""
     d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
                     tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
                     serve=serve, dtype=dtype, vllm_version=vllm_version,
@@ -226,7 +264,9 @@ def ingest(
                            "chat_template": str(chat_template) if chat_template else None,
                            "quantize": quantize, "recipe": str(recipe) if recipe else None,
                            "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
-                           "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime})
+                           "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime,
+                           "smoke_level": _smoke_level(smoke_level, as_json), "golden": str(golden) if golden else None,
+                           "gpu": gpu, "gpus": gpus})
     _print_result(d, as_json)
 
 
@@ -323,9 +363,9 @@ def patch_cmd(
 @app.command("quantize")
 def quantize_cmd(
     path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
-    scheme: str = typer.Option(..., "--scheme", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16"),
+    scheme: str = typer.Option(..., "--scheme", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
     out_dir: Path = typer.Option(..., "--out", help="new folder: OUT/model, OUT/quantization.json, OUT/recipe.yaml"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="llm-compressor recipe YAML (overrides the scheme's)"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
     num_samples: int = typer.Option(64, "--num-samples", min=1),
     max_seq_len: int = typer.Option(512, "--max-seq-len", min=8),
@@ -372,8 +412,9 @@ def quantize_cmd(
 
     report = replace(report, findings=report.findings + findings)
     if as_json:
-        sys.stdout.write(json.dumps(record | {"verification": report.to_dict()["summary"]},
-                                    indent=2) + "\n")
+        rd = report.to_dict()
+        sys.stdout.write(json.dumps(record | {"verification": rd["summary"] | {
+            "findings": [f for f in rd["findings"] if f["severity"] != "info"]}}, indent=2) + "\n")
     else:
         _findings_table(report)
         qual = res.quality
@@ -387,6 +428,480 @@ def quantize_cmd(
         out.print(f"verification: {'passed' if report.passed else 'FAILED'} ({len(report.errors)} errors)")
     ok = report.passed and (res.quality is None or res.quality.passed or accept_quality_loss)
     raise typer.Exit(0 if ok else 1)
+
+
+@app.command("smoke")
+def smoke_cmd(
+    path: Path = typer.Argument(..., help="an artifact folder (manifest.json + model/ [+ serve/]) or a model folder"),
+    level: str = typer.Option("server", "--level", help="load, server or bench"),
+    golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML (default: the demo set)"),
+    question: str = typer.Option("What is the capital of France?", "--question"),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=16, help="CPU smoke context (tokens)"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Smoke-test PATH in the local vLLM runtime. server/bench start the OpenAI server from the
+    artifact's serve/vllm.yaml (CPU overrides applied), check the API and the golden prompts, and
+    (bench) run vLLM's benchmark client. Exit 0 when every check passes, 1 when one fails, 2 for bad input."""
+    _quiet_libraries(verbose)
+    reporter = _start_progress(as_json)
+    try:
+        import yaml
+
+        from modelyard.errors import MissingConfigError
+        from modelyard.pipeline import serve_smoke, smoke
+        from modelyard.pipeline.patch import model_root
+        from modelyard.settings import Settings
+
+        level = _smoke_level(level, as_json)
+        model_dir = model_root(path)
+        if not (model_dir / "config.json").is_file():
+            raise MissingConfigError(f"{model_dir}/config.json does not exist", fix="Pass a model or artifact folder.")
+        settings = Settings()
+        cap = min(max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP)
+        if level == "load":
+            res = smoke.smoke_load(model_dir, settings, question=question, max_tokens=max_tokens, max_model_len=max_model_len)
+        else:
+            vy = path / "serve" / "vllm.yaml"
+            if vy.is_file():
+                config = yaml.safe_load(vy.read_text())
+            else:
+                from modelyard.pipeline.serve import DEFAULT_GPU, ServeTarget, plan_serve
+                from modelyard.pipeline.serve_files import vllm_config
+
+                config = vllm_config(plan_serve(model_dir, ServeTarget(gpu=DEFAULT_GPU)), model=str(model_dir))
+            prompts, src = serve_smoke.load_golden(golden)
+            res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
+                                           golden=prompts, golden_source=src, max_model_len=cap,
+                                           bench=serve_smoke.BenchSpec() if level == "bench" else None)
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        _stop_progress(reporter)
+    d = res.to_dict()
+    if as_json:
+        out.print_json(json.dumps({"ok": res.passed, **d}, default=str))
+    elif level == "load":
+        out.print(f"answer: {res.text}\nfinish_reason: {res.finish_reason}", highlight=False)
+    else:
+        _print_server_smoke(d)
+    if not res.passed:
+        err.print(f"[bold red]smoke failed:[/] {escape(str(res.error))}", highlight=False)
+    raise typer.Exit(0 if res.passed else 1)
+
+
+@app.command("serve-plan")
+def serve_plan_cmd(
+    path: Path = typer.Argument(..., help="a model folder or an artifact folder (manifest.json + model/)"),
+    gpu: str = typer.Option(..., "--gpu", help="GPU model, e.g. H100-80GB, H200-141GB, A100-40GB, L4-24GB"),
+    gpus: int = typer.Option(1, "--gpus", min=1, help="GPUs available on the host"),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM's fraction of GPU memory"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (the model dtype) or fp8"),
+    tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size", "--tp", min=1,
+                                                       help="default: the largest valid size <= --gpus"),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="context to plan for (tokens)"),
+    name: Optional[str] = typer.Option(None, "--served-model-name", help="default: the artifact or folder name"),
+    write: Optional[Path] = typer.Option(None, "--write", help="write serve/ into this folder (default: PATH "
+                                                               "when it is an artifact)"),
+    no_write: bool = typer.Option(False, "--no-write", help="only print the plan"),
+    proxy: bool = typer.Option(False, "--proxy", help="also an nginx front with an API key (serve/nginx.conf)"),
+    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Size PATH for vLLM on --gpus x --gpu: weights and KV cache per rank, tokens that fit, valid
+    tensor-parallel sizes, max_model_len and max_num_seqs; write serve/ (vllm.yaml, compose.yaml, README.md).
+    Exit 0 with a plan, 2 when it cannot fit (the message says why and what to change)."""
+    _quiet_libraries(verbose)
+    try:
+        from modelyard.pipeline.serve import ServeTarget, plan_serve
+        from modelyard.pipeline.serve_files import write_serve_files
+
+        plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
+                                            kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+                                            max_model_len=max_model_len), name=name)
+        dest = write if write is not None else (path if (path / "manifest.json").is_file() and (path / "model").is_dir()
+                                                else None)
+        written = None
+        if dest is not None and not no_write:
+            model = "model" if (dest / "model").is_dir() else str(path.resolve())
+            written = write_serve_files(dest, plan, model=model, proxy=proxy)
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    if as_json:
+        d = plan.to_dict() | {"ok": True, "serve_dir": str(written.dir) if written else None}
+        out.print_json(json.dumps(d))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"serve plan: {escape(plan.served_model_name)} on {plan.gpus} x {plan.gpu}", title_justify="left")
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_column("how")
+    for q, v, h in plan.rows():
+        t.add_row(escape(q), escape(v), escape(h))
+    out.print(t)
+    for n in plan.notes:
+        out.print(f"note: {escape(n)}", highlight=False, soft_wrap=True)
+    if written:
+        out.print(f"wrote {escape(str(written.dir))}/: vllm.yaml, compose.yaml, README.md"
+                  + (", nginx.conf" if written.nginx_conf else ""), highlight=False)
+
+
+@app.command("bundle")
+def bundle_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder (manifest.json + model/) or a store reference NAME[@REVISION]"),
+    output: Path = typer.Option(..., "-o", "--output", help="the .tar.zst to write (written to a temp name, then renamed)"),
+    level: int = typer.Option(3, "--level", min=1, max=19, help="zstd level"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Write an artifact as one deterministic .tar.zst for an air-gapped site (manifest.json first)."""
+    reporter = _start_progress(as_json)
+    try:
+        from modelyard.artifacts.bundle import bundle_artifact
+
+        res = bundle_artifact(artifact, output, level=level)
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        _stop_progress(reporter)
+    d = {"bundle": str(res.path), "bytes_in": res.bytes_in, "bytes_out": res.bytes_out, "files": res.files,
+         "content_digest": res.content_digest}
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}))
+    else:
+        out.print(f"bundle: {res.path}  ({res.files} files, {res.bytes_in} bytes -> {res.bytes_out} bytes)", highlight=False)
+        out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+
+
+@app.command("unbundle")
+def unbundle_cmd(
+    bundle: Path = typer.Argument(..., help="a .tar.zst made by `modelyard bundle`"),
+    into: Optional[Path] = typer.Option(None, "--into", help="new artifact folder to create"),
+    hf_cache: Optional[Path] = typer.Option(None, "--hf-cache", help="a Hugging Face cache folder (HF_HUB_CACHE) to add the model to"),
+    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="with --hf-cache: org/name (default: the manifest's hub repo)"),
+    max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0, help="refuse bundles declaring more than this x their compressed size"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Check every byte of BUNDLE against its manifest and extract it (all or nothing): as an artifact
+    folder (--into) or into a Hugging Face cache (--hf-cache) that transformers loads offline."""
+    reporter = _start_progress(as_json)
+    try:
+        from modelyard.errors import InvalidTargetError
+
+        if (into is None) == (hf_cache is None):
+            raise InvalidTargetError("pass exactly one of --into DIR and --hf-cache DIR",
+                                     fix="--into for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
+        if into is not None:
+            from modelyard.artifacts.unbundle import unbundle
+
+            c = unbundle(bundle, into, max_ratio=max_ratio)
+            d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
+                 "content_digest": c.manifest.get("content_digest")}
+        else:
+            from modelyard.artifacts.hfcache import rehydrate
+
+            r = rehydrate(bundle, hf_cache, repo_id=repo_id, max_ratio=max_ratio)  # type: ignore[arg-type]
+            d = {"hf_cache": str(r.cache_dir), "repo_id": r.repo_id, "commit": r.commit,
+                 "commit_synthesized": r.commit_synthesized, "snapshot": str(r.snapshot), "files": r.files,
+                 "reused": r.reused}
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        _stop_progress(reporter)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}))
+    elif into is not None:
+        out.print(f"artifact: {d['artifact']}  ({d['files']} files verified)", highlight=False)
+        out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
+    else:
+        out.print(f"hf cache: {d['hf_cache']}  repo: {d['repo_id']}  commit: {d['commit']}"
+                  + ("  (synthesized)" if d["commit_synthesized"] else ""), highlight=False, soft_wrap=True)
+        out.print(f"load with: HF_HUB_CACHE={d['hf_cache']} HF_HUB_OFFLINE=1, "
+                  f"from_pretrained({d['repo_id']!r}, revision={d['commit']!r})", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def doctor(
+    artifact: Optional[Path] = typer.Argument(None, help="an artifact or model folder whose needs to judge (optional)"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds the vLLM runtime probe may take"),
+    as_json: bool = typer.Option(False, "--json", help="print the facts (and judged needs) as JSON"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Report this serving host (GPUs, compute capability, driver, CUDA, torch, NCCL, vLLM) and, given
+    ARTIFACT, whether its needs are met. Exit 0 when they are (or with no ARTIFACT), 1 when one is not."""
+    _quiet_libraries(verbose)
+    try:
+        from modelyard.pipeline import doctor as doc
+
+        needs = doc.artifact_needs(artifact) if artifact is not None else None
+        facts = doc.collect_host_facts(timeout=timeout)
+        checks = doc.judge_needs(facts, needs) if needs is not None else []
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    failed = any(c.ok is False and c.severity == "error" for c in checks) or \
+        any(c.ok is None and c.severity == "error" for c in checks)
+    if as_json:
+        from dataclasses import asdict
+
+        out.print_json(json.dumps({"ok": not failed, "host": facts.to_dict(),
+                                   "needs": [asdict(c) for c in checks]}))
+        raise typer.Exit(1 if failed else 0)
+    from rich.table import Table
+
+    if facts.gpus:
+        out.print(f"GPUs ({facts.source}): {len(facts.gpus)}", highlight=False)
+        for g in facts.gpus:
+            out.print(f"  {g.index}: {escape(g.name)}, {g.memory_bytes / 2**30:.1f} GiB, compute capability "
+                      f"{g.compute_capability or 'unknown'}", highlight=False)
+    else:
+        out.print("GPUs: none found; this host cannot serve with CUDA", highlight=False)
+    for label, v in (("driver", facts.driver_version), ("CUDA (driver)", facts.cuda_version),
+                     ("torch", facts.torch_version), ("torch CUDA", facts.torch_cuda), ("NCCL", facts.nccl_version),
+                     ("vLLM", facts.vllm_version)):
+        out.print(f"{label}: {escape(v) if v else 'not found'}", highlight=False)
+    out.print(f"vLLM runtime: {escape(facts.vllm_python or '')}", highlight=False)
+    for p in facts.problems:
+        err.print(f"[yellow]note:[/] {escape(p)}", highlight=False, soft_wrap=True)
+    if needs is not None:
+        t = Table(title=f"needs of {escape(needs.name)}", title_justify="left")
+        for col in ("need", "required", "have", "verdict"):
+            t.add_column(col)
+        for c in checks:
+            verdict = ("[green]ok[/]" if c.ok and c.severity != "warning" else "[yellow]ok, slower[/]" if c.ok else
+                       "[red]NOT MET[/]" if c.ok is False else "[yellow]unknown[/]")
+            t.add_row(escape(c.need), escape(c.required), escape(c.have), verdict)
+        out.print(t)
+        for c in checks:
+            if c.fix and c.ok is not True:
+                err.print(f"[bold]fix ({escape(c.need)}):[/] {escape(c.fix)}", highlight=False, soft_wrap=True)
+        out.print("[bold red]needs not met[/]" if failed else "[bold green]needs met[/]")
+    raise typer.Exit(1 if failed else 0)
+
+
+# ---- publish, pull, sign, list, show (issue 7) ---------------------------------------------------------
+
+
+def _guard(as_json: bool, verbose: bool, fn):  # noqa: ANN001, ANN202
+    """Run ``fn`` with progress on stderr; every failure becomes one line and an exit code."""
+    reporter = _start_progress(as_json)
+    try:
+        return fn()
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        _stop_progress(reporter)
+
+
+@app.command("publish")
+def publish_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
+    to: str = typer.Option(..., "--to", help="oci://HOST[:PORT]/REPO[:TAG] or s3://BUCKET/PREFIX"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
+    digest = the file's sha256) or to S3 (manifest.json last). Credentials: MODELYARD_REGISTRY_USER /
+    MODELYARD_REGISTRY_PASSWORD; the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
+    from dataclasses import asdict
+
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.publish import publish
+
+        return publish(artifact, to)
+
+    res = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **asdict(res)}))
+        return
+    out.print(f"published: {res.uri}  ({res.files} files, {res.bytes} bytes"
+              + (f", {res.skipped} blobs already there" if res.skipped else "") + ")", highlight=False, soft_wrap=True)
+    if res.digest:
+        out.print(f"manifest digest: {res.digest}", highlight=False, soft_wrap=True)
+    out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+
+
+@app.command("pull")
+def pull_cmd(
+    ref: str = typer.Argument(..., help="oci://HOST[:PORT]/REPO:TAG (or @sha256:...) or s3://BUCKET/PREFIX"),
+    into: Path = typer.Option(..., "--into", help="new artifact folder to create"),
+    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): verify model.sig after the download"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.publish import pull
+
+        return pull(ref, into, public_key=key)
+
+    res = _guard(as_json, verbose, run)
+    d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
+         "signature_verified": res.signature_verified}
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}))
+        return
+    out.print(f"artifact: {res.path}  ({res.files} files verified)", highlight=False, soft_wrap=True)
+    out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+    if res.signature_verified:
+        out.print("signature: verified (model.sig)")
+
+
+@app.command("sign")
+def sign_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
+    key: Path = typer.Option(..., "--key", help="elliptic-curve private key (PEM)"),
+    password: Optional[str] = typer.Option(None, "--password", envvar="MODELYARD_SIGNING_KEY_PASSWORD",
+                                           help="the key's password, if encrypted (or MODELYARD_SIGNING_KEY_PASSWORD)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Sign ARTIFACT's model/ with OpenSSF model-signing; writes model.sig beside model/."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.bundle import resolve_artifact
+        from modelyard.artifacts.signing import sign_artifact
+        from modelyard.errors import SigningKeyError, BundleError
+
+        try:
+            root = resolve_artifact(artifact)
+        except BundleError as exc:
+            raise SigningKeyError(exc.message, fix=exc.fix) from None
+        return sign_artifact(root, private_key=key, password=password)
+
+    res = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method}))
+        return
+    out.print(f"signed: {res.signature}", highlight=False, soft_wrap=True)
+
+
+@app.command("verify-signature")
+def verify_signature_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
+    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM) matching the signing key"),
+    trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for certificate signatures"),
+    identity: Optional[str] = typer.Option(None, "--identity", help="Sigstore keyless: the signer's identity (e-mail, workflow)"),
+    issuer: Optional[str] = typer.Option(None, "--issuer", help="Sigstore keyless: the OIDC issuer"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.bundle import resolve_artifact
+        from modelyard.artifacts.signing import verify_signature
+        from modelyard.errors import SigningKeyError, BundleError
+
+        try:
+            root = resolve_artifact(artifact)
+        except BundleError as exc:
+            raise SigningKeyError(exc.message, fix=exc.fix) from None
+        return verify_signature(root, public_key=key, trust_root=trust_root, identity=identity, oidc_issuer=issuer)
+
+    res = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method, "files": res.files}))
+        return
+    out.print(f"[bold green]signature verified[/] ({res.method}): {escape(str(res.signature))} covers "
+              f"{res.files} files of model/", highlight=False, soft_wrap=True)
+
+
+def _human(n: int) -> str:
+    from rich.filesize import decimal
+
+    return decimal(n)
+
+
+@app.command("list")
+def list_cmd(
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.catalog import list_artifacts
+        from modelyard.settings import Settings
+
+        return list_artifacts(out_dir if out_dir is not None else Settings().store_dir())
+
+    arts = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps([a.to_dict() for a in arts]))
+        return
+    if not arts:
+        out.print("the store holds no artifacts")
+        return
+    from rich.table import Table
+
+    t = Table(title_justify="left")
+    for col in ("name", "revision", "content digest", "created", "quantization", "size"):
+        t.add_column(col, overflow="fold")
+    for a in arts:
+        t.add_row(escape(a.name), escape(a.revision[:16]), escape(a.content_digest[:19]), escape(a.created_at or ""),
+                  escape(a.quantization or "-"), _human(a.size))
+    out.print(t)
+
+
+@app.command("show")
+def show_cmd(
+    ref: str = typer.Argument(..., help="NAME[@REVISION] in the store, or an artifact folder"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.catalog import show_artifact
+
+        return show_artifact(ref, out_dir)
+
+    d = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}, default=str))
+        return
+    out.print(f"[bold]{escape(d['name'])}[/]@{escape(d['revision'])}  {escape(d['path'])}", highlight=False, soft_wrap=True)
+    out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
+    out.print(f"created: {d['created_at']}  size: {_human(d['size'])} in {d['files']} model files  "
+              f"quantization: {d['quantization'] or 'none'}  patches: {d['patches']}  "
+              f"signed: {'yes' if d['signed'] else 'no'}", highlight=False, soft_wrap=True)
+    src = d["source"]
+    out.print(f"source: {escape(str(src.get('uri')))}" + (f"  commit: {src['commit']}" if src.get("commit") else ""),
+              highlight=False, soft_wrap=True)
+    v = d.get("verification") or {}
+    out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({v.get('errors', 0)} errors, "
+              f"{v.get('warnings', 0)} warnings)", highlight=False)
+    s = d.get("smoke")
+    out.print(f"smoke: vLLM {s['vllm_version']}, loaded in {s['load_seconds']} s, finish_reason {s['finish_reason']}"
+              if s else "smoke: not run", highlight=False)
+    for f in ((d.get("report") or {}).get("findings") or [])[:20]:
+        out.print(f"  {f['severity']:<7} {escape(str(f['code']))}  {escape(str(f.get('file') or ''))}: "
+                  f"{escape(str(f['message']))}", highlight=False, soft_wrap=True)
 
 
 def demo_gguf_path() -> Path:
@@ -409,6 +924,7 @@ def demo_gguf_path() -> Path:
 @app.command()
 def demo(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    smoke_level: str = typer.Option("load", "--smoke", help="load, server or bench (see `ingest --help`)"),
     as_json: bool = typer.Option(False, "--json"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -418,7 +934,8 @@ def demo(
     except BaseException as exc:  # noqa: BLE001
         _fail(exc, as_json)
     d = _run_ingest(f"gguf://{gguf}", name="smollm2-135m-instruct", out_dir=out_dir, max_model_len=None,
-                    tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose)
+                    tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose,
+                    patch={"smoke_level": _smoke_level(smoke_level, as_json)})
     _print_result(d, as_json)
 
 

@@ -87,3 +87,31 @@ class ArtifactConflictError(ModelyardError, FileExistsError):
 
 class StoreError(ModelyardError, OSError):
     """Writing to the artifact store failed (permissions, disk full, ...)."""
+
+
+class BundleError(ModelyardError, ValueError):
+    """A ``.tar.zst`` bundle is malformed, corrupt or unsafe (path traversal, links, a member the
+    manifest does not list, a size or SHA256 that differs, a decompression bomb), or an artifact
+    cannot be bundled. The message names the member and the problem."""
+
+
+class ServePlanError(ModelyardError, ValueError):
+    """The model does not fit the serving target (GPU model x count); the message says need vs have."""
+
+
+class PublishError(ModelyardError, OSError):
+    """Publishing to or pulling from a remote target (``oci://``, ``s3://``) failed: the target is
+    malformed or unreachable, the registry or bucket refused a blob, or what is there is not a complete
+    modelyard artifact (no manifest.json, an unsafe path). Names the file or blob and a fix; never
+    holds credentials."""
+
+
+class SignatureError(ModelyardError, ValueError):
+    """``model.sig`` does not verify against ``model/`` (a file changed, added or missing) or against
+    the key / trust root given; the message names the files."""
+
+    exit_code = 1
+
+
+class SigningKeyError(ModelyardError, ValueError):
+    """A signing or verification key (or trust root) is missing, unreadable or of the wrong kind."""

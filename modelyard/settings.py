@@ -10,6 +10,11 @@
                             beside the source checkout)
 ``MODELYARD_SMOKE_TIMEOUT`` seconds the vLLM smoke subprocess may take (default 900)
 =========================  =====================================================================
+
+Publishing (``modelyard publish``/``pull``): ``MODELYARD_REGISTRY_USER`` and
+``MODELYARD_REGISTRY_PASSWORD`` (a ``SecretStr``) for ``oci://`` registries (anonymous when unset);
+``MODELYARD_S3_ENDPOINT_URL`` for an S3-compatible endpoint (falls back to ``AWS_ENDPOINT_URL``;
+credentials come from the usual AWS variables or files).
 """
 
 from __future__ import annotations
@@ -34,6 +39,19 @@ class Settings(BaseSettings):
     vllm_python: Path | None = None
     smoke_timeout: float = 900.0
     vllm_kvcache_space_gib: int = 1
+    registry_user: str | None = None
+    registry_password: SecretStr | None = None
+    s3_endpoint_url: str | None = None
+
+    def registry_credentials(self) -> tuple[str, str] | None:
+        """(user, password) for OCI registries, in clear for the client only; never log them."""
+        if self.registry_user and self.registry_password is not None:
+            return self.registry_user, self.registry_password.get_secret_value()
+        return None
+
+    def s3_endpoint(self) -> str | None:
+        """``MODELYARD_S3_ENDPOINT_URL``, else ``AWS_ENDPOINT_URL``, else None (AWS)."""
+        return self.s3_endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
 
     def endpoint(self) -> str | None:
         """The hub endpoint: ``MODELYARD_HF_ENDPOINT``, else ``HF_ENDPOINT``, else None (hub default)."""

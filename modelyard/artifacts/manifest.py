@@ -39,10 +39,11 @@ def tool_versions() -> dict[str, str | None]:
 
 def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,
                    smoke: dict[str, Any] | None, files: tuple[FileEntry, ...] | None = None,
-                   plan: PatchPlan | None = None, quantization: dict[str, Any] | None = None) -> dict[str, Any]:
+                   plan: PatchPlan | None = None, quantization: dict[str, Any] | None = None,
+                   serve: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest dict. ``files`` are the artifact's ``model/`` entries (default: the snapshot's);
     a patched file lists its new ``sha256`` and its ``original_sha256``; ``patches`` holds the
-    plan's ops (``patches.json``) and its digest."""
+    plan's ops (``patches.json``) and its digest; ``serve`` the serve plan that serve/ was written for."""
     files = sorted(files if files is not None else snapshot.files, key=lambda f: f.path)
     tools = tool_versions()
     if smoke and smoke.get("vllm_version"):
@@ -69,5 +70,6 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
             **{k: v for k, v in quantization.items() if k != "recipe"},
             "recipe": {k: v for k, v in quantization["recipe"].items() if k != "text"}},
         "smoke": smoke,
+        "serve": serve,
         "tools": {**tools, **((quantization or {}).get("tools") or {})},
     }

@@ -1,7 +1,8 @@
 """The check registry: each check is a small function ``(checkpoint, context) -> Iterable[Finding]``.
 
 Register with ``@check("concern")``; :func:`run_checks` runs all of them (or one concern), in
-registration order, and turns a crash inside a check into an ``internal.check_crashed`` error
+:data:`CONCERN_ORDER` (files first, tokenizer last) and, within a concern, in definition order,
+whichever module happened to be imported first, and turns a crash inside a check into an ``internal.check_crashed`` error
 finding instead of a traceback: a checker bug must never pass a model silently.
 """
 
@@ -39,9 +40,14 @@ def check(concern: str) -> Callable[[CheckFn], CheckFn]:
     return deco
 
 
+#: the order concerns run in: cheap file-level checks first; each later concern may rely on earlier ones.
+CONCERN_ORDER = ("files", "safetensors", "config", "architecture", "parallelism", "quantization", "tokenizer")
+
+
 def registered() -> tuple[RegisteredCheck, ...]:
     _load_all()
-    return tuple(_REGISTRY)
+    rank = {c: i for i, c in enumerate(CONCERN_ORDER)}
+    return tuple(sorted(_REGISTRY, key=lambda r: rank.get(r.concern, len(rank))))  # stable within a concern
 
 
 def _load_all() -> None:
@@ -56,7 +62,7 @@ def _load_all() -> None:
 
 
 def run_checks(ckpt: Checkpoint, ctx: CheckContext) -> list[Finding]:
-    """Run every registered check on ``ckpt``; returns findings in registration order."""
+    """Run every registered check on ``ckpt``; returns findings in :func:`registered` order."""
     out: list[Finding] = []
     for rc in registered():
         try:

@@ -98,7 +98,9 @@ class Report:
                           f"{qual['ppl_quantized']} | {qual['ppl_ratio']} | {qual['max_ppl_ratio']} |",
                           f"| mean KL(parent ‖ quantized), nats/token | | {qual['kl_mean']} | | {qual['max_kl']} |",
                           "", f"- quality gate: {'passed' if qual['passed'] else 'FAILED'}"]
-        if self.smoke:
+        if self.smoke and self.smoke.get("level") in ("server", "bench"):
+            lines += _server_smoke_md(self.smoke)
+        elif self.smoke:
             s = self.smoke
             lines += ["", "## vLLM smoke load", ""]
             lines.append(f"- vLLM {s.get('vllm_version')}, load {s.get('load_seconds')} s, "
@@ -108,3 +110,31 @@ class Report:
             lines.append(f"- finish_reason: `{s.get('finish_reason')}` ({s.get('completion_tokens')} tokens)")
             lines.append(f"- passed: {s.get('passed')}")
         return "\n".join(lines) + "\n"
+
+
+def _server_smoke_md(s: dict[str, Any]) -> list[str]:
+    """The Markdown of a ``server``/``bench`` smoke result (pipeline.serve_smoke.ServerSmokeResult)."""
+    lines = ["", f"## vLLM OpenAI server smoke ({s.get('level')})", "",
+             f"- vLLM {s.get('vllm_version')}, served as `{s.get('served_model_name')}`, /health after "
+             f"{s.get('startup_seconds')} s; passed: {s.get('passed')}",
+             f"- question: {s.get('question')}", f"- answer: {s.get('text')!r} (`{s.get('finish_reason')}`, "
+             f"{s.get('completion_tokens')} tokens)", "", "| check | passed | detail |", "|---|---|---|"]
+    lines += [f"| {c['name']} | {c['passed']} | {c['detail']} |" for c in s.get("checks") or []]
+    if s.get("golden"):
+        lines += ["", f"Golden prompts ({s.get('golden_source')}):", "", "| prompt | passed | missing | answer |",
+                  "|---|---|---|---|"]
+        lines += [f"| {g['name']} | {g['passed']} | {', '.join(g['missing']) or '-'} | {g['answer'][:80]!r} |"
+                  for g in s["golden"]]
+    b = s.get("bench")
+    if b:
+        sp = b.get("spec") or {}
+        lines += ["", f"Load ({b.get('client')}): {sp.get('num_prompts')} requests, {sp.get('max_concurrency')} "
+                      f"concurrent, {sp.get('input_len')} input / {sp.get('output_len')} output tokens", "",
+                  "| completed | failed | TTFT p50 / p95 (ms) | ITL p50 / p95 (ms) | output tokens/s |",
+                  "|---|---|---|---|---|",
+                  f"| {b.get('completed')} | {b.get('failed')} | {b.get('p50_ttft_ms')} / {b.get('p95_ttft_ms')} | "
+                  f"{b.get('p50_itl_ms')} / {b.get('p95_itl_ms')} | {b.get('output_throughput')} |"]
+        if b.get("error"):
+            lines.append(f"- bench error: {b['error']}")
+    return lines
+

@@ -28,10 +28,11 @@ from modelyard.artifacts.package import (
     write_quantization_records,
 )
 from modelyard.artifacts.store import Artifact, Store
+from modelyard.pipeline.serve_files import write_serve_files
 from modelyard.checks import Report, Target
-from modelyard.errors import EndpointUnreachableError, SmokeFailedError
+from modelyard.errors import EndpointUnreachableError, ServePlanError, SmokeFailedError
 from modelyard.pipeline import fetch as fetch_stage
-from modelyard.pipeline import compat, hashing, patch, quantize, smoke, verify
+from modelyard.pipeline import compat, hashing, patch, quantize, serve, serve_smoke, smoke, verify
 from modelyard.pipeline.options import IngestOptions
 from modelyard.pipeline.snapshot import Snapshot
 from modelyard.pipeline.sources import Source, parse_source, sanitize_name
@@ -52,6 +53,10 @@ class IngestResult:
         return {"artifact": str(a.path), "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
                 "reused": a.reused, "source": self.source, "commit": self.commit,
                 "verification": self.report.to_dict()["summary"], "patches": self.patches, "smoke": self.smoke}
+
+
+#: a stored artifact is reused only when its smoke passed at the level asked for, or a higher one.
+_LEVEL_RANK = {"load": 0, "server": 1, "bench": 2}
 
 
 def _retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
@@ -108,6 +113,40 @@ def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> s
     return res
 
 
+@task(name="serve-plan", cache_policy=NO_CACHE)
+def serve_plan_task(model_dir: Path, options: IngestOptions, name: str) -> serve.ServePlan | None:
+    """The serve plan behind serve/. With ``--gpu``/``--gpus`` a plan that cannot fit fails the run
+    (exit 2); without, H100-80GB on the fewest of 1, 2, 4, 8 GPUs that fit, or no serve/ at all."""
+    mml = options.max_model_len
+    if options.gpu or options.gpus:
+        return serve.plan_serve(model_dir, serve.ServeTarget(gpu=options.gpu or serve.DEFAULT_GPU, gpus=options.gpus or 1,
+                                                             max_model_len=mml), name=name)
+    for n in (1, 2, 4, 8):
+        try:
+            return serve.plan_serve(model_dir, serve.ServeTarget(gpu=serve.DEFAULT_GPU, gpus=n, max_model_len=mml), name=name)
+        except ServePlanError:
+            continue
+    return None
+
+
+@task(name="smoke-server", cache_policy=NO_CACHE)
+def smoke_server_task(model_dir: Path, settings: Settings, options: IngestOptions,
+                      plan: serve.ServePlan | None, name: str) -> serve_smoke.ServerSmokeResult:
+    """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides)."""
+    from modelyard.pipeline.serve_files import vllm_config
+
+    cfg = vllm_config(plan, model=str(model_dir)) if plan else {"served-model-name": name}
+    golden, src = serve_smoke.load_golden(_path(options.golden))
+    res = serve_smoke.smoke_server(
+        model_dir, settings, config=cfg, question=options.question, max_tokens=options.smoke_max_tokens,
+        golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.smoke_level == "bench" else None,
+        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP))
+    if not res.passed:
+        raise SmokeFailedError(f"vLLM server smoke failed ({res.error}); answer was {res.text!r}", result=res,
+                               fix="See the failed checks in the message; golden misses name the prompt.")
+    return res
+
+
 @task(name="quantize", cache_policy=NO_CACHE)
 def quantize_task(model_dir: Path, out_model: Path, options: IngestOptions) -> quantize.QuantizeResult:
     return quantize.quantize_model(model_dir, out_model, options.quantize or "", num_samples=options.num_samples,
@@ -150,7 +189,9 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     existing = store.get(name, revision)
     if existing is not None and (existing.content_digest == digest or options.quantize):
         prev = json.loads((existing.path / "manifest.json").read_text())
-        if not options.smoke or (prev.get("smoke") or {}).get("passed"):
+        prev_smoke = prev.get("smoke") or {}
+        if not options.smoke or (prev_smoke.get("passed") and _LEVEL_RANK[prev_smoke.get("level", "load")]
+                                 >= _LEVEL_RANK[options.smoke_level]):
             prev_report = json.loads((existing.path / "report.json").read_text())
             if not plan.empty or options.quantize:
                 report = verify_task(existing.path / "model", target)
@@ -180,12 +221,20 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
                                               | {"recipe": {k: v for k, v in qrec["recipe"].items() if k != "text"}})
             verify.gate(report, f"{snap.source} quantized with {options.quantize}")
             quantize.quality_gate(qres, accept=options.accept_quality_loss)
-        smoke_dict = smoke_task(model_dir, settings, options).to_dict() if options.smoke else None
+        serve_plan = serve_plan_task(model_dir, options, name)
+        smoke_dict = None
+        if options.smoke and options.smoke_level != "load":
+            smoke_dict = smoke_server_task(model_dir, settings, options, serve_plan, name).to_dict()
+        elif options.smoke:
+            smoke_dict = smoke_task(model_dir, settings, options).to_dict()
+        if serve_plan is not None:
+            write_serve_files(staging, serve_plan)
         if smoke_dict is not None:
             report = report.with_smoke(smoke_dict)
         report_json = report.to_json().encode()
         manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
-                                  smoke=smoke_dict, files=files, plan=plan, quantization=qrec)
+                                  smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
+                                  serve=serve_plan.to_dict() if serve_plan else None)
         write_metadata(staging, manifest, report, report_json, title=f"{name}@{revision}")
         artifact = publish_task(store, staging, name, revision, digest)
     finally:

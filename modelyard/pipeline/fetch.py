@@ -5,6 +5,8 @@
   downloaded with ``huggingface_hub.snapshot_download`` (resumable, into ``<home>/.cache/hf``).
 - ``file://``: the folder itself, read-only; nothing is copied here.
 - ``gguf://``: dequantized to a bf16 safetensors checkpoint by :mod:`modelyard.pipeline.gguf`.
+- ``tar://``: a bundle (``modelyard bundle``), verified and extracted once into
+  ``<home>/.cache/bundles/<content digest>/``; the expected sizes and sha256 come from its manifest.
 
 Default allow patterns (issue #2): safetensors, their index, json, tokenizer files, ``*.jinja``,
 ``*.txt``, ``*.md``. Pickle formats and ``*.gguf`` are not fetched unless asked.
@@ -13,6 +15,8 @@ Default allow patterns (issue #2): safetensors, their index, json, tokenizer fil
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -73,6 +77,8 @@ def fetch(source: Source, settings: Settings, *, allow_patterns: Sequence[str] |
         return fetch_gguf(source, settings)
     if source.kind == "hf":
         return _fetch_hf(source, settings, allow, ignore)
+    if source.kind == "tar":
+        return _fetch_bundle(source, settings)
     raise InvalidSourceError(f"no fetcher for source kind {source.kind!r}")
 
 
@@ -182,3 +188,39 @@ def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: 
         ))
     return Snapshot(root=Path(local), source=source.uri, kind="hf", files=tuple(files), repo_id=repo,
                     revision=rev, commit=commit, provenance={"endpoint": where})
+
+
+def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
+    """A ``tar://`` bundle: every byte checked against its manifest while extracting (once per
+    content digest, into the cache); the Snapshot's expected digests are the manifest's."""
+    from modelyard.artifacts.unbundle import read_manifest, unbundle
+    from modelyard.errors import BundleError
+
+    assert source.path is not None
+    if not source.path.is_file():
+        raise SourceNotFoundError(f"bundle {source.path} does not exist", fix="Check the path (tar:///absolute/path.tar.zst).")
+    manifest_bytes, manifest = read_manifest(source.path)
+    digest = str(manifest.get("content_digest", "")).removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise BundleError(f"{source.path.name}: manifest.json has no content_digest", fix="Re-make the bundle with `modelyard bundle`.")
+    root = settings.cache_dir() / "bundles" / digest
+    if not (root / "manifest.json").is_file() or (root / "manifest.json").read_bytes() != manifest_bytes:
+        if root.exists():
+            shutil.rmtree(root, ignore_errors=True)
+        try:
+            unbundle(source.path, root)
+        except (BundleError, OSError):
+            mf = root / "manifest.json"
+            if not (mf.is_file() and mf.read_bytes() == manifest_bytes):
+                raise
+            # else a concurrent fetch of the same bundle won the rename
+    src = manifest.get("source") or {}
+    modified = bool(manifest.get("patches") or manifest.get("quantization"))
+    files = tuple(FileEntry(path=f["path"][len("model/"):], size=f["size"], expected_sha256=f["sha256"],
+                            expected_size=f["size"], made_by=f.get("origin"))
+                  for f in manifest["files"] if f["path"].startswith("model/"))
+    _require_model_files(f"bundle {source.path}", [f.path for f in files], [f.path for f in files])
+    return Snapshot(root=root / "model", source=source.uri, kind="tar", files=files, repo_id=src.get("repo_id"),
+                    revision=None if modified else src.get("revision"), commit=None if modified else src.get("commit"),
+                    provenance={"bundle_of": f"{manifest.get('name')}@{manifest.get('revision')}",
+                                "bundle_source": src.get("uri"), "bundle_content_digest": manifest.get("content_digest")})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -15,6 +17,10 @@ class IngestOptions(BaseModel):
     max_model_len: int | None = Field(default=None, gt=0)
     tensor_parallel_size: int = Field(default=1, gt=0)
     smoke: bool = True
+    smoke_level: Literal["load", "server", "bench"] = "load"  # pipeline.serve_smoke.LEVELS
+    golden: str | None = None  # YAML of golden prompts (server/bench); default modelyard/data/golden-demo.yaml
+    gpu: str | None = None  # serve plan target (pipeline.gpus); None = H100-80GB on the fewest GPUs that fit
+    gpus: int | None = Field(default=None, gt=0)
     serve: str = "chat"
     dtype: str | None = None
     vllm_version: str | None = None

@@ -56,7 +56,7 @@ class SmokeResult:
         return asdict(self)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(10)
@@ -66,6 +66,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+def runtime_env(settings: Settings, tmp: str) -> dict[str, str]:
+    """The environment of a vLLM runtime subprocess: no hub token, offline, caches under ``tmp``,
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) from the settings, no usage stats."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_TOKEN", "MODELYARD_HF_TOKEN", "VIRTUAL_ENV", "PYTHONPATH"))}
+    env.update(VLLM_CPU_KVCACHE_SPACE=str(settings.vllm_kvcache_space_gib), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", HF_HOME=f"{tmp}/hf", VLLM_CACHE_ROOT=f"{tmp}/vllm",
+               XDG_CACHE_HOME=f"{tmp}/cache", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", TMPDIR=tmp)
+    return env
 
 
 _ERROR_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
@@ -104,10 +114,7 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     with tempfile.TemporaryDirectory(prefix="modelyard-smoke-") as tmp:
         out = Path(tmp) / "result.json"
         log = Path(tmp) / "vllm.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_TOKEN", "MODELYARD_HF_TOKEN", "VIRTUAL_ENV", "PYTHONPATH"))}
-        env.update(VLLM_CPU_KVCACHE_SPACE=str(settings.vllm_kvcache_space_gib), HF_HUB_OFFLINE="1",
-                   TRANSFORMERS_OFFLINE="1", HF_HOME=f"{tmp}/hf", VLLM_CACHE_ROOT=f"{tmp}/vllm",
-                   XDG_CACHE_HOME=f"{tmp}/cache", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", TMPDIR=tmp)
+        env = runtime_env(settings, tmp)
         cmd = [str(python), str(RUNNER), "--model", str(model_dir), "--question", question,
                "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--out", str(out)]
         t0 = time.perf_counter()
@@ -116,12 +123,12 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
                 raise SmokeFailedError(f"vLLM did not load and answer within {timeout:.0f} s",
                                        fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.") from None
             finally:
                 if proc.poll() is None:
-                    _kill_group(proc)
+                    kill_group(proc)
                 try:  # the runner leaves via os._exit; reap what vLLM left in its group (resource_tracker)
                     os.killpg(proc.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):

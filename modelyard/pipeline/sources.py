@@ -1,8 +1,9 @@
 """Parse a SOURCE URI into a typed :class:`Source`.
 
 Forms (from DESIGN.md): ``hf://org/name[@revision]`` (revision defaults to ``main``),
-``file:///abs/path`` (a local folder), ``gguf:///abs/path/model.gguf``. A bare existing path is
-taken as ``file://`` (or ``gguf://`` for a ``.gguf`` file) for convenience.
+``file:///abs/path`` (a local folder), ``gguf:///abs/path/model.gguf``, ``tar:///abs/path/bundle.tar.zst``
+(a bundle made by ``modelyard bundle``). A bare existing path is taken as ``file://`` (or ``gguf://`` for
+a ``.gguf`` file) for convenience.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 @dataclass(frozen=True)
 class Source:
-    kind: str  # "hf" | "file" | "gguf"
+    kind: str  # "hf" | "file" | "gguf" | "tar"
     uri: str
     path: Path | None = None
     repo_id: str | None = None
@@ -32,6 +33,8 @@ class Source:
         elif self.kind == "gguf":
             base = self.path.stem  # type: ignore[union-attr]
             base = re.sub(r"[.-](Q\d.*|F16|F32|BF16)$", "", base, flags=re.I)
+        elif self.kind == "tar":
+            base = re.sub(r"\.(tar\.zst|tzst)$", "", self.path.name)  # type: ignore[union-attr]
         else:
             base = self.path.name  # type: ignore[union-attr]
         return sanitize_name(base)
@@ -47,7 +50,7 @@ def sanitize_name(name: str) -> str:
 
 def parse_source(uri: str) -> Source:
     """Parse ``uri``; raises :class:`InvalidSourceError` naming the accepted forms."""
-    forms = "hf://org/name@revision, file:///path/to/folder, gguf:///path/to/model.gguf"
+    forms = "hf://org/name@revision, file:///path/to/folder, gguf:///path/to/model.gguf, tar:///path/bundle.tar.zst"
     if "://" not in uri:
         p = Path(uri).expanduser()
         if p.suffix == ".gguf":
@@ -57,7 +60,7 @@ def parse_source(uri: str) -> Source:
         raise InvalidSourceError(f"source {uri!r} is not a URI and no such path exists", fix=f"Use one of: {forms}.")
     parsed = urlparse(uri)
     scheme = parsed.scheme
-    if scheme in ("file", "gguf"):
+    if scheme in ("file", "gguf", "tar"):
         raw = unquote(parsed.netloc + parsed.path)
         if not raw:
             raise InvalidSourceError(f"source {uri!r} has no path", fix=f"Use {scheme}:///absolute/path.")

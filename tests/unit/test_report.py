@@ -39,3 +39,15 @@ def test_cli_json_and_usage_errors(tiny_llama_dir):
     assert bad.returncode == 2 and "--vllm-version" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_cli("verify", str(tiny_llama_dir), "--dtype", "fp8")
     assert bad.returncode == 2 and "--dtype 'fp8' is not a vLLM dtype" in bad.stderr
+
+
+def test_check_order_does_not_depend_on_import_order():
+    """Regression: importing a check module early (as pipeline/serve.py does) reordered every report."""
+    import subprocess
+    import sys
+
+    code = ("import modelyard.checks.tokenizer, modelyard.checks.parallelism\n"
+            "from modelyard.checks.registry import registered\n"
+            "print(','.join(dict.fromkeys(r.concern for r in registered())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "files,safetensors,config,architecture,parallelism,quantization,tokenizer"

@@ -1,0 +1,61 @@
+"""serve/vllm.yaml against the real `vllm serve` argument parser of the runtime venv (no model is loaded).
+
+The runtime's own ``serve`` subparser is built (``vllm.entrypoints.cli.serve``), every key of the
+generated file must be one of its ``--options``, and ``vllm serve --config serve/vllm.yaml`` must parse
+into the planned values (vLLM's ``FlexibleArgumentParser`` expands the file the way the CLI does).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from modelyard.pipeline.serve import ServeTarget, plan_serve
+from modelyard.pipeline.serve_files import write_serve_files
+from modelyard.settings import Settings
+from tests.unit.test_serve_plan import llama_dir
+
+pytestmark = pytest.mark.vllm
+
+PARSE = r"""
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+import vllm.entrypoints.cli.serve as serve
+parser = FlexibleArgumentParser()
+sub = parser.add_subparsers(dest="subparser")
+[cmd] = [c for c in serve.cmd_init() if c.name == "serve"]
+sp = cmd.subparser_init(sub)
+opts = sorted(k for k in sp._option_string_actions if k.startswith("--"))
+args = parser.parse_args(["serve", "--config", sys.argv[1]])
+keys = ("model", "served_model_name", "tensor_parallel_size", "max_model_len", "max_num_seqs",
+        "gpu_memory_utilization", "dtype", "kv_cache_dtype", "generation_config")
+print(json.dumps({"options": opts, "args": {k: getattr(args, k, None) for k in keys}}))
+"""
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8"])
+def test_vllm_yaml_keys_are_real_serve_options(tmp_path, kv):
+    python = Settings().vllm_interpreter()
+    if not python.exists():
+        pytest.skip(f"no vLLM runtime at {python}")
+    model = llama_dir(tmp_path, "70b")
+    art = tmp_path / "art"
+    art.mkdir()
+    plan = plan_serve(model, ServeTarget("H100-80GB", gpus=4, kv_cache_dtype=kv), name="llama-70b")
+    files = write_serve_files(art, plan, model=str(model))
+    cfg = yaml.safe_load(files.vllm_yaml.read_text())
+    r = subprocess.run([str(python), "-c", PARSE, str(files.vllm_yaml)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    unknown = [k for k in cfg if f"--{k}" not in out["options"]]
+    assert not unknown, f"not vllm serve options: {unknown}"
+    a = out["args"]
+    assert a["model"] == str(model)
+    assert a["served_model_name"] in (["llama-70b"], "llama-70b")
+    assert (a["tensor_parallel_size"], a["max_model_len"], a["max_num_seqs"]) == (4, plan.max_model_len,
+                                                                                  plan.max_num_seqs)
+    assert a["gpu_memory_utilization"] == 0.9 and a["dtype"] == "bfloat16" and a["generation_config"] == "auto"
+    assert a["kv_cache_dtype"] == ("fp8" if kv == "fp8" else "auto")

@@ -1,0 +1,135 @@
+"""doctor: host facts are a typed dataclass (collected without a GPU here), and the needs judgement is a
+pure function tested with constructed facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from modelyard.cli import app
+from modelyard.pipeline import doctor as d
+from modelyard.pipeline.doctor import ArtifactNeeds, GpuDevice, HostFacts, artifact_needs, judge_needs
+from modelyard.settings import Settings
+
+MIB = 2**20
+# nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader,nounits
+SMI_H100 = "0, NVIDIA H100 80GB HBM3, 81559, 9.0, 550.54.15\n1, NVIDIA H100 80GB HBM3, 81559, 9.0, 550.54.15\n"
+BANNER = "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |"
+
+
+def h100(n: int = 1) -> HostFacts:
+    return HostFacts(gpus=tuple(GpuDevice(i, "NVIDIA H100 80GB HBM3", 81559 * MIB, "9.0") for i in range(n)),
+                     driver_version="550.54.15", cuda_version="12.4", vllm_version="0.32.0", source="nvidia-smi")
+
+
+def t4() -> HostFacts:
+    return HostFacts(gpus=(GpuDevice(0, "Tesla T4", 15360 * MIB, "7.5"),), vllm_version="0.32.0", source="nvidia-smi")
+
+
+FP8 = ArtifactNeeds("m-fp8", quant_method="compressed-tensors", quant_scheme="FP8-DYNAMIC", dtype="bfloat16",
+                    min_cc=(("FP8-DYNAMIC weights", "8.0", "8.9"), ("bfloat16", "8.0", None)))
+
+
+def _by(checks, need):
+    return next(c for c in checks if c.need == need)
+
+
+def test_parse_nvidia_smi():
+    gpus, driver, cuda = d.parse_nvidia_smi(SMI_H100, BANNER)
+    assert gpus == (GpuDevice(0, "NVIDIA H100 80GB HBM3", 81559 * MIB, "9.0"),
+                    GpuDevice(1, "NVIDIA H100 80GB HBM3", 81559 * MIB, "9.0"))
+    assert (driver, cuda) == ("550.54.15", "12.4")
+
+
+def test_h100_meets_an_fp8_artifact():
+    checks = judge_needs(h100(), FP8)
+    assert all(c.ok for c in checks) and all(c.severity == "info" for c in checks)
+
+
+def test_t4_fails_fp8_and_bf16():
+    checks = judge_needs(t4(), FP8)
+    fp8 = _by(checks, "FP8-DYNAMIC weights")
+    assert fp8.ok is False and fp8.severity == "error" and fp8.have == "7.5" and "8.9" in fp8.fix
+    assert _by(checks, "bfloat16").ok is False
+
+
+def test_a100_runs_fp8_on_the_fallback():
+    a100 = HostFacts(gpus=(GpuDevice(0, "NVIDIA A100-SXM4-80GB", 81920 * MIB, "8.0"),), vllm_version="0.32.0")
+    c = _by(judge_needs(a100, FP8), "FP8-DYNAMIC weights")
+    assert c.ok is True and c.severity == "warning"
+
+
+def test_tp_needs_that_many_gpus():
+    c = _by(judge_needs(h100(2), ArtifactNeeds("m", tensor_parallel_size=4)), "GPUs")
+    assert c.ok is False and "--gpus 2" in c.fix
+    assert _by(judge_needs(h100(4), ArtifactNeeds("m", tensor_parallel_size=4)), "GPUs").ok
+
+
+def test_no_gpu_says_which_needs_are_unmet():
+    checks = judge_needs(HostFacts(), FP8)
+    assert _by(checks, "GPUs").ok is False
+    assert _by(checks, "FP8-DYNAMIC weights").ok is None and _by(checks, "FP8-DYNAMIC weights").severity == "error"
+
+
+def test_quant_method_needs_a_vllm_that_knows_it():
+    old = HostFacts(gpus=h100().gpus, vllm_version="0.4.0")
+    assert _by(judge_needs(old, ArtifactNeeds("m", quant_method="compressed-tensors")), "quantization method").ok is False
+    assert _by(judge_needs(old, ArtifactNeeds("m", quant_method="awq")), "quantization method").ok is True
+
+
+def test_weights_per_gpu():
+    big = ArtifactNeeds("m", tensor_parallel_size=1, weight_bytes=141_107_412_992)
+    assert _by(judge_needs(h100(), big), "weights per GPU").ok is False
+    assert _by(judge_needs(h100(2), ArtifactNeeds("m", tensor_parallel_size=2, weight_bytes=141_107_412_992)),
+               "weights per GPU").ok is True
+
+
+def test_artifact_needs_from_folder(tmp_path):
+    a = tmp_path / "art"
+    (a / "model").mkdir(parents=True)
+    (a / "manifest.json").write_text("{}")
+    q = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}
+    (a / "model" / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "bfloat16",
+                                                         "quantization_config": q}))
+    (a / "serve").mkdir()
+    (a / "serve" / "vllm.yaml").write_text("model: model\ntensor-parallel-size: 2\nkv-cache-dtype: fp8\n")
+    n = artifact_needs(a)
+    assert (n.tensor_parallel_size, n.quant_scheme, n.kv_cache_dtype) == (2, "FP8-DYNAMIC", "fp8")
+    assert ("FP8-DYNAMIC weights", "8.0", "8.9") in n.min_cc and ("fp8 KV cache", "8.9", None) in n.min_cc
+    assert n.weight_bytes is None  # no weights: header-only, nothing to sum
+
+
+def test_collect_without_gpu(monkeypatch, tmp_path):
+    monkeypatch.setattr(d.shutil, "which", lambda _: None)
+    f = d.collect_host_facts(Settings(vllm_python=tmp_path / "nope" / "python"))
+    assert isinstance(f, HostFacts) and f.gpus == () and f.source == "none"
+    assert any("nvidia-smi" in p for p in f.problems) and any("does not exist" in p for p in f.problems)
+
+
+def test_collect_reads_nvidia_smi(monkeypatch, tmp_path):
+    monkeypatch.setattr(d.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(d, "_run", lambda cmd, timeout: (SMI_H100 if len(cmd) > 1 else BANNER, None))
+    f = d.collect_host_facts(Settings(vllm_python=tmp_path / "nope"))
+    assert len(f.gpus) == 2 and f.cuda_version == "12.4" and f.source == "nvidia-smi"
+    assert f.min_compute_capability() == "9.0"
+
+
+def test_cli_doctor(monkeypatch, tmp_path):
+    monkeypatch.setenv("MODELYARD_VLLM_PYTHON", str(tmp_path / "nope"))
+    monkeypatch.setattr(d.shutil, "which", lambda _: None)
+    r = CliRunner().invoke(app, ["doctor", "--json"])
+    assert r.exit_code == 0, r.output  # no artifact: facts only, not an error
+    assert json.loads(r.stdout)["host"]["gpus"] == []
+    m = tmp_path / "m"
+    m.mkdir()
+    (m / "config.json").write_text(json.dumps({"model_type": "llama", "quantization_config": {"quant_method": "fp8"}}))
+    r = CliRunner().invoke(app, ["doctor", str(m)])
+    assert r.exit_code == 1
+    assert "NOT MET" in r.stdout and "needs not met" in r.stdout
+
+
+def test_cli_doctor_bad_path(tmp_path: Path):
+    assert CliRunner().invoke(app, ["doctor", str(tmp_path / "missing")]).exit_code == 2

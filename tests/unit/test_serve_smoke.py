@@ -1,0 +1,70 @@
+"""The pure parts of the server smoke (issue #6): golden prompt files, their verdicts, CPU overrides,
+the Markdown of a server result. The server itself is exercised in tests/e2e/test_serve_smoke_vllm.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from modelyard.checks.report import _server_smoke_md
+from modelyard.errors import InvalidTargetError
+from modelyard.pipeline import serve_smoke as ss
+
+
+def test_default_golden_set_is_for_the_demo_model():
+    prompts, src = ss.load_golden(None)
+    assert [(p.name, p.prompt, p.expect, p.max_tokens) for p in prompts] == [
+        ("capital-of-france", "What is the capital of France?", ("Paris",), 64),
+        ("largest-planet", "Which planet is the largest in our solar system?", ("Jupiter",), 64)]
+    assert src.startswith(str(ss.DATA / "golden-demo.yaml") + "@sha256:") and len(src.split(":")[-1]) == 12
+
+
+@pytest.mark.parametrize("body,msg", [
+    ("prompts: []\n", "no 'prompts' list"),
+    ("prompts: [{expect: [x]}]\n", "prompts[0] has no 'prompt' string"),
+    ("prompts: [{prompt: hi}]\n", "prompts[0] has neither 'expect' nor 'regex'"),
+    ("prompts: [{prompt: hi, regex: '('}]\n", "prompts[0].regex '(' is invalid"),
+    ("prompts: [{prompt: hi, expect: x, max_tokens: 0}]\n", "prompts[0].max_tokens 0 is not a positive integer"),
+    ("prompts: [unclosed\n", "cannot read it as YAML"),
+])
+def test_bad_golden_files_are_usage_errors(tmp_path, body, msg):
+    f = tmp_path / "g.yaml"
+    f.write_text(body)
+    with pytest.raises(InvalidTargetError, match=msg.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")) as e:
+        ss.load_golden(f)
+    assert e.value.exit_code == 2 and str(f) in str(e.value)
+
+
+def test_golden_verdicts():
+    g = ss.GoldenPrompt("g", "q", ("Paris", "France"), r"\bParis\b", 16)
+    assert ss.judge_golden(g, "Paris is the capital of France.")["passed"] is True
+    miss = ss.judge_golden(g, "Lyon, France")
+    assert (miss["passed"], miss["missing"], miss["regex_matched"]) == (False, ["Paris"], False)
+    assert ss.judge_golden(ss.GoldenPrompt("s", "q", ("4",)), None) == {
+        "name": "s", "prompt": "q", "answer": "", "missing": ["4"], "regex": None, "regex_matched": None, "passed": False}
+
+
+def test_cpu_overrides_of_serve_yaml(tmp_path):
+    cfg = {"model": "model", "served-model-name": "llama-70b", "tensor-parallel-size": 4, "max-model-len": 131072,
+           "max-num-seqs": 64, "gpu-memory-utilization": 0.9, "kv-cache-dtype": "fp8", "dtype": "bfloat16",
+           "generation-config": "auto"}
+    assert ss.cpu_config(cfg, tmp_path / "m", max_model_len=2048) == {
+        "model": str(tmp_path / "m"), "served-model-name": "llama-70b", "max-model-len": 2048, "max-num-seqs": 8,
+        "dtype": "bfloat16", "generation-config": "auto", "enforce-eager": True}
+    assert ss.cpu_config({"max-model-len": 512}, tmp_path, max_model_len=2048)["max-model-len"] == 512
+
+
+def test_server_smoke_markdown():
+    s = {"level": "bench", "vllm_version": "0.32.0", "served_model_name": "demo", "startup_seconds": 40.1,
+         "passed": True, "question": "Q?", "text": "A.", "finish_reason": "stop", "completion_tokens": 3,
+         "checks": [{"name": "models", "passed": True, "detail": "/v1/models lists ['demo']"}],
+         "golden": [{"name": "g", "passed": False, "missing": ["Paris"], "answer": "Lyon"}], "golden_source": "g.yaml",
+         "bench": {"client": "vllm bench serve", "spec": {"num_prompts": 8, "max_concurrency": 4, "input_len": 32,
+                                                          "output_len": 16},
+                   "completed": 8, "failed": 0, "p50_ttft_ms": 1.5, "p95_ttft_ms": 2.5, "p50_itl_ms": 3.0,
+                   "p95_itl_ms": 4.0, "output_throughput": 9.9}}
+    md = "\n".join(_server_smoke_md(s))
+    assert "| models | True | /v1/models lists ['demo'] |" in md
+    assert "| g | False | Paris | 'Lyon' |" in md
+    assert "| 8 | 0 | 1.5 / 2.5 | 3.0 / 4.0 | 9.9 |" in md
