@@ -158,6 +158,11 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
             from modelyard.pipeline.quantize import scheme
 
             scheme(patch["quantize"])  # a bad scheme is bad usage: fail before fetching anything
+        if (patch or {}).get("publish"):
+            from modelyard.artifacts.publish import check_target
+
+            for to in patch["publish"]:
+                check_target(to)
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                              smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
         result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
@@ -183,6 +188,8 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
     out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({v['errors']} errors, {v['warnings']} warnings)")
     if d.get("patches"):
         out.print(f"patches: {d['patches']} repair(s), see {d['artifact']}/patch.diff", highlight=False)
+    for p in d.get("published") or []:
+        out.print(f"published: {p['uri']} ({p['files']} files, {p['bytes']} bytes)", highlight=False, soft_wrap=True)
     s = d.get("smoke")
     if s and s.get("level") in ("server", "bench"):
         _print_server_smoke(s)
@@ -253,6 +260,8 @@ def ingest(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="serve/ plan target GPU, e.g. H100-80GB (default: H100-80GB "
                                                           "on the fewest GPUs that fit)"),
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="serve/ plan GPU count"),
+    publish: list[str] = typer.Option([], "--publish", help="also push to oci://host/repo[:tag] or s3://bucket/prefix "
+                                                            "(repeatable)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
@@ -266,7 +275,7 @@ def ingest(
                            "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
                            "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime,
                            "smoke_level": _smoke_level(smoke_level, as_json), "golden": str(golden) if golden else None,
-                           "gpu": gpu, "gpus": gpus})
+                           "gpu": gpu, "gpus": gpus, "publish": tuple(publish)})
     _print_result(d, as_json)
 
 
@@ -594,6 +603,8 @@ def unbundle_cmd(
     hf_cache: Optional[Path] = typer.Option(None, "--hf-cache", help="a Hugging Face cache folder (HF_HUB_CACHE) to add the model to"),
     repo_id: Optional[str] = typer.Option(None, "--repo-id", help="with --hf-cache: org/name (default: the manifest's hub repo)"),
     max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0, help="refuse bundles declaring more than this x their compressed size"),
+    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): model.sig must verify before anything is kept"),
+    trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for model.sig"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -609,9 +620,10 @@ def unbundle_cmd(
         if into is not None:
             from modelyard.artifacts.unbundle import unbundle
 
-            c = unbundle(bundle, into, max_ratio=max_ratio)
+            c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root)
             d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
-                 "content_digest": c.manifest.get("content_digest")}
+                 "content_digest": c.manifest.get("content_digest"),
+                 "signature_verified": True if (key or trust_root) else None}
         else:
             from modelyard.artifacts.hfcache import rehydrate
 

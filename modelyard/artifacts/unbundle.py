@@ -444,9 +444,12 @@ def read_manifest(bundle: Path) -> tuple[bytes, dict[str, Any]]:
             raise BundleError(f"{bundle.name}: cannot read manifest.json: {exc}", fix=_FIX_CORRUPT) from None
 
 
-def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO) -> BundleContents:
+def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, public_key: Path | None = None,
+             trust_root: Path | None = None) -> BundleContents:
     """Extract ``bundle`` as the artifact folder ``into`` (which must not exist), all or nothing:
-    into a temp folder beside it, renamed at the end; removed on any failure."""
+    into a temp folder beside it, renamed at the end; removed on any failure. With ``public_key`` or
+    ``trust_root``, ``model.sig`` must be present and verify over the extracted ``model/`` before
+    the rename (``signing.verify_after_unbundle``: SigningKeyError / SignatureError otherwise)."""
     into = Path(into).expanduser().absolute()
     if into.exists():
         raise BundleError(f"{into} already exists", fix="Pass --into a folder that does not exist yet.")
@@ -454,6 +457,10 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO) 
     tmp = Path(tempfile.mkdtemp(prefix=f".{into.name}.unbundle-", dir=into.parent))
     try:
         contents = read_bundle(bundle, FolderSink(tmp), max_ratio=max_ratio)
+        if public_key is not None or trust_root is not None:
+            from modelyard.artifacts.signing import verify_after_unbundle
+
+            verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root)
         os.chmod(tmp, 0o755)
         os.rename(tmp, into)
     except BaseException:

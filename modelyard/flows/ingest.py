@@ -47,12 +47,14 @@ class IngestResult:
     source: str
     commit: str | None
     patches: int = 0  # repairs applied (patches.json beside model/)
+    published: tuple[dict[str, Any], ...] = ()  # --publish results: uri, files, bytes, digest
 
     def to_dict(self) -> dict[str, Any]:
         a = self.artifact
         return {"artifact": str(a.path), "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
                 "reused": a.reused, "source": self.source, "commit": self.commit,
-                "verification": self.report.to_dict()["summary"], "patches": self.patches, "smoke": self.smoke}
+                "verification": self.report.to_dict()["summary"], "patches": self.patches, "smoke": self.smoke,
+                "published": list(self.published)}
 
 
 #: a stored artifact is reused only when its smoke passed at the level asked for, or a higher one.
@@ -163,6 +165,20 @@ def publish_task(store: Store, staging: Path, name: str, revision: str, digest: 
     return store.publish(staging, name, revision, digest)
 
 
+@task(name="publish-remote", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE)
+def publish_remote_task(artifact_dir: Path, to: str, settings: Settings) -> dict[str, Any]:
+    """Push the stored artifact to ``to`` (OCI registry or S3); retried: both are idempotent
+    (blobs by digest, S3 manifest written last)."""
+    from modelyard.artifacts.publish import publish
+
+    r = publish(artifact_dir, to, settings=settings)
+    return {"uri": r.uri, "files": r.files, "bytes": r.bytes, "digest": r.digest, "skipped": r.skipped}
+
+
+def _publish_remote(artifact: Artifact, options: IngestOptions, settings: Settings) -> tuple[dict[str, Any], ...]:
+    return tuple(publish_remote_task(artifact.path, to, settings) for to in options.publish)
+
+
 @flow(name="ingest", log_prints=False, validate_parameters=False)
 def ingest_flow(source: str, options: IngestOptions | None = None, home: str | None = None) -> IngestResult:
     """Ingest ``source`` (a SOURCE URI) into the store at ``home`` (default MODELYARD_HOME)."""
@@ -199,7 +215,8 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
                     report = report.with_quantization(prev["quantization"])
             _attach(existing.path / "report.md")
             return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
-                                prev.get("smoke"), src.uri, snap.commit, len(plan.ops))
+                                prev.get("smoke"), src.uri, snap.commit, len(plan.ops),
+                                _publish_remote(existing, options, settings))
     staging = store.new_staging()
     try:
         model_dir = package_task(snap, staging, plan, settings)
@@ -240,7 +257,8 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     _attach(artifact.path / "report.md")
-    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops))
+    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops),
+                        _publish_remote(artifact, options, settings))
 
 
 def _attach(report_md: Path) -> None:

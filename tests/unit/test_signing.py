@@ -1,0 +1,198 @@
+"""Signing (issue 7): model-signing over model/ with an EC key made here; list/show over the store;
+publish target parsing (no server needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from modelyard.artifacts.signing import SIGNATURE_NAME, sign_artifact, verify_after_unbundle, verify_signature
+from modelyard.errors import PublishError, SignatureError, SigningKeyError
+from tests.conftest import run_cli
+from tests.unit.test_bundle import _build_artifact
+
+
+def _keypair(d: Path, name: str = "k") -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    priv, pub = d / f"{name}-private.pem", d / f"{name}-public.pem"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory) -> tuple[Path, Path]:
+    return _keypair(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(scope="module")
+def store_artifact(tiny_llama_dir, tmp_path_factory) -> Path:
+    return _build_artifact(tiny_llama_dir, tmp_path_factory.mktemp("store"), hub=True)
+
+
+@pytest.fixture
+def artifact(store_artifact, tmp_path) -> Path:
+    """A private copy (tests tamper with it)."""
+    dst = tmp_path / "art"
+    shutil.copytree(store_artifact, dst)
+    return dst
+
+
+def _tamper(p: Path, data: bytes) -> None:
+    os.chmod(p, 0o644)
+    p.write_bytes(data)
+
+
+def test_sign_then_verify(artifact, keys):
+    priv, pub = keys
+    res = sign_artifact(artifact, private_key=priv)
+    assert res.signature == artifact / SIGNATURE_NAME and res.signature.is_file()
+    v = verify_signature(artifact, public_key=pub)
+    assert v.method == "key" and v.files == len(list((artifact / "model").iterdir()))
+    assert not list(artifact.glob(".*partial"))
+
+
+def test_tampered_file_fails_naming_it(artifact, keys):
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    _tamper(artifact / "model" / "config.json", b'{"model_type": "llama"}')
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert "model/config.json changed since it was signed" in ei.value.message
+    assert ei.value.exit_code == 1 and ei.value.fix
+
+
+def test_added_and_removed_files_fail(artifact, keys):
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    (artifact / "model" / "extra.txt").write_text("x")
+    (artifact / "model" / "generation_config.json").unlink()
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert "model/extra.txt" in ei.value.message and "model/generation_config.json" in ei.value.message
+
+
+def test_other_key_fails(artifact, keys, tmp_path):
+    sign_artifact(artifact, private_key=keys[0])
+    _, other_pub = _keypair(tmp_path, "other")
+    with pytest.raises(SignatureError, match="does not verify"):
+        verify_signature(artifact, public_key=other_pub)
+
+
+def test_key_problems_are_bad_input(artifact, keys, tmp_path):
+    with pytest.raises(SigningKeyError, match="has no model.sig"):
+        verify_signature(artifact, public_key=keys[1])
+    with pytest.raises(SigningKeyError, match="does not exist"):
+        sign_artifact(artifact, private_key=tmp_path / "nope.pem")
+    with pytest.raises(SigningKeyError, match="not a usable elliptic-curve private key"):
+        sign_artifact(artifact, private_key=keys[1])  # a public key
+    sign_artifact(artifact, private_key=keys[0])
+    with pytest.raises(SigningKeyError, match="exactly one"):
+        verify_signature(artifact)
+
+
+def test_verify_after_unbundle(artifact, keys, tmp_path):
+    from modelyard.artifacts.bundle import bundle_artifact
+    from modelyard.artifacts.unbundle import unbundle
+
+    sign_artifact(artifact, private_key=keys[0])
+    b = bundle_artifact(artifact, tmp_path / "b.tar.zst").path
+    out = tmp_path / "far"
+    unbundle(b, out)
+    assert verify_after_unbundle(out) is None  # no key given: nothing to check
+    assert verify_after_unbundle(out, public_key=keys[1]).method == "key"
+
+
+def test_cli_sign_and_verify_exit_codes(artifact, keys):
+    priv, pub = keys
+    r = run_cli("sign", str(artifact), "--key", str(priv))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("verify-signature", str(artifact), "--key", str(pub), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
+    _tamper(artifact / "model" / "tokenizer.json", b"{}")
+    r = run_cli("verify-signature", str(artifact), "--key", str(pub))
+    assert r.returncode == 1
+    assert "model/tokenizer.json" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("verify-signature", str(artifact), "--key", str(artifact / "missing.pem"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+# ---- list / show ---------------------------------------------------------------------------------------
+
+
+def test_list_and_show(store_artifact):
+    home = store_artifact.parents[1]
+    r = run_cli("list", "--json", env={"MODELYARD_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    m = json.loads((store_artifact / "manifest.json").read_text())
+    assert [(a["name"], a["revision"], a["content_digest"]) for a in rows] == [("tiny", m["revision"], m["content_digest"])]
+    assert rows[0]["size"] == sum(f["size"] for f in m["files"]) and rows[0]["quantization"] is None
+    r = run_cli("list", env={"MODELYARD_HOME": str(home)})
+    assert r.returncode == 0 and "tiny" in r.stdout
+    r = run_cli("show", "tiny", "--json", env={"MODELYARD_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["content_digest"] == m["content_digest"] and d["source"]["commit"] == m["source"]["commit"]
+    assert d["report"]["summary"]["passed"] is True and d["signed"] is False
+    r = run_cli("show", f"tiny@{m['revision']}", env={"MODELYARD_HOME": str(home)})
+    assert r.returncode == 0 and m["content_digest"] in r.stdout
+    r = run_cli("show", "nosuch", env={"MODELYARD_HOME": str(home)})
+    assert r.returncode == 2 and "no artifact named 'nosuch'" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---- target parsing ------------------------------------------------------------------------------------
+
+
+def test_parse_targets():
+    from modelyard.artifacts.oci import DOC_RAW, WEIGHT_CONFIG_RAW, WEIGHT_RAW, media_type, parse_oci_ref
+    from modelyard.artifacts.s3 import parse_s3_uri
+
+    r = parse_oci_ref("oci://127.0.0.1:5000/models/tiny:v1")
+    assert (r.host, r.repo, r.tag, r.digest) == ("127.0.0.1:5000", "models/tiny", "v1", None)
+    d = "sha256:" + "a" * 64
+    assert parse_oci_ref(f"oci://reg.example/m@{d}").digest == d
+    assert parse_oci_ref("oci://reg.example/m").tag is None
+    for bad in ("oci://", "oci://host", "oci://user:pw@host/repo", "oci://h/Upper", "oci://h/r:bad tag",
+                "oci://h/r@sha256:xyz", "http://h/r"):
+        with pytest.raises(PublishError):
+            parse_oci_ref(bad)
+    assert parse_s3_uri("s3://bucket/a/b/") == ("bucket", "a/b")
+    for bad in ("s3://bucket", "s3://bucket/", "s3://b/../x", "s3:///x"):
+        with pytest.raises(PublishError):
+            parse_s3_uri(bad)
+    assert media_type("model/model-00001-of-00002.safetensors") == WEIGHT_RAW
+    assert media_type("model/tokenizer.json") == WEIGHT_CONFIG_RAW
+    assert media_type("model/model.safetensors.index.json") == WEIGHT_CONFIG_RAW
+    assert media_type("report.md") == DOC_RAW and media_type("model.sig") == DOC_RAW
+
+
+def test_publish_bad_target_exit_2(store_artifact):
+    r = run_cli("publish", str(store_artifact), "--to", "ftp://x/y")
+    assert r.returncode == 2 and "not a publish target" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("pull", "oci://127.0.0.1:9/models/tiny:v1", "--into", str(store_artifact.parent / "x"))
+    assert r.returncode == 2 and "cannot be reached" in r.stderr
+
+
+def test_unbundle_with_key_keeps_nothing_unless_the_signature_verifies(artifact, keys, tmp_path):
+    from modelyard.artifacts.bundle import bundle_artifact
+
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    b = tmp_path / "signed.tar.zst"
+    bundle_artifact(str(artifact), b)
+    r = run_cli("unbundle", str(b), "--into", str(tmp_path / "ok"), "--key", str(pub), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["signature_verified"] is True
+    _, other = _keypair(tmp_path, "other")
+    r = run_cli("unbundle", str(b), "--into", str(tmp_path / "bad"), "--key", str(other), "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not (tmp_path / "bad").exists() and not list(tmp_path.glob(".bad.unbundle-*"))
