@@ -1,6 +1,6 @@
 # modelyard: two commands for a fresh machine (see README).
 #   make demo   set up both venvs, then ingest the built-in demo model and chat with it in vLLM
-#   make test   set up both venvs and the test tools (git-lfs), then run the whole test suite
+#   make test   set up the venvs (pipeline, vLLM, legacy quantizers) and the test tools (git-lfs, docker-compose, docker-registry), then run the whole test suite
 PYTHON ?= python3.11
 VENV := .venv
 VLLM_VENV := .venv-vllm

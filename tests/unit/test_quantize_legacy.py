@@ -97,3 +97,31 @@ def test_smoke_root_cause_names_the_worker_exception():
            "(EngineCore pid=2) ERROR [core.py:1512] EngineDeadError: EngineCore encountered an issue.\n")
     assert root_cause(log) == "AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'"
     assert root_cause("INFO all fine\n") is None
+
+
+def test_transformers4_view_keeps_rope_theta_and_dtype(tmp_path, monkeypatch):
+    """AutoAWQ runs on transformers 4.51, which ignores the transformers-5 keys: without the rewrite a
+    model with rope_theta 500000 would be calibrated with the default 10000."""
+    from modelyard.pipeline import _legacy_runner as runner
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps({
+        "model_type": "llama", "dtype": "bfloat16",
+        "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}))
+    (src / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend",
+                                                           "extra_special_tokens": ["<a>"]}))
+    (src / "model.safetensors").write_bytes(b"x")
+    monkeypatch.setattr(runner, "_tf_major", lambda: 4)
+    view = runner.legacy_view(src, tmp_path / "view")
+    cfg = json.loads((view / "config.json").read_text())
+    assert cfg == {"model_type": "llama", "torch_dtype": "bfloat16", "rope_theta": 500000.0,
+                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    tc = json.loads((view / "tokenizer_config.json").read_text())
+    assert tc == {"tokenizer_class": "PreTrainedTokenizerFast", "additional_special_tokens": ["<a>"]}
+    assert (view / "model.safetensors").resolve() == (src / "model.safetensors").resolve()
+    assert json.loads((src / "config.json").read_text())["dtype"] == "bfloat16"  # the source is untouched
+    monkeypatch.setattr(runner, "_tf_major", lambda: 5)
+    assert runner.legacy_view(src, tmp_path / "view5") == src
