@@ -378,6 +378,22 @@ read = /proc/self/io rchar during the call (every byte returned by read(), page 
               "header parsing are per tensor)")
 
         print()
+        print("side by side (each checkpoint verified in its own fresh child process):")
+        sfmt = "  {:<34} {:>14} {:>14} {:>9}"
+        print(sfmt.format("", sb["label"], bb["label"], "405B/8B"))
+        rows = [("model bytes (GB, sparse)", sb["model_bytes"] / 1e9, bb["model_bytes"] / 1e9, "{:.1f}"),
+                ("tensors", sb["tensors"], bb["tensors"], "{:.0f}")]
+        for run in ("cold", "warm"):
+            s_, b_ = runs[sb["label"]][run], runs[bb["label"]][run]
+            rows += [(f"verify wall, {run} (s)", s_["wall_s"], b_["wall_s"], "{:.3f}"),
+                     (f"RSS added by verify, {run} (MB)", added(s_), added(b_), "{:.1f}"),
+                     (f"bytes read by verify, {run} (MB)", s_["rchar"] / 1e6, b_["rchar"] / 1e6, "{:.2f}")]
+        rows.append(("process peak RSS, whole child (MB)", runs[sb["label"]]["cold"]["hwm_kb"] / 1024,
+                     runs[bb["label"]]["cold"]["hwm_kb"] / 1024, "{:.0f}"))
+        for name, a, b, f in rows:
+            print(sfmt.format(name, f.format(a), f.format(b), f"x{b / a:.2f}" if a else "-"))
+
+        print()
         print(f"targets (issue): verify <= {TARGET_S:g} s and <= {TARGET_MB:g} MB (compared with the RSS added by verify)")
         for b in built:
             c = runs[b["label"]]

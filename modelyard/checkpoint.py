@@ -112,20 +112,51 @@ def tensor_nbytes(t: TensorInfo) -> int | None:
     bits = DTYPE_BITS.get(t.dtype)
     if bits is None:
         return None
+    if 0 in t.shape:
+        return 0
     n = 1
     for d in t.shape:
         n *= d
+        if n > _NBYTES_CAP:  # a hostile header's product: any value this large already exceeds every file
+            return (n * bits + 7) // 8
     return (n * bits + 7) // 8
+
+
+#: element counts past this are not a real tensor (2**80 elements); stop multiplying a hostile shape there,
+#: so that a header of 10^6 huge dimensions cannot cost quadratic big-integer time.
+_NBYTES_CAP = 2**80
+
+
+#: deepest JSON nesting modelyard accepts (real configs nest a handful of levels); deeper documents
+#: would make repr/json.dumps of a finding's value hit the recursion limit.
+MAX_JSON_DEPTH = 64
+
+
+def json_too_deep(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when ``doc`` nests lists/dicts deeper than ``limit`` (checked without recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > limit:
+            return True
+        for v in obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else ():
+            if isinstance(v, (dict, list)):
+                stack.append((v, depth + 1))
+    return False
 
 
 def read_json(path: Path) -> tuple[Any, str | None]:
     """``(data, None)`` or ``(None, reason)``; never raises for a missing or malformed file, and
-    never opens a FIFO or device (``reason`` "not a regular file")."""
+    never opens a FIFO or device (``reason`` "not a regular file"). A document nested deeper than
+    :data:`MAX_JSON_DEPTH` levels is refused like invalid JSON."""
     try:
         if path.exists() and not path.is_file():
             return None, "not a regular file"
         with open(path, "rb") as fh:
-            return json.loads(fh.read()), None
+            data = json.loads(fh.read())
+        if json_too_deep(data):
+            return None, f"not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels)"
+        return data, None
     except FileNotFoundError:
         return None, "missing"
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:

@@ -170,7 +170,7 @@ def _rope(cfg: dict[str, Any], ctx: CheckContext) -> Iterator[Finding]:
             continue
         factor = block.get("factor")
         if "factor" in ROPE_REQUIRED.get(rtype, ()) and (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                                                          or not math.isfinite(factor) or not 1 <= factor < 1e6):
+                                                          or not _finite(factor) or not 1 <= factor < 1e6):
             yield _finding("config.rope.bad_factor", Severity.ERROR,
                            f"config.json {path}.factor is {factor!r}; it must be a finite number >= 1",
                            f"{path}.factor", factor, "Restore the factor from the base model's config.json.",
@@ -220,7 +220,7 @@ def derived_max_len(cfg: dict[str, Any], vllm_version: str | None = None) -> tup
         rtype = rope_type(block)
         factor = block.get("factor")
         if rtype is None or rtype in _UNSCALED_ROPE or not isinstance(factor, (int, float)) or isinstance(factor, bool) \
-                or not math.isfinite(factor) or not 0 < factor < 1e6:
+                or not _finite(factor) or not 0 < factor < 1e6:
             continue  # a bad factor is reported by the rope check
         if rtype == "yarn":
             if new_yarn:
@@ -228,9 +228,14 @@ def derived_max_len(cfg: dict[str, Any], vllm_version: str | None = None) -> tup
             orig = block.get("original_max_position_embeddings")
             if isinstance(orig, int) and 0 < orig < 2**40:
                 return int(orig * factor), "rope_scaling", f"yarn: original_max_position_embeddings {orig} x factor {factor:g}"
-        if rtype in ("linear", "dynamic", "yarn"):
+        if rtype in ("linear", "dynamic", "yarn") and length < 2**63:  # past 2**63 a float product can overflow
             return int(length * factor), key, f"{key} {length} x rope factor {factor:g} ({rtype})"
     return length, key, how
+
+
+def _finite(x: int | float) -> bool:
+    """``math.isfinite`` that accepts any int (an int past 1e308 makes ``math.isfinite`` raise OverflowError)."""
+    return isinstance(x, int) or math.isfinite(x)
 
 
 @check("config")

@@ -6,7 +6,9 @@ interrupted huggingface_hub download; pickle weights, which loading would unpick
 transformers call ``torch.load``; modelyard never does), and a pickle set whose tensors differ from
 the safetensors set (vLLM ``--load-format auto`` prefers safetensors, so the pickle export is a
 different model); ``auto_map`` custom code, which only runs with ``trust_remote_code``
-(vllm-project/vllm#9531, huggingface/transformers#37785); symlinks that leave the folder.
+(vllm-project/vllm#9531, huggingface/transformers#37785); symlinks that leave the folder. Where
+PyPI ``picklescan`` is installed, its verdict on each pickle file (dangerous imports, read from the
+opcodes) is added as a signal: a warning when it flags a dangerous global, info when clean; never a gate.
 """
 
 from __future__ import annotations
@@ -168,6 +170,53 @@ def pickle_vs_safetensors(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Findi
             fix="Delete the stale export so that only one weight set ships.",
             source="vLLM --load-format auto prefers *.safetensors over *.bin",
         )
+
+
+def picklescan_verdict(path: Path) -> tuple[list[str], int, str | None] | None:
+    """picklescan's verdict on ``path``: ``(dangerous globals "module.name", suspicious count, error)``;
+    None when picklescan is not installed. picklescan reads pickle opcodes only (never unpickles);
+    ``error`` is ``"ExcType: message"`` when it could not scan the file (or parsed it only partly)."""
+    try:
+        import logging
+
+        from picklescan.scanner import SafetyLevel, scan_file_path
+    except ImportError:
+        return None
+    logging.getLogger("picklescan").setLevel(logging.CRITICAL)  # its verdict becomes a finding, not log lines
+    try:
+        res = scan_file_path(str(path))
+    except Exception as exc:  # picklescan raises plain Exception, zipfile and OS errors on odd files
+        return [], 0, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}".rstrip(": ")
+    dangerous = sorted({f"{g.module}.{g.name}" for g in res.globals if g.safety == SafetyLevel.Dangerous})
+    return dangerous, res.suspicious_count, "the pickle stream is malformed (scanned partly)" if res.scan_err else None
+
+
+@check("files")
+def picklescan_signal(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """picklescan's verdict on each pickle file, as a signal (never a gate: ERROR is not used)."""
+    src = "picklescan (mmaitre314/picklescan): pickle opcodes scanned for dangerous imports, nothing unpickled"
+    for rel in ckpt.pickle_files:
+        got = picklescan_verdict(ckpt.path(rel))
+        if got is None:
+            return  # picklescan is optional
+        dangerous, suspicious, err = got
+        if dangerous:
+            yield Finding(
+                code="files.pickle.picklescan", severity=Severity.WARNING,
+                message=(f"picklescan flags {rel}: it imports {len(dangerous)} dangerous global(s) "
+                         f"({', '.join(dangerous[:10])}); loading it with torch.load/pickle would run them"),
+                file=rel, value={"dangerous": dangerous, "suspicious": suspicious},
+                fix="Do not load this file; delete it and ship safetensors weights only.", source=src,
+            )
+        else:
+            note = f"; {suspicious} global(s) of unknown safety" if suspicious else ""
+            note += f"; {err}" if err else ""
+            yield Finding(
+                code="files.pickle.picklescan", severity=Severity.INFO,
+                message=f"picklescan finds no dangerous globals in {rel}{note}",
+                file=rel, value={"dangerous": [], "suspicious": suspicious, **({"error": err} if err else {})},
+                fix="None needed; still prefer the safetensors weights.", source=src,
+            )
 
 
 def _auto_map_modules(auto_map: object) -> list[str]:

@@ -77,8 +77,10 @@ def fetch_task(source: Source, settings: Settings, options: IngestOptions) -> Sn
 
 
 @task(name="hash", cache_policy=NO_CACHE)
-def hash_task(snapshot: Snapshot) -> Snapshot:
-    return hashing.hash_snapshot(snapshot)
+def hash_task(snapshot: Snapshot, settings: Settings) -> Snapshot:
+    """Hash every file once; unchanged files (same device, inode, size, mtime, ctime) hashed by an
+    earlier run come from the digest cache under MODELYARD_HOME (issue 9: hash each byte once)."""
+    return hashing.hash_snapshot(snapshot, cache=hashing.DigestCache.under(settings))
 
 
 @task(name="verify", cache_policy=NO_CACHE)
@@ -189,7 +191,7 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     target = Target.create(tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.max_model_len,
                            serve=options.serve, dtype=options.dtype, vllm_version=options.vllm_version)
     snap = fetch_task(src, settings, options)
-    snap = hash_task(snap)
+    snap = hash_task(snap, settings)
     report = verify_task(snap.root, target)
     plan = plan_task(snap, report, options)
     if plan.empty:

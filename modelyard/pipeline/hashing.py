@@ -3,45 +3,157 @@
 The whole-file SHA256 is the custody chain's identity (DESIGN.md): the hub's LFS sha256, the
 manifest entry, the OCI layer digest. Non-LFS files on the hub are identified by their git blob
 id, ``sha1(b"blob <size>\\0" + content)`` (git's object format). Files are hashed in a thread
-pool (hashlib releases the GIL on large updates) with 4 MiB reads; each byte is read once and
-feeds both digests when both are needed.
+pool (hashlib releases the GIL on large updates), largest first, with 4 MiB ``readinto`` reads into
+one reused buffer; each byte is read once and feeds both digests when both are needed.
+
+A :class:`DigestCache` (``<MODELYARD_HOME>/.cache/digests``) remembers the digests of a file keyed by
+its ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``, so hashing an unchanged file again reads
+no byte. ``st_ctime_ns`` is in the key because ``mtime`` can be set back (``touch -d``, ``os.utime``)
+while ctime cannot. A file changed within :data:`RACY_S` seconds of hashing is not cached (git's
+"racily clean" problem: a rewrite within one timestamp tick would keep the key).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelyard import progress
 from modelyard.errors import HashMismatchError
 from modelyard.pipeline.snapshot import FileEntry, Snapshot
 
+if TYPE_CHECKING:
+    from modelyard.settings import Settings
+
 CHUNK = 4 * 1024 * 1024  # bytes per read
+RACY_S = 2.0  # a file modified this recently (seconds) is hashed but not cached
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
-def _digest(path: Path, want_git: bool, advance=None) -> tuple[str, str | None, int]:  # noqa: ANN001
-    size = os.stat(path).st_size
-    h = hashlib.sha256()
-    g = hashlib.sha1(f"blob {size}\0".encode()) if want_git else None
-    n = 0
+@dataclass(frozen=True)
+class FileDigest:
+    """Digests of one file: ``sha256`` (hex), ``git_sha1`` (git blob id, when asked), ``size``
+    (bytes hashed), ``bytes_read`` (0 when served from the cache) and ``cached``."""
+
+    sha256: str
+    git_sha1: str | None
+    size: int
+    bytes_read: int = 0
+    cached: bool = False
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class DigestCache:
+    """Digests of files already hashed, one small JSON file per key under ``folder``, each written
+    atomically (temp file + ``os.replace``); concurrent processes can share it. A missing, corrupt or
+    unwritable cache is a miss, never an error."""
+
+    def __init__(self, folder: Path | str) -> None:
+        self.folder = Path(folder)
+
+    @classmethod
+    def under(cls, settings: Settings) -> DigestCache:
+        """The cache of ``settings``' home: ``<MODELYARD_HOME>/.cache/digests``."""
+        return cls(settings.cache_dir() / "digests")
+
+    def _path(self, key: tuple[int, ...]) -> Path:
+        return self.folder / (hashlib.sha256(":".join(map(str, key)).encode()).hexdigest()[:40] + ".json")
+
+    def get(self, st: os.stat_result, git: bool = False) -> FileDigest | None:
+        key = _key(st)
+        try:
+            d = json.loads(self._path(key).read_bytes())
+            sha, g, size = d["sha256"], d.get("git_sha1"), d["size"]
+            if d["key"] != list(key) or size != st.st_size or not _HEX64.fullmatch(sha):
+                return None
+            if g is not None and not _HEX40.fullmatch(g):
+                return None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if git and g is None:
+            return None
+        return FileDigest(sha, g if git else None, size, 0, True)
+
+    def put(self, st: os.stat_result, digest: FileDigest) -> None:
+        key = _key(st)
+        data = json.dumps({"key": list(key), "sha256": digest.sha256, "git_sha1": digest.git_sha1,
+                           "size": digest.size}).encode()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, self._path(key))
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError:
+            pass  # a cache that cannot be written only costs a re-hash next time
+
+
+def file_digest(path: Path | str, *, git: bool = False, cache: DigestCache | None = None,
+                advance: Callable[[int], None] | None = None) -> FileDigest:
+    """SHA256 of ``path`` (and its git blob id when ``git``), reading each byte once.
+
+    With ``cache``, an unchanged file (same dev, inode, size, mtime and ctime) is answered from the
+    cache without reading it, and a freshly hashed file is remembered when it did not change while
+    being read. ``advance(n)`` is called with the bytes accounted (hashed or served from the cache).
+    """
     with open(path, "rb", buffering=0) as fh:
-        while chunk := fh.read(CHUNK):
+        st = os.fstat(fh.fileno())
+        if cache is not None and (hit := cache.get(st, git)) is not None:
+            if advance is not None:
+                advance(hit.size)
+            return hit
+        started = time.time()
+        h = hashlib.sha256()
+        g = hashlib.sha1(f"blob {st.st_size}\0".encode()) if git else None
+        buf = bytearray(min(CHUNK, max(st.st_size, 1)))
+        view = memoryview(buf)
+        n = 0
+        while k := fh.readinto(buf):
+            chunk = view[:k]
             h.update(chunk)
             if g is not None:
                 g.update(chunk)
-            n += len(chunk)
+            n += k
             if advance is not None:
-                advance(len(chunk))
-    return h.hexdigest(), (g.hexdigest() if g else None), n
+                advance(k)
+        after = os.fstat(fh.fileno())
+    # n != st_size only when the file changed while read: the sizes and git id then fail their checks
+    out = FileDigest(h.hexdigest(), g.hexdigest() if g is not None else None, n, n, False)
+    if (cache is not None and _key(after) == _key(st) and n == st.st_size
+            and max(st.st_mtime_ns, st.st_ctime_ns) < (started - RACY_S) * 1e9):
+        cache.put(st, out)
+    return out
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 2
 
 
 def sha256_file(path: Path, label: str | None = None) -> str:
     """SHA256 (hex) of ``path``, with a progress bar named ``label`` (bytes)."""
     with progress.task(label or f"hashing {path.name}", total=path.stat().st_size) as adv:
-        return _digest(path, False, adv)[0]
+        return file_digest(path, advance=adv).sha256
 
 
 def git_blob_id(data: bytes) -> str:
@@ -49,28 +161,34 @@ def git_blob_id(data: bytes) -> str:
     return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
 
 
-def hash_snapshot(snapshot: Snapshot, workers: int | None = None) -> Snapshot:
+def hash_snapshot(snapshot: Snapshot, workers: int | None = None, cache: DigestCache | None = None) -> Snapshot:
     """Return ``snapshot`` with every ``FileEntry.sha256`` filled and checked.
 
+    ``cache`` (e.g. ``DigestCache.under(settings)``) skips files already hashed and unchanged since.
+    ``workers`` defaults to two threads per usable CPU (at most 32, at most one per file): hashing a
+    warm file is CPU-bound, a cold one waits on the disk.
     Raises :class:`HashMismatchError` listing every file whose size, LFS sha256 or git blob id
     differs from the source's promise (file, expected, actual).
     """
-    workers = workers or min(8, (os.cpu_count() or 2) * 2)
+    workers = workers or min(32, 2 * usable_cpus(), max(1, len(snapshot.files)))
     entries = snapshot.files
-    out: list[FileEntry] = []
     problems: list[str] = []
+    order = sorted(range(len(entries)), key=lambda i: -entries[i].size)  # largest first: shortest makespan
     with progress.task("hashing (sha256)", total=sum(e.size for e in entries)) as adv:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futs = [pool.submit(_digest, snapshot.root / e.path, e.expected_git_oid is not None, adv) for e in entries]
-            for e, fut in zip(entries, futs):
-                sha, git, n = fut.result()
-                if e.expected_size is not None and n != e.expected_size:
-                    problems.append(f"{e.path}: expected {e.expected_size} bytes, got {n}")
-                if e.expected_sha256 and sha != e.expected_sha256:
-                    problems.append(f"{e.path}: expected sha256 {e.expected_sha256}, got {sha}")
-                if e.expected_git_oid and git != e.expected_git_oid:
-                    problems.append(f"{e.path}: expected git blob {e.expected_git_oid}, got {git}")
-                out.append(replace(e, sha256=sha, size=n))
+            futs = {i: pool.submit(file_digest, snapshot.root / entries[i].path,
+                                   git=entries[i].expected_git_oid is not None, cache=cache, advance=adv)
+                    for i in order}
+            digests = [futs[i].result() for i in range(len(entries))]
+    out: list[FileEntry] = []
+    for e, d in zip(entries, digests):
+        if e.expected_size is not None and d.size != e.expected_size:
+            problems.append(f"{e.path}: expected {e.expected_size} bytes, got {d.size}")
+        if e.expected_sha256 and d.sha256 != e.expected_sha256:
+            problems.append(f"{e.path}: expected sha256 {e.expected_sha256}, got {d.sha256}")
+        if e.expected_git_oid and d.git_sha1 != e.expected_git_oid:
+            problems.append(f"{e.path}: expected git blob {e.expected_git_oid}, got {d.git_sha1}")
+        out.append(replace(e, sha256=d.sha256, size=d.size))
     if problems:
         raise HashMismatchError(
             f"{len(problems)} file(s) differ from what {snapshot.source} promised: " + "; ".join(problems),

@@ -45,7 +45,7 @@ def verify_folder(path: Path | str, target: Target | None = None) -> Report:
 
 
 def _check_against_manifest(artifact: Path) -> list[Finding]:
-    from modelyard.pipeline.hashing import _digest
+    from modelyard.pipeline.hashing import file_digest
 
     try:
         manifest = json.loads((artifact / "manifest.json").read_text())
@@ -63,7 +63,8 @@ def _check_against_manifest(artifact: Path) -> list[Finding]:
             out.append(Finding("artifact.file_missing", Severity.ERROR, f"{rel} is listed in manifest.json but missing",
                                file=rel, fix="Restore the artifact from its bundle or re-publish it.", source="modelyard manifest"))
             continue
-        sha, _, size = _digest(p, False)
+        d = file_digest(p)  # no cache: verifying an artifact means reading its bytes again
+        sha, size = d.sha256, d.size
         if sha != e["sha256"] or size != e["size"]:
             out.append(Finding("artifact.file_modified", Severity.ERROR,
                                f"{rel}: expected sha256 {e['sha256']} ({e['size']} bytes), got {sha} ({size} bytes)",

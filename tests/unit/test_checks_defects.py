@@ -67,7 +67,26 @@ def test_pickle_only_weights_warn(m):
     (m / "model.safetensors").unlink()
     r = verify_folder(m)
     assert [(f.code, f.severity.value, f.file) for f in r.findings] == [
-        ("files.pickle_weights", "warning", "pytorch_model.bin"), ("files.no_safetensors", "warning", None)]
+        ("files.pickle_weights", "warning", "pytorch_model.bin"), ("files.no_safetensors", "warning", None),
+        ("files.pickle.picklescan", "info", "pytorch_model.bin")]  # a torch state dict: no dangerous global
+    assert r.findings[2].value == {"dangerous": [], "suspicious": 0}
+
+
+def test_picklescan_flags_a_dangerous_pickle_as_a_warning_signal(m):
+    """A pickle whose __reduce__ calls os.system (built with pickle.dumps, never loaded): picklescan's verdict
+    is a warning that names the global; the verdict is a signal, not a gate (no error is added)."""
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo",))
+
+    (m / "extra.pkl").write_bytes(pickle.dumps(Evil(), protocol=2))
+    r = verify_folder(m)
+    assert [(f.code, f.severity.value, f.file, f.value) for f in r.findings] == [
+        ("files.pickle_weights", "warning", "extra.pkl", None),
+        ("files.pickle.picklescan", "warning", "extra.pkl", {"dangerous": ["posix.system"], "suspicious": 0})]
+    assert "posix.system" in r.findings[1].message and r.passed
 
 
 def test_pickle_and_safetensors_with_different_tensors(m):

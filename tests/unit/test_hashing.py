@@ -1,10 +1,12 @@
 import hashlib
+import os
 import subprocess
 
 import pytest
 
 from modelyard.errors import HashMismatchError
-from modelyard.pipeline.hashing import git_blob_id, hash_snapshot, tree_digest
+from modelyard.pipeline import hashing
+from modelyard.pipeline.hashing import DigestCache, file_digest, git_blob_id, hash_snapshot, tree_digest
 from modelyard.pipeline.snapshot import FileEntry, Snapshot
 
 
@@ -44,3 +46,110 @@ def test_tree_digest_order_independent():
     b = FileEntry("b", 2, sha256="2" * 64)
     assert tree_digest((a, b)) == tree_digest((b, a))
     assert tree_digest((a, b)) == hashlib.sha256(f"a\0{1}\0{'1' * 64}\nb\0{2}\0{'2' * 64}\n".encode()).hexdigest()
+
+
+class _CountingOpen:
+    """Stands in for ``open`` inside modelyard.pipeline.hashing and counts the bytes read from files."""
+
+    def __init__(self):
+        self.bytes = 0
+
+    def __call__(self, *args, **kwargs):
+        fh = open(*args, **kwargs)  # noqa: SIM115 - returned to the caller, which closes it
+        counter = self
+        real_read, real_readinto = fh.read, fh.readinto
+
+        class _Fh:
+            def __getattr__(self, name):
+                return getattr(fh, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                fh.close()
+
+            def read(self, *a):
+                data = real_read(*a)
+                counter.bytes += len(data)
+                return data
+
+            def readinto(self, b):
+                n = real_readinto(b)
+                counter.bytes += n or 0
+                return n
+
+        return _Fh()
+
+
+def _past(p, seconds=3600):
+    t = p.stat().st_mtime - seconds
+    os.utime(p, (t, t))
+
+
+def test_digest_cache_second_hash_reads_nothing_and_touch_invalidates(tmp_path, monkeypatch):
+    monkeypatch.setattr(hashing, "RACY_S", 0.0)  # the file was just written; its ctime is "now"
+    p = tmp_path / "w.safetensors"
+    data = os.urandom(5_000_000)
+    p.write_bytes(data)
+    _past(p)
+    cache = DigestCache(tmp_path / "home" / ".cache" / "digests")
+    reads = _CountingOpen()
+    monkeypatch.setattr(hashing, "open", reads, raising=False)
+
+    first = file_digest(p, git=True, cache=cache)
+    assert (first.sha256, first.git_sha1, first.size) == (hashlib.sha256(data).hexdigest(), git_blob_id(data), len(data))
+    assert not first.cached and reads.bytes == len(data)
+    assert len(list(cache.folder.glob("*.json"))) == 1 and not list(cache.folder.glob(".tmp-*"))
+
+    reads.bytes = 0
+    second = file_digest(p, git=True, cache=cache)
+    assert second.cached and second.bytes_read == 0 and reads.bytes == 0
+    assert (second.sha256, second.git_sha1, second.size) == (first.sha256, first.git_sha1, first.size)
+
+    os.utime(p)  # touch: a new mtime (and ctime) invalidates the entry
+    reads.bytes = 0
+    third = file_digest(p, git=True, cache=cache)
+    assert not third.cached and reads.bytes == len(data) and third.sha256 == first.sha256
+
+
+def test_digest_cache_not_fooled_by_restored_mtime(tmp_path, monkeypatch):
+    monkeypatch.setattr(hashing, "RACY_S", 0.0)
+    p = tmp_path / "c.json"
+    p.write_bytes(b'{"a": 1}')
+    _past(p)
+    cache = DigestCache(tmp_path / "digests")
+    before = file_digest(p, cache=cache)
+    st = p.stat()
+    with open(p, "r+b") as fh:  # same size, then the old mtime put back: only ctime tells
+        fh.write(b'{"a": 2}')
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = file_digest(p, cache=cache)
+    assert not after.cached and after.sha256 == hashlib.sha256(b'{"a": 2}').hexdigest() != before.sha256
+
+
+def test_digest_cache_skips_racy_files_and_survives_corruption(tmp_path, monkeypatch):
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"x" * 10)  # just written: within RACY_S, so hashed but not remembered
+    cache = DigestCache(tmp_path / "digests")
+    assert not file_digest(p, cache=cache).cached
+    assert not file_digest(p, cache=cache).cached
+    assert not cache.folder.exists() or not list(cache.folder.iterdir())
+    monkeypatch.setattr(hashing, "RACY_S", 0.0)
+    file_digest(p, cache=cache)
+    (entry,) = cache.folder.glob("*.json")
+    entry.write_text("{not json")
+    d = file_digest(p, cache=cache)
+    assert not d.cached and d.sha256 == hashlib.sha256(b"x" * 10).hexdigest()
+    assert file_digest(p, git=True, cache=cache).git_sha1 == git_blob_id(b"x" * 10)  # entry lacked git: re-read
+    assert file_digest(p, git=True, cache=cache).cached
+
+
+def test_hash_snapshot_uses_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(hashing, "RACY_S", 0.0)
+    snap = _snap(tmp_path, c={"expected_git_oid": git_blob_id(b"{}")})
+    cache = DigestCache(tmp_path / "digests")
+    first = hash_snapshot(snap, cache=cache)
+    reads = _CountingOpen()
+    monkeypatch.setattr(hashing, "open", reads, raising=False)
+    assert hash_snapshot(snap, cache=cache) == first and reads.bytes == 0

@@ -1,0 +1,64 @@
+"""Secrets (issue 10): a canary hub token must never reach stdout, stderr, the store (manifest,
+reports, serve files), Prefect's own database and logs, or exception text."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+CANARY = f"hf_CANARY{secrets.token_hex(12)}"
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"HF_TOKEN": CANARY, "MODELYARD_HF_TOKEN": CANARY, "PREFECT_HOME": str(tmp_path / "prefect"),
+            "MODELYARD_HOME": str(tmp_path / "store"), **extra}
+
+
+def _assert_nowhere(tmp_path: Path, *outputs: str) -> int:
+    for text in outputs:
+        assert CANARY not in text
+    seen = 0
+    for f in tmp_path.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            seen += 1
+            assert CANARY.encode() not in f.read_bytes(), f
+    return seen
+
+
+def test_canary_token_not_in_ingest_outputs_store_or_prefect_db(tiny_llama_dir, tmp_path):
+    r = run_cli("ingest", f"file://{tiny_llama_dir}", "--no-smoke", "--json", "-v", env=_env(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    files = _assert_nowhere(tmp_path, r.stdout, r.stderr)
+    assert (tmp_path / "store").is_dir() and files >= 8  # manifest, reports, serve/, model/, Prefect's database
+    assert list((tmp_path / "prefect").rglob("*.db")), "Prefect's database was searched"
+
+
+def test_canary_token_not_in_endpoint_errors(tmp_path):
+    r = run_cli("ingest", "hf://org/name@main", "--no-smoke", "-v",
+                env=_env(tmp_path, MODELYARD_HF_ENDPOINT="http://127.0.0.1:9"))
+    assert r.returncode != 0 and "127.0.0.1:9" in r.stderr
+    _assert_nowhere(tmp_path, r.stdout, r.stderr)
+
+
+def test_canary_token_not_in_verify_output(tiny_llama_dir, tmp_path):
+    r = run_cli("verify", str(tiny_llama_dir), "--json", "-v", env=_env(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    _assert_nowhere(tmp_path, r.stdout, r.stderr)
+
+
+def test_endpoint_error_text_has_no_token(monkeypatch, tmp_path):
+    from modelyard.errors import ModelyardError
+    from modelyard.pipeline.fetch import fetch
+    from modelyard.pipeline.sources import parse_source
+    from modelyard.settings import Settings
+
+    monkeypatch.setenv("MODELYARD_HF_TOKEN", CANARY)
+    settings = Settings(home=tmp_path, hf_endpoint="http://127.0.0.1:9")
+    assert CANARY not in repr(settings) and CANARY not in str(settings.model_dump())
+    with pytest.raises(ModelyardError) as e:
+        fetch(parse_source("hf://org/name@main"), settings)
+    assert CANARY not in str(e.value) and CANARY not in repr(e.value) and CANARY not in str(e.value.fix)
