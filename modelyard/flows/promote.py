@@ -1,0 +1,202 @@
+"""The ``promote`` Prefect flow: copy a stored artifact to production target(s) after a human approved it.
+
+1. ``check-gates``: the artifact's manifest says verification passed (and the smoke, when one ran).
+2. The run pauses with ``pause_flow_run(wait_for_input=Approval, timeout=...)``; an operator answers
+   in the Prefect UI or headlessly with ``modelyard approve RUN_ID --by NAME [--reject]``
+   (:func:`approve`, i.e. ``resume_flow_run(run_id, run_input={...})``). No answer within the timeout
+   fails the run (Prefect's ``FlowPauseTimeout``); a rejection fails it with
+   :class:`PromotionRejectedError`. Either way nothing is written to the targets.
+3. On approval, for each target: the artifact is assembled in ``<target>/.staging/`` (model files
+   hard-linked when on the same filesystem, copied otherwise), its ``manifest.json`` gains a
+   ``promotion`` block (approver, UTC time, note, evidence: report sha256 and smoke summary, from/to,
+   flow run id) written atomically, and the folder is renamed into ``<target>/<name>/<revision>``.
+
+In this first version a target is a store home (a folder); registries come later through
+``modelyard publish``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.input import RunInput
+
+from modelyard.errors import ModelyardError, SourceNotFoundError
+
+
+class PromotionGateError(ModelyardError, ValueError):
+    """The artifact's gates (verification, smoke) did not pass: it cannot be promoted."""
+
+    exit_code = 1
+
+
+class PromotionRejectedError(ModelyardError, PermissionError):
+    """An operator rejected the promotion (or it was never approved in time)."""
+
+    exit_code = 1
+
+
+class Approval(RunInput):
+    """What ``modelyard approve`` (or the Prefect UI form) sends to a paused promote run."""
+
+    approved: bool
+    by: str
+    note: str = ""
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    name, sep, rev = ref.partition("@")
+    if not sep or not name or not rev or "/" in name or "/" in rev:
+        from modelyard.errors import InvalidSourceError
+
+        raise InvalidSourceError(f"{ref!r} is not NAME@REVISION", fix="Use the name and revision of a stored artifact, "
+                                                                        "e.g. tiny@<commit> (see `modelyard list`).")
+    return name, rev
+
+
+@task(name="check-gates", cache_policy=NO_CACHE)
+def check_gates(artifact: Path) -> dict[str, Any]:
+    """The evidence for the approver; raises :class:`PromotionGateError` when a gate failed."""
+    mf = artifact / "manifest.json"
+    try:
+        m = json.loads(mf.read_text())
+    except OSError:
+        raise SourceNotFoundError(f"no artifact at {artifact} (manifest.json missing)",
+                                  fix="Check NAME@REVISION and --from (the staging store).") from None
+    v = m.get("verification") or {}
+    if not v.get("passed"):
+        raise PromotionGateError(f"{artifact}: verification did not pass ({v.get('errors', '?')} errors)",
+                                 fix="Fix the findings in report.md and ingest again.")
+    smoke = m.get("smoke")
+    if smoke is not None and not smoke.get("passed"):
+        raise PromotionGateError(f"{artifact}: the vLLM smoke test failed ({smoke.get('error')})",
+                                 fix="See the smoke block of manifest.json; ingest again once it passes.")
+    summary = None
+    if smoke:
+        summary = {k: smoke.get(k) for k in ("passed", "level", "vllm_version", "finish_reason", "load_seconds",
+                                             "tokens_per_second") if k in smoke}
+    return {"report_sha256": v.get("report_sha256"), "verification": {k: v.get(k) for k in ("passed", "errors", "warnings")},
+            "smoke": summary, "content_digest": m.get("content_digest")}
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@task(name="promote-copy", cache_policy=NO_CACHE)
+def copy_to_target(artifact: Path, target: Path, name: str, revision: str, promotion: dict[str, Any]) -> str:
+    """Place the artifact (with the promotion block in its manifest) at ``<target>/<name>/<revision>``."""
+    from modelyard.artifacts.store import Store
+
+    store = Store(target)
+    final = store.path_for(name, revision)
+    staged = store.new_staging()
+    try:
+        shutil.copytree(artifact, staged, copy_function=_link_or_copy, dirs_exist_ok=True,
+                        ignore=lambda d, names: ["manifest.json"] if Path(d) == artifact else [])
+        m = json.loads((artifact / "manifest.json").read_text())
+        history = [*(m.get("promotions") or []), promotion] if m.get("promotion") else []
+        m["promotion"] = promotion
+        if history:
+            m["promotions"] = history
+        _write_json_atomic(staged / "manifest.json", m)
+        if final.exists():  # promoted before: replace its manifest atomically, keep the files
+            _write_json_atomic(final / "manifest.json", m)
+        else:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(staged, final)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return str(final)
+
+
+def _announce(run_id: UUID, ref: str, timeout: int) -> None:
+    # For the operator at the terminal that started the run (the CLI prints nothing else meanwhile).
+    sys.stderr.write(f"promotion of {ref} waits for approval (timeout {timeout} s): flow run {run_id}\n"
+                     f"  approve: modelyard approve {run_id} --by NAME   reject: add --reject\n")
+    sys.stderr.flush()
+
+
+@flow(name="promote", log_prints=False, validate_parameters=False)
+def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None, timeout: int = 3600,
+                 poll_interval: int = 2) -> dict[str, Any]:
+    """Promote artifact ``ref`` (NAME@REVISION) from the store ``from_target`` (default MODELYARD_HOME)
+    to each store folder of ``to_targets`` once a human approved; returns the promotion record."""
+    from prefect.context import FlowRunContext
+    from prefect.flow_runs import pause_flow_run
+
+    from modelyard.settings import Settings
+
+    name, revision = parse_ref(ref)
+    source = (Path(from_target) if from_target else Settings().store_dir()).absolute()
+    artifact = source / name / revision
+    evidence = check_gates(artifact)
+    ctx = FlowRunContext.get()
+    run_id = ctx.flow_run.id if ctx and ctx.flow_run else None
+    if run_id is not None:
+        _announce(run_id, ref, timeout)
+    answer = pause_flow_run(wait_for_input=Approval.with_initial_data(
+        description=f"Promote **{ref}** from `{source}` to {', '.join(f'`{t}`' for t in to_targets)}?\n\n"
+                    f"Evidence: report sha256 `{evidence['report_sha256']}`, smoke: {evidence['smoke'] or 'not run'}.",
+        approved=False, by=""), timeout=timeout, poll_interval=poll_interval, key="approval")
+    if not answer.approved:
+        raise PromotionRejectedError(f"promotion of {ref} was rejected by {answer.by or 'an operator'}"
+                                     + (f": {answer.note}" if answer.note else ""))
+    promotion = {"approved_by": answer.by, "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 "note": answer.note, "from": str(source), "to": [str(Path(t).absolute()) for t in to_targets],
+                 "flow_run_id": str(run_id) if run_id else None,
+                 "evidence": evidence}
+    placed = [copy_to_target(artifact, Path(t).absolute(), name, revision, promotion) for t in to_targets]
+    return {"ref": ref, "promotion": promotion, "placed": placed}
+
+
+def approve(run_id: str, *, by: str, approved: bool = True, note: str = "") -> None:
+    """Answer a paused promote run through the Prefect API (``PREFECT_API_URL``)."""
+    from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
+    from prefect.flow_runs import resume_flow_run
+
+    from modelyard.errors import InvalidSourceError
+
+    try:
+        uid = UUID(run_id)
+    except ValueError:
+        raise InvalidSourceError(f"{run_id!r} is not a flow run id", fix="Copy the id that `modelyard promote` printed.") from None
+    try:
+        resume_flow_run(uid, run_input={"approved": approved, "by": by, "note": note})
+    except ObjectNotFound:
+        raise SourceNotFoundError(f"no flow run {run_id} on the Prefect API",
+                                  fix="Point PREFECT_API_URL at the server the promote run uses.") from None
+    except NotPausedError:
+        raise PromotionRejectedError(f"flow run {run_id} is not waiting for approval (already answered, timed out or not "
+                                     "a promote run)", fix="Check it with `prefect flow-run inspect`.") from None
+    except FlowPauseTimeout:
+        raise PromotionRejectedError(f"flow run {run_id} timed out waiting for approval; nothing was promoted",
+                                     fix="Start `modelyard promote` again.") from None

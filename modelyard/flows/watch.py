@@ -1,0 +1,300 @@
+"""The ``watch`` Prefect flow: ingest new revisions of hub repos, only when the model changed.
+
+For each repo of a watch config (YAML)::
+
+    repos:
+      - repo: org/name            # on MODELYARD_HF_ENDPOINT / HF_ENDPOINT
+        branch: main              # or revision: a tag or sha
+        name: my-model            # artifact name (default: from the repo)
+        options: {smoke: false, quantize: w4a16, publish: [oci://...]}   # IngestOptions fields
+        no_smoke: true            # shorthand for options.smoke = false
+        gpu_pool: a100            # hold a slot of the global concurrency limit `gpu-a100` while ingesting
+
+the branch head is resolved to a commit, and the file list (``list_repo_tree``, recursive: size, LFS
+sha256 or git blob id) at the last *ingested* commit is compared with the one at the head. ``ingest_flow``
+runs (as a subflow named ``repo@shortsha``) only when a model file changed: weights (``*.safetensors``
+and their index), ``config.json``/``generation_config.json``, tokenizer files or the chat template.
+Any other change (README, docs, images) is recorded and skipped.
+
+State lives in the store, not in memory: ``<MODELYARD_HOME>/.watch/<org>--<name>.json`` (written
+atomically: temp file + rename) holds the last ingested commit with its file list, the last seen
+commit, and a bounded history of decisions.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from modelyard.errors import EndpointUnreachableError, InvalidTargetError, SourceNotFoundError
+from modelyard.pipeline.options import IngestOptions
+from modelyard.settings import Settings
+
+#: files whose change means a new artifact (matched against the file's name, or its full path)
+MODEL_PATTERNS: tuple[str, ...] = (
+    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "vocab.txt", "merges.txt", "*.tiktoken", "chat_template.jinja", "chat_template.json", "*.jinja",
+    "preprocessor_config.json", "processor_config.json",
+)
+_HISTORY = 50
+
+
+def is_model_file(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(path, p) for p in MODEL_PATTERNS)
+
+
+@dataclass(frozen=True)
+class WatchEntry:
+    repo: str
+    revision: str = "main"
+    name: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    gpu_pool: str | None = None  # the ingest holds one slot of Prefect's global concurrency limit gpu-<pool>
+
+    def ingest_options(self) -> IngestOptions:
+        return IngestOptions(**({"name": self.name} if self.name else {}), **self.options)
+
+
+@dataclass(frozen=True)
+class Decision:
+    repo: str
+    revision: str
+    commit: str | None
+    action: str  # ingested | skipped | unchanged | failed
+    reason: str
+    changed: tuple[str, ...] = ()
+    artifact: str | None = None
+    previous: str | None = None  # the last ingested commit compared against
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"changed": list(self.changed)}
+
+
+def load_config(path: Path) -> list[WatchEntry]:
+    """Parse a watch YAML; raises :class:`InvalidTargetError` (exit 2) naming the bad entry."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise SourceNotFoundError(f"cannot read watch config {path}: {exc.strerror}", fix="Check the --config path.") from None
+    except yaml.YAMLError as exc:
+        raise InvalidTargetError(f"watch config {path} is not valid YAML: {exc}") from None
+    repos = data.get("repos") if isinstance(data, dict) else None
+    if not isinstance(repos, list) or not repos:
+        raise InvalidTargetError(f"watch config {path} has no `repos:` list", fix="See README, section Orchestration.")
+    entries = []
+    for i, r in enumerate(repos):
+        if not isinstance(r, dict) or not isinstance(r.get("repo"), str) or r["repo"].count("/") != 1:
+            raise InvalidTargetError(f"watch config {path}: repos[{i}] needs `repo: org/name`")
+        opts = dict(r.get("options") or {})
+        for k, v in r.items():
+            if k in ("repo", "branch", "revision", "name", "options", "gpu_pool"):
+                continue
+            if k == "no_smoke":
+                opts["smoke"] = not v
+            elif k in IngestOptions.model_fields:
+                opts[k] = v
+            else:
+                raise InvalidTargetError(f"watch config {path}: repos[{i}] has unknown key {k!r}",
+                                         fix="Use repo, branch, name, no_smoke, gpu_pool, options, or an ingest option.")
+        e = WatchEntry(repo=r["repo"], revision=str(r.get("branch") or r.get("revision") or "main"), name=r.get("name"),
+                       options=opts, gpu_pool=str(r["gpu_pool"]) if r.get("gpu_pool") else None)
+        try:
+            e.ingest_options()
+        except ValueError as exc:
+            raise InvalidTargetError(f"watch config {path}: repos[{i}] ({e.repo}) has bad ingest options: {exc}") from None
+        entries.append(e)
+    return entries
+
+
+# --------------------------------------------------------------------------- state (in the store)
+
+
+def state_path(home: Path, repo: str) -> Path:
+    return Path(home) / ".watch" / (repo.replace("/", "--") + ".json")
+
+
+def read_state(home: Path, repo: str) -> dict[str, Any]:
+    try:
+        return json.loads(state_path(home, repo).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_state(home: Path, repo: str, state: dict[str, Any]) -> Path:
+    """Atomically replace the repo's state file (temp file in the same folder + fsync + rename)."""
+    p = state_path(home, repo)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+# --------------------------------------------------------------------------- hub
+
+
+def _api(settings: Settings):  # noqa: ANN202
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=settings.endpoint(), token=settings.token() or False)
+
+
+def _hub_call(settings: Settings, repo: str, rev: str, fn):  # noqa: ANN001, ANN202
+    import httpx
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    where = settings.endpoint() or "https://huggingface.co"
+    try:
+        return fn(_api(settings))
+    except (RevisionNotFoundError, RepositoryNotFoundError):
+        raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where}",
+                                  fix="Check the repo and branch in the watch config (and the token).") from None
+    except (httpx.TransportError, ConnectionError) as exc:
+        raise EndpointUnreachableError(f"cannot reach the hub endpoint {where} ({type(exc).__name__})",
+                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}") from None
+
+
+def _retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001
+    try:
+        state.result()
+    except EndpointUnreachableError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+@task(name="resolve-head", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_network,
+      cache_policy=NO_CACHE)
+def resolve_head(repo: str, revision: str, settings: Settings) -> str:
+    sha = _hub_call(settings, repo, revision, lambda api: api.model_info(repo, revision=revision).sha)
+    if not sha:
+        raise SourceNotFoundError(f"{repo}@{revision} did not resolve to a commit")
+    return sha
+
+
+@task(name="list-files", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_network,
+      cache_policy=NO_CACHE)
+def list_files(repo: str, commit: str, settings: Settings) -> dict[str, dict[str, Any]]:
+    """``path -> {size, sha256 | oid}`` at ``commit`` (LFS sha256 for LFS files, git blob id otherwise)."""
+    tree = _hub_call(settings, repo, commit, lambda api: list(api.list_repo_tree(repo, revision=commit, recursive=True)))
+    out: dict[str, dict[str, Any]] = {}
+    for e in tree:
+        if not hasattr(e, "blob_id"):
+            continue  # a folder
+        lfs = getattr(e, "lfs", None)
+        out[e.path] = {"size": lfs.size if lfs else e.size, **({"sha256": lfs.sha256} if lfs else {"oid": e.blob_id})}
+    return out
+
+
+def diff_files(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]]) -> list[str]:
+    """Paths added, removed or changed (size or digest) between two file lists."""
+    return sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
+
+
+# --------------------------------------------------------------------------- flow
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _record(home: Path, entry: WatchEntry, state: dict[str, Any], d: Decision,
+            files: dict[str, dict[str, Any]] | None = None) -> None:
+    state = dict(state)
+    state.update(repo=entry.repo, revision=entry.revision)
+    rec = {"at": _now(), **d.to_dict()}
+    rec.pop("repo")
+    if d.action == "ingested":
+        state["last_ingested"] = {"commit": d.commit, "at": rec["at"], "artifact": d.artifact, "files": files or {}}
+    if d.action in ("ingested", "skipped", "unchanged"):
+        state["last_seen"] = {"commit": d.commit, "at": rec["at"], "action": d.action}
+    if d.action != "unchanged":
+        state["history"] = ([*state.get("history", []), rec])[-_HISTORY:]
+    write_state(home, entry.repo, state)
+
+
+def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
+    """Decide for one repo, run the ingest if needed, and record the outcome in its state file."""
+    from modelyard.flows.ingest import ingest_flow
+
+    state = read_state(home, entry.repo)
+    last = (state.get("last_ingested") or {}).get("commit")
+    head = resolve_head(entry.repo, entry.revision, settings)
+    base = dict(repo=entry.repo, revision=entry.revision, commit=head, previous=last)
+    if head == last or (state.get("last_seen") or {}).get("commit") == head:
+        d = Decision(**base, action="unchanged", reason=f"{entry.revision} is still at {head[:12]}")
+        _record(home, entry, state, d)
+        return d
+    new_files = list_files(entry.repo, head, settings)
+    if last is None:
+        changed, reason = sorted(new_files), "first ingest of this repo"
+    else:
+        try:
+            old_files = list_files(entry.repo, last, settings)
+        except SourceNotFoundError:  # history rewritten: compare with the list recorded at ingest
+            old_files = (state.get("last_ingested") or {}).get("files") or {}
+        changed = diff_files(old_files, new_files)
+        model = [p for p in changed if is_model_file(p)]
+        if not model:
+            d = Decision(**base, action="skipped", changed=tuple(changed),
+                         reason=("no model file changed (" + ", ".join(changed[:5]) + ("" if len(changed) <= 5 else ", ...")
+                                 + ")") if changed else "no file changed")
+            _record(home, entry, state, d)
+            return d
+        reason = "model files changed: " + ", ".join(model[:5]) + ("" if len(model) <= 5 else f" and {len(model) - 5} more")
+    ingest = ingest_flow.with_options(flow_run_name=f"{entry.repo}@{head[:7]}")
+    try:
+        with _gpu_slot(entry.gpu_pool):
+            result = ingest(f"hf://{entry.repo}@{head}", entry.ingest_options(), str(home))
+    except Exception as exc:  # noqa: BLE001 - one repo's failure must not stop the others
+        msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        d = Decision(**base, action="failed", changed=tuple(changed), reason=f"ingest failed: {msg}")
+        _record(home, entry, state, d)
+        return d
+    d = Decision(**base, action="ingested", changed=tuple(changed), reason=reason, artifact=str(result.artifact.path))
+    _record(home, entry, state, d, files=new_files)
+    return d
+
+
+def _gpu_slot(pool: str | None):  # noqa: ANN202
+    """One slot of the global concurrency limit ``gpu-<pool>`` (create it with ``prefect gcl create
+    gpu-<pool> --limit N``); a no-op without a pool, or when the limit does not exist."""
+    import contextlib
+
+    if not pool:
+        return contextlib.nullcontext()
+    from prefect.concurrency.sync import concurrency
+
+    return concurrency(f"gpu-{pool}", occupy=1, strict=False)
+
+
+@flow(name="watch", log_prints=False, validate_parameters=False)
+def watch_flow(config: str, home: str | None = None) -> list[Decision]:
+    """Check every repo of the watch YAML at ``config`` once; ingest the changed ones into ``home``."""
+    settings = Settings(home=Path(home)) if home else Settings()
+    store = settings.store_dir()
+    return [check_repo(e, settings, store) for e in load_config(Path(config))]
