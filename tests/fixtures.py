@@ -20,7 +20,7 @@ CHAT_TEMPLATE = (
 
 
 def make_tiny_llama(out: Path, *, layers: int = 2, shards: int = 1, seed: int = 0, hidden: int = 64,
-                    intermediate: int = 128) -> Path:
+                    intermediate: int = 128, max_shard_size: str | None = None) -> Path:
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -31,7 +31,7 @@ def make_tiny_llama(out: Path, *, layers: int = 2, shards: int = 1, seed: int = 
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    kw = {"max_shard_size": "40KB"} if shards > 1 else {}
+    kw = {"max_shard_size": max_shard_size or "40KB"} if shards > 1 or max_shard_size else {}
     model.save_pretrained(str(out), safe_serialization=True, **kw)
     tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

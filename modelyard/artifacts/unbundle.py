@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 from modelyard import progress
 from modelyard.artifacts.bundle import BLOCK, CHUNK, FORMAT, RECORD, VERSION, dump_meta
-from modelyard.errors import BundleError
+from modelyard.errors import BundleError, ModelyardError, StoreError
 from modelyard.pipeline.hashing import tree_digest
 from modelyard.pipeline.snapshot import FileEntry
 
@@ -463,6 +463,14 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, 
             verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root)
         os.chmod(tmp, 0o755)
         os.rename(tmp, into)
+    except ModelyardError:
+        _rmtree(tmp)
+        raise
+    except OSError as exc:  # disk full, permissions, ...: a typed error, nothing left behind
+        _rmtree(tmp)
+        raise StoreError(f"cannot extract {Path(bundle).name} into {into}: {exc.strerror or exc}",
+                         fix="Free disk space there (the bundle's total size is in its manifest) or pass "
+                             "another --into.") from None
     except BaseException:
         _rmtree(tmp)
         raise

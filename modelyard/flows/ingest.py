@@ -204,63 +204,68 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
         revision = f"{revision}-patched-{plan.digest[:8]}"
     if options.quantize:  # so is a quantized one, keyed by everything that determines it
         revision = f"{revision}-{options.quantize}-{quantize.variant_digest(snap.root, options)[:8]}"
-    existing = store.get(name, revision)
-    if existing is not None and (existing.content_digest == digest or options.quantize):
-        prev = json.loads((existing.path / "manifest.json").read_text())
-        prev_smoke = prev.get("smoke") or {}
-        if not options.smoke or (prev_smoke.get("passed") and _LEVEL_RANK[prev_smoke.get("level", "load")]
-                                 >= _LEVEL_RANK[options.smoke_level]):
-            prev_report = json.loads((existing.path / "report.json").read_text())
-            if not plan.empty or options.quantize:
-                report = verify_task(existing.path / "model", target)
-                if prev.get("quantization"):
-                    report = report.with_quantization(prev["quantization"])
-            _attach(existing.path / "report.md")
-            return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
-                                prev.get("smoke"), src.uri, snap.commit, len(plan.ops),
-                                _publish_remote(existing, options, settings))
-    staging = store.new_staging()
     try:
-        model_dir = package_task(snap, staging, plan, settings)
-        if not plan.empty:
-            report = verify_task(model_dir, target)
-            verify.gate(report, f"{snap.source} after patching")
-        qrec = None
-        if options.quantize:
-            qres = quantize_task(model_dir, staging / "model.quantized", options)
-            shutil.rmtree(model_dir)
-            (staging / "model.quantized").rename(model_dir)
-            files = quantized_files(model_dir)
-            digest = "sha256:" + hashing.tree_digest(files)
-            qrec = qres.record()
-            write_quantization_records(staging, qrec)
-            report = verify_task(model_dir, target)
-            report = replace(report, findings=report.findings + tuple(compat.check_runtime(model_dir, options.runtime)))
-            report = report.with_quantization({k: v for k, v in qrec.items() if k != "recipe"}
-                                              | {"recipe": {k: v for k, v in qrec["recipe"].items() if k != "text"}})
-            verify.gate(report, f"{snap.source} quantized with {options.quantize}")
-            quantize.quality_gate(qres, accept=options.accept_quality_loss)
-        serve_plan = serve_plan_task(model_dir, options, name)
-        smoke_dict = None
-        if options.smoke and options.smoke_level != "load":
-            smoke_dict = smoke_server_task(model_dir, settings, options, serve_plan, name).to_dict()
-        elif options.smoke:
-            smoke_dict = smoke_task(model_dir, settings, options).to_dict()
-        if serve_plan is not None:
-            write_serve_files(staging, serve_plan)
-        if smoke_dict is not None:
-            report = report.with_smoke(smoke_dict)
-        report_json = report.to_json().encode()
-        manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
-                                  smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
-                                  serve=serve_plan.to_dict() if serve_plan else None)
-        write_metadata(staging, manifest, report, report_json, title=f"{name}@{revision}")
-        artifact = publish_task(store, staging, name, revision, digest)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    _attach(artifact.path / "report.md")
-    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops),
-                        _publish_remote(artifact, options, settings))
+        store.sweep_staging()  # what killed runs left behind goes, even when this run reuses the artifact
+    except OSError:
+        pass
+    with store.lock(name, revision):  # concurrent identical ingests: one builds, the others reuse
+        existing = store.get(name, revision)
+        if existing is not None and (existing.content_digest == digest or options.quantize):
+            prev = json.loads((existing.path / "manifest.json").read_text())
+            prev_smoke = prev.get("smoke") or {}
+            if not options.smoke or (prev_smoke.get("passed") and _LEVEL_RANK[prev_smoke.get("level", "load")]
+                                     >= _LEVEL_RANK[options.smoke_level]):
+                prev_report = json.loads((existing.path / "report.json").read_text())
+                if not plan.empty or options.quantize:
+                    report = verify_task(existing.path / "model", target)
+                    if prev.get("quantization"):
+                        report = report.with_quantization(prev["quantization"])
+                _attach(existing.path / "report.md")
+                return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
+                                    prev.get("smoke"), src.uri, snap.commit, len(plan.ops),
+                                    _publish_remote(existing, options, settings))
+        staging = store.new_staging()
+        try:
+            model_dir = package_task(snap, staging, plan, settings)
+            if not plan.empty:
+                report = verify_task(model_dir, target)
+                verify.gate(report, f"{snap.source} after patching")
+            qrec = None
+            if options.quantize:
+                qres = quantize_task(model_dir, staging / "model.quantized", options)
+                shutil.rmtree(model_dir)
+                (staging / "model.quantized").rename(model_dir)
+                files = quantized_files(model_dir)
+                digest = "sha256:" + hashing.tree_digest(files)
+                qrec = qres.record()
+                write_quantization_records(staging, qrec)
+                report = verify_task(model_dir, target)
+                report = replace(report, findings=report.findings + tuple(compat.check_runtime(model_dir, options.runtime)))
+                report = report.with_quantization({k: v for k, v in qrec.items() if k != "recipe"}
+                                                  | {"recipe": {k: v for k, v in qrec["recipe"].items() if k != "text"}})
+                verify.gate(report, f"{snap.source} quantized with {options.quantize}")
+                quantize.quality_gate(qres, accept=options.accept_quality_loss)
+            serve_plan = serve_plan_task(model_dir, options, name)
+            smoke_dict = None
+            if options.smoke and options.smoke_level != "load":
+                smoke_dict = smoke_server_task(model_dir, settings, options, serve_plan, name).to_dict()
+            elif options.smoke:
+                smoke_dict = smoke_task(model_dir, settings, options).to_dict()
+            if serve_plan is not None:
+                write_serve_files(staging, serve_plan)
+            if smoke_dict is not None:
+                report = report.with_smoke(smoke_dict)
+            report_json = report.to_json().encode()
+            manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
+                                      smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
+                                      serve=serve_plan.to_dict() if serve_plan else None)
+            write_metadata(staging, manifest, report, report_json, title=f"{name}@{revision}")
+            artifact = publish_task(store, staging, name, revision, digest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        _attach(artifact.path / "report.md")
+        return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops),
+                            _publish_remote(artifact, options, settings))
 
 
 def _attach(report_md: Path) -> None:

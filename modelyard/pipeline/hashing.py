@@ -56,6 +56,16 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class DigestCache:
     """Digests of files already hashed, one small JSON file per key under ``folder``, each written
     atomically (temp file + ``os.replace``); concurrent processes can share it. A missing, corrupt or
@@ -66,8 +76,21 @@ class DigestCache:
 
     @classmethod
     def under(cls, settings: Settings) -> DigestCache:
-        """The cache of ``settings``' home: ``<MODELYARD_HOME>/.cache/digests``."""
-        return cls(settings.cache_dir() / "digests")
+        """The cache of ``settings``' home: ``<MODELYARD_HOME>/.cache/digests``; temp files that a
+        killed writer left there are removed."""
+        cache = cls(settings.cache_dir() / "digests")
+        cache.sweep()
+        return cache
+
+    def sweep(self) -> None:
+        """Remove ``.tmp-<pid>-*`` files whose writer process no longer exists."""
+        try:
+            for tmp in self.folder.glob(".tmp-*"):
+                pid = tmp.name.split("-")[1]
+                if pid.isdigit() and not _alive(int(pid)):
+                    tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def _path(self, key: tuple[int, ...]) -> Path:
         return self.folder / (hashlib.sha256(":".join(map(str, key)).encode()).hexdigest()[:40] + ".json")
@@ -93,7 +116,7 @@ class DigestCache:
                            "size": digest.size}).encode()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".tmp-{os.getpid()}-", suffix=".json")
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)

@@ -1,0 +1,183 @@
+"""Crash consistency and concurrency (issue 10), for real: `modelyard ingest` runs as a subprocess and
+is SIGKILLed (its whole process group, Prefect's server included) at 20+ points: during start-up, while
+hashing, while packaging, while writing the metadata, right after the store rename, and while
+publishing to a real OCI registry and a real S3 endpoint. After every kill the store must hold only
+complete artifacts, a re-run must complete, and it must leave no temporary files; a remote never
+shows a half-published artifact. Kill points are chosen from the run's own progress events
+(``MODELYARD_PROGRESS_JSONL``) and from the files it creates, not from timings.
+
+Concurrency: four ingests of the same source and options at once produce one artifact; one builds
+it, the three others wait on the store's lock and reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from modelyard.artifacts.publish import pull
+from modelyard.errors import ModelyardError
+from modelyard.settings import Settings
+from tests.conftest import ROOT, run_cli
+from tests.e2e.publish_servers import docker_registry, moto_s3
+from tests.fixtures import make_tiny_llama
+
+pytestmark = [pytest.mark.e2e, pytest.mark.publish]
+AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """A ~30 MB tiny Llama in four shards, so hashing and packaging take several progress events."""
+    d = make_tiny_llama(tmp_path_factory.mktemp("crash") / "m", layers=4, hidden=512, intermediate=2048,
+                        max_shard_size="8MB")
+    assert len(list(d.glob("*.safetensors"))) >= 4
+    return d
+
+
+@pytest.fixture(scope="module")
+def remotes(tmp_path_factory):
+    with docker_registry(tmp_path_factory.mktemp("reg")) as reg, moto_s3(tmp_path_factory.mktemp("moto")) as s3:
+        import boto3
+
+        boto3.client("s3", endpoint_url=s3, **{k.lower(): v for k, v in AWS.items() if k != "AWS_DEFAULT_REGION"},
+                     region_name="us-east-1").create_bucket(Bucket="models")
+        yield reg, s3
+
+
+def _events(log: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _store_is_consistent(home: Path) -> list[Path]:
+    """Every artifact folder is complete: its manifest lists model/ files that all exist with their
+    sha256. Returns the artifacts."""
+    arts = []
+    for name in (p for p in home.iterdir() if p.is_dir() and not p.name.startswith(".")) if home.exists() else []:
+        for art in name.iterdir():
+            m = json.loads((art / "manifest.json").read_text())  # no manifest = a partial artifact: fails here
+            for f in m["files"]:
+                assert hashlib.sha256((art / f["path"]).read_bytes()).hexdigest() == f["sha256"], (art, f["path"])
+            assert (art / "report.json").is_file() and (art / "serve" / "vllm.yaml").is_file()
+            arts.append(art)
+    return arts
+
+
+def _kill_at(cmd: list[str], env: dict, log: Path, hit, timeout: float = 240) -> str:
+    """Run ``cmd``; SIGKILL its process group as soon as ``hit(events)`` returns a label. Returns the
+    label, or "finished" when the run ended first."""
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    t0 = time.monotonic()
+    try:
+        while proc.poll() is None and time.monotonic() - t0 < timeout:
+            label = hit(_events(log), time.monotonic() - t0)
+            if label:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return label
+            time.sleep(0.005)
+        return "finished"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _nth(task_prefix: str, event: str, n: int):
+    def hit(events, _t):
+        k = sum(1 for e in events if e["task"].startswith(task_prefix) and e["event"] == event)
+        return f"{task_prefix} {event} #{n}" if k >= n else None
+    return hit
+
+
+def _after(seconds: float):
+    return lambda events, t: f"{seconds} s after start" if t >= seconds else None
+
+
+def _exists(home: Path, pattern: str, label: str):
+    return lambda events, t: label if list(home.glob(pattern)) else None
+
+
+def test_sigkill_at_20_points_leaves_no_partial_artifact(model, remotes, tmp_path, monkeypatch):
+    reg, s3 = remotes
+    for k, v in AWS.items():  # this process pulls from moto too
+        monkeypatch.setenv(k, v)
+    home = tmp_path / "store"
+    log = tmp_path / "progress.jsonl"
+    oci = f"oci://{reg}/crash/m:v1"
+    s3uri = "s3://models/crash/m"
+    env = {**os.environ, **AWS, "MODELYARD_HOME": str(home), "MODELYARD_PROGRESS_JSONL": str(log),
+           "MODELYARD_S3_ENDPOINT_URL": s3}
+    cmd = [sys.executable, "-m", "modelyard", "ingest", f"file://{model}", "--no-smoke", "--json",
+           "--publish", oci, "--publish", s3uri]
+    points = [_after(s) for s in (0.5, 1.5, 3.0)]
+    points += [_nth("hashing (sha256)", "start", 1)] + [_nth("hashing (sha256)", "advance", n) for n in (1, 3, 5, 7)]
+    points += [_nth("packaging model/", "start", 1)] + [_nth("packaging model/", "advance", n) for n in (1, 2, 4, 6)]
+    points += [_exists(home, ".staging/*/serve/vllm.yaml", "serve/ written in staging"),
+               _exists(home, ".staging/*/report.json", "report.json written in staging"),
+               _exists(home, ".staging/*/manifest.json", "manifest.json written in staging"),
+               _exists(home, "m/*/manifest.json", "right after the store rename")]
+    points += [_nth("pushing to", "start", 1), _nth("pushing to", "advance", 2), _nth("pushing to", "finish", 1)]
+    points += [_nth("uploading to", "start", 1), _nth("uploading to", "advance", 2), _nth("uploading to", "finish", 1)]
+    assert len(points) >= 20
+    hits = []
+    for i, point in enumerate(points):
+        label = _kill_at(cmd, env, log, point)
+        hits.append(label)
+        _store_is_consistent(home)
+        # A remote never shows a half-published artifact: pulling either fails cleanly or gives all of it.
+        for ref in (oci, s3uri):
+            into = tmp_path / f"pull-{i}-{ref[:3]}"
+            try:
+                r = pull(ref, into, settings=Settings(s3_endpoint_url=s3))
+                assert r.path == into and (into / "manifest.json").is_file()
+            except ModelyardError as exc:
+                assert "Unable to locate credentials" not in str(exc)
+                assert not into.exists()
+    killed = [h for h in hits if h != "finished"]
+    assert len(killed) >= 20, hits
+    assert {"hashing", "packaging", "staging", "rename", "pushing", "uploading"} <= {
+        w for h in killed for w in ("hashing", "packaging", "staging", "rename", "pushing", "uploading") if w in h}, hits
+    # The re-run completes, publishes everywhere, and leaves no temporary files.
+    r = run_cli("ingest", f"file://{model}", "--no-smoke", "--json", "--publish", oci, "--publish", s3uri,
+                env={**AWS, "MODELYARD_HOME": str(home), "MODELYARD_S3_ENDPOINT_URL": s3})
+    assert r.returncode == 0, r.stderr[-2000:]
+    (art,) = _store_is_consistent(home)
+    assert list((home / ".staging").iterdir()) == []
+    assert list((home / ".cache" / "digests").glob(".tmp-*")) == []
+    for ref in (oci, s3uri):
+        got = pull(ref, tmp_path / f"final-{ref[:3]}", settings=Settings(s3_endpoint_url=s3))
+        assert _tree(got.path) == _tree(art)
+
+
+def test_four_concurrent_ingests_make_one_artifact(model, tmp_path):
+    home = tmp_path / "store"
+    env = {**os.environ, "MODELYARD_HOME": str(home)}
+    cmd = [sys.executable, "-m", "modelyard", "ingest", f"file://{model}", "--no-smoke", "--json"]
+    procs = [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [o[1][-1000:] for o in outs]
+    results = [json.loads(o[0]) for o in outs]
+    assert len({r["artifact"] for r in results}) == 1 and len({r["content_digest"] for r in results}) == 1
+    assert sorted(r["reused"] for r in results) == [False, True, True, True]
+    assert len(_store_is_consistent(home)) == 1
+    assert list((home / ".staging").iterdir()) == []
