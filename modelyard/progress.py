@@ -48,7 +48,7 @@ def set_reporter(reporter: Reporter | None) -> None:
     _reporter = reporter if reporter is not None else _Null()
 
 
-_jsonl_lock = threading.Lock()
+_jsonl_lock = threading.RLock()  # re-entrant: a tqdm garbage-collected inside _event (its __del__ closes a progress task) re-enters
 
 
 def _event(event: str, description: str, **fields: object) -> None:
