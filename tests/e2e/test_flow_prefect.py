@@ -31,7 +31,7 @@ def test_flow_records_tasks_and_report_artifact(tmp_path, tiny_llama_dir):
             return tasks, arts
 
     tasks, arts = asyncio.run(read())
-    assert sorted(t.name.split("-")[0] for t in tasks) == ["fetch", "hash", "package", "plan", "publish", "verify"]
+    assert sorted(t.name.split("-")[0] for t in tasks) == ["fetch", "hash", "package", "plan", "publish", "serve", "verify"]
     assert all(t.state.is_completed() for t in tasks)
     assert len(arts) == 1
     assert arts[0].data == (result.artifact.path / "report.md").read_text()
