@@ -104,6 +104,30 @@ def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -
     return Snapshot(root=root, source=source.uri, kind="file", files=files)
 
 
+def sweep_incomplete(cache_dir: Path, repo_id: str) -> int:
+    """Remove the partial downloads that killed runs left in the hub cache; returns how many.
+
+    huggingface_hub 1.x downloads each blob into a process-unique ``<etag>.<8 hex>.incomplete``
+    (huggingface_hub PR 4228) and never resumes or removes another process's file, so a SIGKILLed
+    download leaves one behind for good. A file is removed only while its blob lock
+    (``<cache>/.locks/<repo folder>/<etag>.lock``, the lock huggingface_hub holds while downloading)
+    can be taken at once: a download in progress elsewhere keeps its file (issue 10)."""
+    from filelock import FileLock, Timeout
+    from huggingface_hub.file_download import repo_folder_name
+
+    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+    removed = 0
+    for f in (cache_dir / folder / "blobs").glob("*.incomplete"):
+        lock = FileLock(str(cache_dir / ".locks" / folder / f"{f.name.split('.')[0]}.lock"), timeout=0)
+        try:
+            with lock:
+                f.unlink(missing_ok=True)
+                removed += 1
+        except (Timeout, OSError):
+            continue
+    return removed
+
+
 class _HubProgress:
     """A tqdm-compatible class for ``snapshot_download(tqdm_class=...)`` that feeds our reporter."""
 
@@ -162,6 +186,7 @@ def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: 
         local = snapshot_download(repo, revision=commit, cache_dir=str(settings.cache_dir() / "hf"),
                                   allow_patterns=selected, endpoint=endpoint, token=token or False,
                                   tqdm_class=_HubProgress)  # type: ignore[arg-type]
+        sweep_incomplete(settings.cache_dir() / "hf", repo)
     except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError):
         raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where} (or needs a token)",
                                   fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from None

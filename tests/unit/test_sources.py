@@ -39,3 +39,34 @@ def test_sanitize_name():
     assert sanitize_name("Org/Llama 3.1 8B!") == "org-llama-3.1-8b"
     with pytest.raises(InvalidSourceError):
         sanitize_name("!!!")
+
+
+def test_stale_partial_downloads_are_swept_but_live_ones_kept(tmp_path):
+    """A SIGKILLed hub download leaves <etag>.<8 hex>.incomplete for good (huggingface_hub 1.x never
+    reuses another process's file); the next fetch removes it unless a live download holds its lock."""
+    import subprocess
+    import sys
+    import time
+
+    from modelyard.pipeline.fetch import sweep_incomplete
+
+    blobs = tmp_path / "models--org--m" / "blobs"
+    locks = tmp_path / ".locks" / "models--org--m"
+    blobs.mkdir(parents=True)
+    locks.mkdir(parents=True)
+    (blobs / "aaa.1234abcd.incomplete").write_bytes(b"partial")
+    (blobs / "bbb.5678abcd.incomplete").write_bytes(b"in progress")
+    (blobs / "ccc").write_bytes(b"complete blob")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom filelock import FileLock\n"
+        f"l = FileLock({str(locks / 'bbb.lock')!r}); l.acquire(); print('held', flush=True); time.sleep(30)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert sweep_incomplete(tmp_path, "org/m") == 1
+        assert sorted(p.name for p in blobs.iterdir()) == ["bbb.5678abcd.incomplete", "ccc"]
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    assert sweep_incomplete(tmp_path, "org/m") == 1 and sorted(p.name for p in blobs.iterdir()) == ["ccc"]
