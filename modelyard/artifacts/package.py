@@ -63,9 +63,13 @@ def _link(src: Path, dst: Path, roots: tuple[Path, ...]) -> bool:
 
 def write_metadata(staging: Path, manifest: dict[str, Any], report: Report, report_json: bytes, title: str) -> None:
     """Write report.json, report.md and (last) manifest.json into ``staging``, each fsynced."""
-    _write(staging / "report.json", report_json)
-    _write(staging / "report.md", report.to_markdown(title).encode())
-    _write(staging / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
+    with progress.task("writing report and manifest", total=3, unit="files") as adv:
+        _write(staging / "report.json", report_json)
+        adv(1)
+        _write(staging / "report.md", report.to_markdown(title).encode())
+        adv(1)
+        _write(staging / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
+        adv(1)
 
 
 def _write(path: Path, data: bytes) -> None:

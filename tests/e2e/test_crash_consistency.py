@@ -133,9 +133,8 @@ def test_sigkill_at_20_points_leaves_no_partial_artifact(model, remotes, tmp_pat
     points = [_after(s) for s in (0.5, 1.5, 3.0)]
     points += [_nth("hashing (sha256)", "start", 1)] + [_nth("hashing (sha256)", "advance", n) for n in (1, 3, 5, 7)]
     points += [_nth("packaging model/", "start", 1)] + [_nth("packaging model/", "advance", n) for n in (1, 2, 4, 6)]
-    points += [_exists(home, ".staging/*/serve/vllm.yaml", "serve/ written in staging"),
-               _exists(home, ".staging/*/report.json", "report.json written in staging"),
-               _exists(home, ".staging/*/manifest.json", "manifest.json written in staging"),
+    points += [_nth("writing report and manifest", "start", 1), _nth("writing report and manifest", "advance", 1),
+               _nth("writing report and manifest", "advance", 2),
                _exists(home, "m/*/manifest.json", "right after the store rename")]
     points += [_nth("pushing to", "start", 1), _nth("pushing to", "advance", 2), _nth("pushing to", "finish", 1)]
     points += [_nth("uploading to", "start", 1), _nth("uploading to", "advance", 2), _nth("uploading to", "finish", 1)]
@@ -156,8 +155,11 @@ def test_sigkill_at_20_points_leaves_no_partial_artifact(model, remotes, tmp_pat
                 assert not into.exists()
     killed = [h for h in hits if h != "finished"]
     assert len(killed) >= 20, "\n".join(hits)
-    assert {"hashing", "packaging", "staging", "rename", "pushing", "uploading"} <= {
-        w for h in killed for w in ("hashing", "packaging", "staging", "rename", "pushing", "uploading") if w in h}, hits
+    # A kill lands a few ms after the event it waited for; the metadata writes can finish inside that
+    # window, so "writing" is not required, the other stages always are.
+    assert {"hashing", "packaging", "rename", "pushing", "uploading"} <= {
+        w for h in killed for w in ("hashing", "packaging", "writing", "rename", "pushing", "uploading") if w in h}, \
+        "\n".join(hits)
     # The re-run completes, publishes everywhere, and leaves no temporary files.
     r = run_cli("ingest", f"file://{model}", "--no-smoke", "--json", "--publish", oci, "--publish", s3uri,
                 env={**AWS, "MODELYARD_HOME": str(home), "MODELYARD_S3_ENDPOINT_URL": s3})
@@ -207,7 +209,7 @@ def test_sigkill_while_downloading_and_patching(model, tmp_path_factory, tmp_pat
         points += [_nth("hashing (sha256)", "advance", 2), _nth("packaging model/", "advance", 2),
                    _exists(home, ".staging/*/patches.json", "patches.json written in staging"),
                    _exists(home, ".staging/*/patch.diff", "patch.diff written in staging"),
-                   _exists(home, ".staging/*/manifest.json", "manifest.json written in staging")]
+                   _nth("writing report and manifest", "start", 1)]
         hits = []
         for point in points:
             hits.append(_kill_at(cmd, env, log, point))
