@@ -788,6 +788,17 @@ def pull_cmd(
         out.print("signature: verified (model.sig)")
 
 
+def _signing_root(artifact: str) -> Path:
+    """The artifact folder for sign/verify-signature; a bad reference is a SigningKeyError (exit 2)."""
+    from modelyard.artifacts.bundle import resolve_artifact
+    from modelyard.errors import BundleError, SigningKeyError
+
+    try:
+        return resolve_artifact(artifact)
+    except BundleError as exc:
+        raise SigningKeyError(exc.message, fix=exc.fix) from None
+
+
 @app.command("sign")
 def sign_cmd(
     artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
@@ -799,14 +810,9 @@ def sign_cmd(
 ) -> None:
     """Sign ARTIFACT's model/ with OpenSSF model-signing; writes model.sig beside model/."""
     def run():  # noqa: ANN202
-        from modelyard.artifacts.bundle import resolve_artifact
         from modelyard.artifacts.signing import sign_artifact
-        from modelyard.errors import SigningKeyError, BundleError
 
-        try:
-            root = resolve_artifact(artifact)
-        except BundleError as exc:
-            raise SigningKeyError(exc.message, fix=exc.fix) from None
+        root = _signing_root(artifact)
         return sign_artifact(root, private_key=key, password=password)
 
     res = _guard(as_json, verbose, run)
@@ -828,14 +834,9 @@ def verify_signature_cmd(
 ) -> None:
     """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
     def run():  # noqa: ANN202
-        from modelyard.artifacts.bundle import resolve_artifact
         from modelyard.artifacts.signing import verify_signature
-        from modelyard.errors import SigningKeyError, BundleError
 
-        try:
-            root = resolve_artifact(artifact)
-        except BundleError as exc:
-            raise SigningKeyError(exc.message, fix=exc.fix) from None
+        root = _signing_root(artifact)
         return verify_signature(root, public_key=key, trust_root=trust_root, identity=identity, oidc_issuer=issuer)
 
     res = _guard(as_json, verbose, run)

@@ -61,7 +61,8 @@ class IngestResult:
 _LEVEL_RANK = {"load": 0, "server": 1, "bench": 2}
 
 
-def _retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
+def retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
+    """Retry a network stage only when the endpoint was unreachable (not on a 404 or a bad input)."""
     try:
         state.result()
     except EndpointUnreachableError:
@@ -71,7 +72,7 @@ def _retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect'
     return False
 
 
-@task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_network, cache_policy=NO_CACHE)
+@task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network, cache_policy=NO_CACHE)
 def fetch_task(source: Source, settings: Settings, options: IngestOptions) -> Snapshot:
     return fetch_stage.fetch(source, settings, allow_patterns=options.allow_patterns, ignore_patterns=options.ignore_patterns)
 

@@ -37,6 +37,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from modelyard.errors import EndpointUnreachableError, InvalidTargetError, SourceNotFoundError
+from modelyard.flows.ingest import retry_on_network
 from modelyard.pipeline.options import IngestOptions
 from modelyard.settings import Settings
 
@@ -177,17 +178,7 @@ def _hub_call(settings: Settings, repo: str, rev: str, fn):  # noqa: ANN001, ANN
         raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}") from None
 
 
-def _retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001
-    try:
-        state.result()
-    except EndpointUnreachableError:
-        return True
-    except Exception:
-        return False
-    return False
-
-
-@task(name="resolve-head", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_network,
+@task(name="resolve-head", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,
       cache_policy=NO_CACHE)
 def resolve_head(repo: str, revision: str, settings: Settings) -> str:
     sha = _hub_call(settings, repo, revision, lambda api: api.model_info(repo, revision=revision).sha)
@@ -196,7 +187,7 @@ def resolve_head(repo: str, revision: str, settings: Settings) -> str:
     return sha
 
 
-@task(name="list-files", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=_retry_on_network,
+@task(name="list-files", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,
       cache_policy=NO_CACHE)
 def list_files(repo: str, commit: str, settings: Settings) -> dict[str, dict[str, Any]]:
     """``path -> {size, sha256 | oid}`` at ``commit`` (LFS sha256 for LFS files, git blob id otherwise)."""
