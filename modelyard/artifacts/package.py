@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +23,20 @@ if TYPE_CHECKING:
     from modelyard.pipeline.patch import PatchPlan
 
 
-def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] = ()) -> Path:
-    """Place the snapshot's files into ``staging/model``, read-only; returns that folder.
+def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] = (),
+                precopied: Path | None = None) -> Path:
+    """Place the snapshot's (hashed) files into ``staging/model``, read-only; returns that folder.
 
-    A file is hard-linked (no bytes copied) when it lies under one of ``link_from`` (modelyard's own
-    download and conversion caches) and the link succeeds (same filesystem); otherwise it is copied.
-    A user's file is always copied: through a link, making the artifact read-only (or a later edit
-    of it) would change the source. Raises
-    :class:`StoreError` on a filesystem error (e.g. disk full)."""
+    A file copied while it was hashed (``precopied/<path>``, see
+    :func:`modelyard.pipeline.hashing.hash_snapshot_counted`) is moved in (no byte read). A file is
+    hard-linked (no bytes copied) when it lies under one of ``link_from`` (modelyard's own download and
+    conversion caches) and the link succeeds (same filesystem); otherwise it is copied, hashing the
+    bytes copied against the snapshot's sha256. A user's file is always copied: through a link,
+    making the artifact read-only (or a later edit of it) would change the source. Raises
+    :class:`StoreError` on a filesystem error (e.g. disk full), :class:`HashMismatchError` when a
+    file changed after it was hashed."""
+    from modelyard.pipeline.hashing import copy_with_digest
+
     model = staging / "model"
     roots = tuple(r.resolve() for r in link_from)
     try:
@@ -40,10 +45,14 @@ def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] =
                 dst = model / f.path
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 src = (snapshot.root / f.path).resolve()  # follows hub-cache symlinks to the blob
-                if not _link(src, dst, roots):
-                    shutil.copyfile(src, dst)
-                    os.chmod(dst, 0o444)
+                pre = precopied / f.path if precopied is not None else None
+                if pre is not None and pre.is_file() and not pre.is_symlink():
+                    os.replace(pre, dst)
+                elif not _link(src, dst, roots):
+                    copy_with_digest(src, dst, f.sha256)
                 adv(f.size)
+    except StoreError:
+        raise
     except OSError as exc:
         raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
     return model

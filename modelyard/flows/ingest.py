@@ -3,13 +3,21 @@ smoke → publish.
 
 Orchestration only: every task calls one stage function. Prefect's ephemeral API is used unless
 ``PREFECT_API_URL`` points at a server. Fetch retries (twice, with backoff) only on network
-errors: a missing repo or a bad folder fails at once. The Markdown report is attached to the run
-as a Prefect artifact (key ``ingest-report``).
+errors: a missing repo or a bad folder fails at once. The Markdown report and a findings table are
+attached to the run as Prefect artifacts (keys ``ingest-report``, ``ingest-findings``); the run is
+named ``repo@shortsha`` once the commit is known (issue 8).
+
+Caching and resume (issue 8): ``fetch`` of a hub repo pinned to a full commit and every ``verify`` are
+Prefect-cached by input digest (:mod:`modelyard.pipeline.stage_cache`): re-running an ingest of the
+same content with the same options reuses them, and a run killed or failed after verify (during
+quantize, smoke or packaging) resumes after verify. Hashing reuses the digest cache; the stored
+artifact is the cache of everything after.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +40,7 @@ from modelyard.pipeline.serve_files import write_serve_files
 from modelyard.checks import Report, Target
 from modelyard.errors import EndpointUnreachableError, ServePlanError, SmokeFailedError
 from modelyard.pipeline import fetch as fetch_stage
-from modelyard.pipeline import compat, hashing, patch, quantize, serve, serve_smoke, smoke, verify
+from modelyard.pipeline import compat, hashing, patch, quantize, serve, serve_smoke, smoke, stage_cache, verify, warmup
 from modelyard.pipeline.options import IngestOptions
 from modelyard.pipeline.snapshot import Snapshot
 from modelyard.pipeline.sources import Source, parse_source, sanitize_name
@@ -48,13 +56,16 @@ class IngestResult:
     commit: str | None
     patches: int = 0  # repairs applied (patches.json beside model/)
     published: tuple[dict[str, Any], ...] = ()  # --publish results: uri, files, bytes, digest
+    cached: tuple[str, ...] = ()  # stages whose result came from the stage cache (e.g. "fetch", "verify")
+    hashed_bytes: int = 0  # bytes read to hash the source (0: every digest came from the digest cache)
 
     def to_dict(self) -> dict[str, Any]:
         a = self.artifact
         return {"artifact": str(a.path), "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
                 "reused": a.reused, "source": self.source, "commit": self.commit,
                 "verification": self.report.to_dict()["summary"], "patches": self.patches, "smoke": self.smoke,
-                "published": list(self.published)}
+                "published": list(self.published), "cached_stages": list(self.cached),
+                "hashed_bytes": self.hashed_bytes}
 
 
 #: a stored artifact is reused only when its smoke passed at the level asked for, or a higher one.
@@ -72,20 +83,48 @@ def retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's
     return False
 
 
-@task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network, cache_policy=NO_CACHE)
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def _fetch_key(context: Any, params: dict[str, Any]) -> str | None:
+    """Only a hub repo pinned to a full commit sha is cached (a branch must be resolved on every run);
+    keyed by endpoint, repo, commit, patterns and the local hub cache it lives in (never the token)."""
+    src: Source = params["source"]
+    settings: Settings = params["settings"]
+    options: IngestOptions = params["options"]
+    if src.kind != "hf" or not _COMMIT.fullmatch(src.revision or ""):
+        return None
+    return stage_cache.stage_key("fetch", endpoint=settings.endpoint(), repo=src.repo_id, revision=src.revision,
+                                 allow=options.allow_patterns, ignore=options.ignore_patterns,
+                                 cache=str(settings.cache_dir().resolve()))
+
+
+@task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,
+      cache_key_fn=_fetch_key, persist_result=True, result_serializer="pickle")
 def fetch_task(source: Source, settings: Settings, options: IngestOptions) -> Snapshot:
     return fetch_stage.fetch(source, settings, allow_patterns=options.allow_patterns, ignore_patterns=options.ignore_patterns)
 
 
 @task(name="hash", cache_policy=NO_CACHE)
-def hash_task(snapshot: Snapshot, settings: Settings) -> Snapshot:
+def hash_task(snapshot: Snapshot, settings: Settings, copy_to: Path | None = None) -> tuple[Snapshot, int]:
     """Hash every file once; unchanged files (same device, inode, size, mtime, ctime) hashed by an
-    earlier run come from the digest cache under MODELYARD_HOME (issue 9: hash each byte once)."""
-    return hashing.hash_snapshot(snapshot, cache=hashing.DigestCache.under(settings))
+    earlier run come from the digest cache under MODELYARD_HOME (issue 9: hash each byte once).
+    With ``copy_to``, a user's file that must be read is copied there while it is hashed, so that
+    packaging does not read it again. Returns the hashed snapshot and the bytes read."""
+    return hashing.hash_snapshot_counted(snapshot, cache=hashing.DigestCache.under(settings), copy_to=copy_to,
+                                         link_from=(settings.cache_dir(),))
 
 
-@task(name="verify", cache_policy=NO_CACHE)
-def verify_task(root: Path, target: Target) -> Report:
+def _verify_key(context: Any, params: dict[str, Any]) -> str:
+    return stage_cache.stage_key("verify", tree=params["tree"], listing=verify.listing_digest(params["root"]),
+                                 target=params["target"].to_dict())
+
+
+@task(name="verify", cache_key_fn=_verify_key, persist_result=True, result_serializer="pickle")
+def verify_task(root: Path, target: Target, tree: str) -> Report:
+    """Verify ``root`` against ``target``. ``tree`` is the tree digest of the files there (sizes and
+    sha256): with the folder's listing, the target, modelyard's code and the library versions it is
+    the cache key, so an identical re-run (or one resumed after a kill) reuses the report."""
     return verify.verify_folder(root, target)
 
 
@@ -101,8 +140,9 @@ def plan_task(snapshot: Snapshot, report: Report, options: IngestOptions) -> pat
 
 
 @task(name="package", cache_policy=NO_CACHE)
-def package_task(snapshot: Snapshot, staging: Path, plan: patch.PatchPlan, settings: Settings) -> Path:
-    model = stage_model(snapshot, staging, link_from=(settings.cache_dir(),))
+def package_task(snapshot: Snapshot, staging: Path, plan: patch.PatchPlan, settings: Settings,
+                 precopied: Path | None = None) -> Path:
+    model = stage_model(snapshot, staging, link_from=(settings.cache_dir(),), precopied=precopied)
     if not plan.empty:
         write_patch_records(staging, plan, model)
     return model
@@ -182,29 +222,93 @@ def _publish_remote(artifact: Artifact, options: IngestOptions, settings: Settin
     return tuple(publish_remote_task(artifact.path, to, settings) for to in options.publish)
 
 
-@flow(name="ingest", log_prints=False, validate_parameters=False)
+def _run_name() -> str:
+    """The run's name before the commit is known: ``repo@revision`` (hub) or the folder's name."""
+    from prefect.runtime import flow_run
+
+    try:
+        src = parse_source(flow_run.parameters["source"])
+    except Exception:  # a bad source fails in the flow, with its own message
+        return "ingest"
+    if src.kind == "hf":
+        return f"{src.repo_id}@{(src.revision or 'main')[:7] if _COMMIT.fullmatch(src.revision or '') else src.revision or 'main'}"
+    return src.default_name
+
+
+def _rename_run(name: str) -> None:
+    """Rename the current flow run (``repo@shortsha`` once fetch resolved the commit); best effort."""
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.runtime import flow_run
+
+        if flow_run.id and flow_run.name != name:
+            with get_client(sync_client=True) as client:
+                client.update_flow_run(flow_run_id=flow_run.id, name=name)
+    except Exception:  # a name is cosmetic: an API hiccup must not fail the ingest
+        pass
+
+
+class _Stages:
+    """Runs cached tasks with results kept under ``<home>/.cache/stages`` and records which ones
+    Prefect answered from its cache (state ``Cached``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.storage = stage_cache.folder(settings)
+        self.cached: list[str] = []
+
+    def __call__(self, task_: Any, *args: Any, **kwargs: Any) -> Any:
+        state = task_.with_options(result_storage=self.storage)(*args, return_state=True, **kwargs)
+        value = state.result()  # re-raises the task's own exception
+        if state.name == "Cached":
+            self.cached.append(task_.name)
+        return value
+
+
+@flow(name="ingest", log_prints=False, validate_parameters=False, flow_run_name=_run_name)
 def ingest_flow(source: str, options: IngestOptions | None = None, home: str | None = None) -> IngestResult:
     """Ingest ``source`` (a SOURCE URI) into the store at ``home`` (default MODELYARD_HOME)."""
+    warmup.start()  # verify's transformers imports run beside fetch and hash (the CLI starts it earlier)
     options = options or IngestOptions()
     settings = Settings(home=Path(home)) if home else Settings()
     src = parse_source(source)
     name = sanitize_name(options.name) if options.name else src.default_name
     target = Target.create(tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.max_model_len,
                            serve=options.serve, dtype=options.dtype, vllm_version=options.vllm_version)
-    snap = fetch_task(src, settings, options)
-    snap = hash_task(snap, settings)
-    report = verify_task(snap.root, target)
+    run = _Stages(settings)
+    snap = run(fetch_task, src, settings, options)
+    if "fetch" in run.cached and not fetch_stage.snapshot_present(snap):  # the hub cache was emptied since
+        run.cached.remove("fetch")
+        snap = fetch_task.with_options(refresh_cache=True, result_storage=run.storage)(src, settings, options)
+    store = Store(settings.store_dir())
+    # A user's folder is copied into the artifact while it is hashed: each byte read once (issue 9).
+    precopy = store.new_staging() if src.kind == "file" else None
+    try:
+        return _ingest(src, options, settings, name, target, snap, store, precopy, run)
+    finally:
+        if precopy is not None:
+            shutil.rmtree(precopy, ignore_errors=True)
+
+
+def _ingest(src: Source, options: IngestOptions, settings: Settings, name: str, target: Target, snap: Snapshot,
+            store: Store, precopy: Path | None, run: _Stages) -> IngestResult:
+    snap, hashed_bytes = hash_task(snap, settings, precopy / "model" if precopy else None)
+    revision = snap.commit or f"sha256-{hashing.tree_digest(snap.files)[:12]}"
+    _rename_run(f"{src.repo_id if src.kind == 'hf' else name}@{revision[:7] if snap.commit else revision[:14]}")
+    report = run(verify_task, snap.root, target, hashing.tree_digest(snap.files))
     plan = plan_task(snap, report, options)
     if plan.empty:
         verify.gate(report, snap.source)
-    store = Store(settings.store_dir())
     files = patched_files(snap, plan)
     digest = "sha256:" + hashing.tree_digest(files)
-    revision = snap.commit or f"sha256-{hashing.tree_digest(snap.files)[:12]}"
     if not plan.empty:  # a patched artifact is a variant of the source revision
         revision = f"{revision}-patched-{plan.digest[:8]}"
     if options.quantize:  # so is a quantized one, keyed by everything that determines it
         revision = f"{revision}-{options.quantize}-{quantize.variant_digest(snap.root, options)[:8]}"
+
+    def result(artifact: Artifact, report: Report, smoke_dict: dict[str, Any] | None) -> IngestResult:
+        return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops),
+                            _publish_remote(artifact, options, settings), tuple(run.cached), hashed_bytes)
+
     try:
         store.sweep_staging()  # what killed runs left behind goes, even when this run reuses the artifact
     except OSError:
@@ -218,18 +322,17 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
                                      >= _LEVEL_RANK[options.smoke_level]):
                 prev_report = json.loads((existing.path / "report.json").read_text())
                 if not plan.empty or options.quantize:
-                    report = verify_task(existing.path / "model", target)
+                    report = run(verify_task, existing.path / "model", target, existing.content_digest.removeprefix("sha256:"))
                     if prev.get("quantization"):
                         report = report.with_quantization(prev["quantization"])
-                _attach(existing.path / "report.md")
-                return IngestResult(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
-                                    prev.get("smoke"), src.uri, snap.commit, len(plan.ops),
-                                    _publish_remote(existing, options, settings))
+                _attach(existing.path / "report.md", report)
+                return result(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
+                              prev.get("smoke"))
         staging = store.new_staging()
         try:
-            model_dir = package_task(snap, staging, plan, settings)
+            model_dir = package_task(snap, staging, plan, settings, precopy / "model" if precopy else None)
             if not plan.empty:
-                report = verify_task(model_dir, target)
+                report = run(verify_task, model_dir, target, hashing.tree_digest(files))
                 verify.gate(report, f"{snap.source} after patching")
             qrec = None
             if options.quantize:
@@ -240,7 +343,7 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
                 digest = "sha256:" + hashing.tree_digest(files)
                 qrec = qres.record()
                 write_quantization_records(staging, qrec)
-                report = verify_task(model_dir, target)
+                report = run(verify_task, model_dir, target, hashing.tree_digest(files))
                 report = replace(report, findings=report.findings + tuple(compat.check_runtime(model_dir, options.runtime)))
                 report = report.with_quantization({k: v for k, v in qrec.items() if k != "recipe"}
                                                   | {"recipe": {k: v for k, v in qrec["recipe"].items() if k != "text"}})
@@ -264,16 +367,28 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
             artifact = publish_task(store, staging, name, revision, digest)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        _attach(artifact.path / "report.md")
-        return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops),
-                            _publish_remote(artifact, options, settings))
+        _attach(artifact.path / "report.md", report)
+        return result(artifact, report, smoke_dict)
 
 
-def _attach(report_md: Path) -> None:
+def findings_rows(report: Report) -> list[dict[str, str]]:
+    """The report's findings as table rows (severity, code, file, field, value, message, fix): the
+    ``ingest-findings`` Prefect table artifact. An empty report gives one ``info`` row saying so."""
+    rows = [{"severity": f.severity.value, "code": f.code, "file": f.file or "", "field": f.field or "",
+             "value": "" if f.value is None else str(f.value), "message": f.message, "fix": f.fix or ""}
+            for f in report.findings]
+    return rows or [{"severity": "info", "code": "report.clean", "file": "", "field": "", "value": "",
+                     "message": "no findings", "fix": ""}]
+
+
+def _attach(report_md: Path, report: Report) -> None:
+    """Attach the Markdown report and the findings table to the flow run as Prefect artifacts."""
     try:
-        from prefect.artifacts import create_markdown_artifact
+        from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
         create_markdown_artifact(markdown=report_md.read_text(), key="ingest-report",
                                  description="modelyard verification and smoke report")
+        create_table_artifact(table=findings_rows(report), key="ingest-findings",
+                              description="modelyard findings: severity, code, file, field, value, message, fix")
     except Exception:  # the report is on disk; a Prefect API hiccup must not fail the ingest
         pass

@@ -82,6 +82,19 @@ def fetch(source: Source, settings: Settings, *, allow_patterns: Sequence[str] |
     raise InvalidSourceError(f"no fetcher for source kind {source.kind!r}")
 
 
+def snapshot_present(snapshot: Snapshot) -> bool:
+    """True when every file of ``snapshot`` is still on disk under its root with its size in bytes
+    (what a cached fetch result promises; the hash stage then checks every digest). False when the
+    hub cache was pruned since, e.g. by ``hf cache delete``: the fetch must run again."""
+    for f in snapshot.files:
+        try:
+            if (snapshot.root / f.path).stat().st_size != (f.expected_size if f.expected_size is not None else f.size):
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
     root = source.path
     assert root is not None

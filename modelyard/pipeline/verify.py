@@ -7,12 +7,35 @@ against the manifest (``artifact.file_*`` findings): the custody chain of DESIGN
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 from modelyard.checkpoint import Checkpoint
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
 from modelyard.errors import InvalidSourceError, SourceNotFoundError, VerificationFailedError
+
+
+def listing_digest(path: Path | str) -> str:
+    """SHA256 (hex) over every entry under ``path``: relative path, kind and size in bytes (files
+    through symlinks, as the checks see them). With the tree digest of the files the checks read (their
+    content), this is what a cached verify result depends on: a stray file outside the snapshot's list
+    (a ``.bin`` beside the shards, a new sub-folder) changes the key. Times are left out on purpose, so
+    the same files staged again give the same key. A missing folder hashes as empty."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for n in sorted(filenames) + [d + "/" for d in dirnames]:
+            p = os.path.join(dirpath, n.rstrip("/"))
+            try:
+                st = os.stat(p)
+                size = 0 if n.endswith("/") else st.st_size  # a folder's own size varies by filesystem
+                h.update(f"{os.path.relpath(p, root)}\0{st.st_mode >> 12}\0{size}\n".encode())
+            except OSError:
+                h.update(f"{os.path.relpath(p, root)}\0broken\n".encode())
+    return h.hexdigest()
 
 
 def verify_folder(path: Path | str, target: Target | None = None) -> Report:

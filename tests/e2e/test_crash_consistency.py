@@ -15,10 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,8 @@ from modelyard.settings import Settings
 from tests.conftest import ROOT, run_cli
 from tests.e2e.publish_servers import docker_registry, moto_s3
 from tests.fixtures import make_tiny_llama
+from tests.killing import kill_at as _kill_at
+from tests.killing import nth as _nth
 
 pytestmark = [pytest.mark.e2e, pytest.mark.publish]
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -53,13 +53,6 @@ def remotes(tmp_path_factory):
         yield reg, s3
 
 
-def _events(log: Path) -> list[dict]:
-    try:
-        return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
-
-
 def _tree(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -77,37 +70,6 @@ def _store_is_consistent(home: Path) -> list[Path]:
             assert (art / "report.json").is_file() and (art / "serve" / "vllm.yaml").is_file()
             arts.append(art)
     return arts
-
-
-def _kill_at(cmd: list[str], env: dict, log: Path, hit, timeout: float = 240) -> str:
-    """Run ``cmd``; SIGKILL its process group as soon as ``hit(events)`` returns a label. Returns the
-    label, or "finished" when the run ended first."""
-    log.unlink(missing_ok=True)
-    errf = log.with_suffix(".stderr")
-    with open(errf, "wb") as ef:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=ef, start_new_session=True)
-    t0 = time.monotonic()
-    try:
-        while proc.poll() is None and time.monotonic() - t0 < timeout:
-            label = hit(_events(log), time.monotonic() - t0)
-            if label:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return label
-            time.sleep(0.005)
-        proc.wait()
-        return "finished" if proc.returncode == 0 else f"failed rc={proc.returncode}: {errf.read_text()[-500:]}"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _nth(task_prefix: str, event: str, n: int):
-    def hit(events, _t):
-        k = sum(1 for e in events if e["task"].startswith(task_prefix) and e["event"] == event)
-        return f"{task_prefix} {event} #{n}" if k >= n else None
-    return hit
 
 
 def _after(seconds: float):

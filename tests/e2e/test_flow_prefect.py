@@ -1,5 +1,6 @@
-"""The ingest flow runs in Prefect (ephemeral API): one task run per stage, the Markdown report
-attached as the `ingest-report` artifact."""
+"""The ingest flow runs in Prefect (ephemeral API): one task run per stage, named ``name@revision``,
+the Markdown report and the findings table attached as artifacts; an identical re-run takes verify
+from Prefect's cache and says so (issue 8)."""
 
 from __future__ import annotations
 
@@ -7,31 +8,59 @@ import asyncio
 
 import pytest
 
-from modelyard.flows.ingest import ingest_flow
+from modelyard.flows.ingest import findings_rows, ingest_flow
+from modelyard.pipeline import hashing
 from modelyard.pipeline.options import IngestOptions
 
 pytestmark = pytest.mark.e2e
 
 
-def test_flow_records_tasks_and_report_artifact(tmp_path, tiny_llama_dir):
+def _read(flow_run_id):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId
 
+    async def read():
+        async with get_client() as client:
+            run = await client.read_flow_run(flow_run_id)
+            tasks = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            arts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["ingest-report", "ingest-findings"])),
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            return run, tasks, {a.key: a for a in arts}
+
+    return asyncio.run(read())
+
+
+def test_flow_records_tasks_artifacts_and_reuses_cached_verify(tmp_path, tiny_llama_dir):
     state = ingest_flow(f"file://{tiny_llama_dir}", IngestOptions(smoke=False), str(tmp_path), return_state=True)
     assert state.is_completed()
     result = state.result()
     assert result.artifact.path.parent == tmp_path / "tiny-llama"
-    flow_run_id = state.state_details.flow_run_id
-
-    async def read():
-        async with get_client() as client:
-            tasks = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["ingest-report"])),
-                                               flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
-            return tasks, arts
-
-    tasks, arts = asyncio.run(read())
+    assert result.cached == ()
+    run, tasks, arts = _read(state.state_details.flow_run_id)
+    assert run.name == f"tiny-llama@{result.artifact.revision[:14]}"
     assert sorted(t.name.split("-")[0] for t in tasks) == ["fetch", "hash", "package", "plan", "publish", "serve", "verify"]
     assert all(t.state.is_completed() for t in tasks)
-    assert len(arts) == 1
-    assert arts[0].data == (result.artifact.path / "report.md").read_text()
+    assert arts["ingest-report"].data == (result.artifact.path / "report.md").read_text()
+    import json
+
+    table = arts["ingest-findings"].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert rows == findings_rows(result.report)
+    # the artifact is exactly the bytes hashed: hashing copied a user's files, packaging moved them
+    files = {f["path"].removeprefix("model/"): f["sha256"]
+             for f in json.loads((result.artifact.path / "manifest.json").read_text())["files"]}
+    assert len(files) == len(list(tiny_llama_dir.iterdir()))
+    for name, sha in files.items():
+        assert hashing.file_digest(result.artifact.path / "model" / name).sha256 == sha
+        assert (result.artifact.path / "model" / name).stat().st_ino != (tiny_llama_dir / name).stat().st_ino
+    assert list((tmp_path / ".staging").iterdir()) == []  # the hash-time copies were moved or removed
+
+    again = ingest_flow(f"file://{tiny_llama_dir}", IngestOptions(smoke=False), str(tmp_path), return_state=True)
+    res2 = again.result()
+    assert res2.artifact.reused and res2.artifact.path == result.artifact.path
+    assert res2.cached == ("verify",)
+    assert res2.to_dict()["cached_stages"] == ["verify"]
+    _, tasks2, _ = _read(again.state_details.flow_run_id)
+    assert {t.name.split("-")[0]: t.state.name for t in tasks2}["verify"] == "Cached"
+    assert res2.report.to_dict() == result.report.to_dict()

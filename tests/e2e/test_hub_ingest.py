@@ -60,7 +60,18 @@ def test_ingest_records_resolved_commit(hub, tmp_path):
     again = run_cli("ingest", f"hf://org/tiny@{head}", "--no-smoke", "--json", env=_env(hub, tmp_path))
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["reused"] is True
+    assert json.loads(again.stdout)["cached_stages"] == ["verify"]  # same files: the report is reused
     assert store_artifacts(tmp_path) == [art]
+    # a pinned commit's fetch is cached too (issue 8), unless the hub cache lost its files since
+    third = run_cli("ingest", f"hf://org/tiny@{head}", "--no-smoke", "--json", env=_env(hub, tmp_path))
+    assert json.loads(third.stdout)["cached_stages"] == ["fetch", "verify"], third.stderr
+    import shutil
+
+    shutil.rmtree(tmp_path / ".cache" / "hf")
+    fourth = run_cli("ingest", f"hf://org/tiny@{head}", "--no-smoke", "--json", env=_env(hub, tmp_path))
+    assert fourth.returncode == 0, fourth.stderr
+    assert json.loads(fourth.stdout)["cached_stages"] == ["verify"]
+    assert (tmp_path / ".cache" / "hf").is_dir()
 
 
 def test_flipped_byte_in_downloaded_shard_is_refused(hub, tmp_path):

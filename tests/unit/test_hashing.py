@@ -153,3 +153,50 @@ def test_hash_snapshot_uses_cache(tmp_path, monkeypatch):
     reads = _CountingOpen()
     monkeypatch.setattr(hashing, "open", reads, raising=False)
     assert hash_snapshot(snap, cache=cache) == first and reads.bytes == 0
+
+
+def test_hash_while_copying_reads_each_byte_once_and_packaging_moves_the_copy(tmp_path):
+    """Issue 9: a user's files are copied while hashed (the copy is exactly the bytes hashed);
+    files under a linkable cache are not copied; stage_model moves the copies (no byte read)."""
+    from modelyard.artifacts.package import stage_model
+
+    src, cache_dir, pre, staging = (tmp_path / n for n in ("src", "cache", "pre", "staging"))
+    src.mkdir(), cache_dir.mkdir(), staging.mkdir()
+    snap = _snap(src)
+    (cache_dir / "blob").write_bytes(b"cached")
+    (src / "t.json").symlink_to(cache_dir / "blob")  # like a hub snapshot's symlink into our cache
+    snap = Snapshot(root=src, source=snap.source, kind="file", files=(*snap.files, FileEntry("t.json", 6)))
+    hashed, read = hashing.hash_snapshot_counted(snap, copy_to=pre, link_from=(cache_dir,))
+    assert read == 5_000_000 + 2 + 6
+    assert sorted(p.name for p in pre.iterdir()) == ["c.json", "w.safetensors"]
+    assert (pre / "w.safetensors").read_bytes() == b"x" * 5_000_000 and (pre / "c.json").stat().st_mode & 0o777 == 0o444
+    ino = (pre / "w.safetensors").stat().st_ino
+    model = stage_model(hashed, staging, link_from=(cache_dir,), precopied=pre)
+    assert (model / "w.safetensors").stat().st_ino == ino  # moved, not read again
+    assert (model / "t.json").stat().st_ino == (cache_dir / "blob").stat().st_ino  # hard-linked from the cache
+    assert list(pre.iterdir()) == []
+
+
+def test_packaging_copy_refuses_a_file_changed_after_hashing(tmp_path):
+    from modelyard.artifacts.package import stage_model
+
+    src, staging = tmp_path / "src", tmp_path / "staging"
+    src.mkdir(), staging.mkdir()
+    hashed = hash_snapshot(_snap(src))
+    (src / "w.safetensors").write_bytes(b"y" * 5_000_000)  # same size, other bytes
+    with pytest.raises(HashMismatchError, match="w.safetensors changed after it was hashed"):
+        stage_model(hashed, staging)
+    assert not (staging / "model" / "w.safetensors").exists()
+
+
+def test_copy_into_a_full_disk_is_a_store_error(tmp_path, monkeypatch):
+    from modelyard.errors import StoreError
+
+    (tmp_path / "a").write_bytes(b"abc")
+
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hashing.os, "write", full)
+    with pytest.raises(StoreError, match="No space left on device"):
+        hashing.copy_with_digest(tmp_path / "a", tmp_path / "b")

@@ -4,7 +4,9 @@ runs through llm-compressor, the output verifies, and the gates judge it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 
@@ -15,6 +17,7 @@ from modelyard.pipeline.verify import verify_folder
 from modelyard.settings import Settings
 from tests.conftest import run_cli, store_artifacts
 from tests.fixtures import write_safetensors
+from tests.killing import events, kill_at, nth
 
 pytestmark = pytest.mark.quantize
 
@@ -147,6 +150,32 @@ def test_ingest_quantize_records_and_reuses(tiny128, tmp_path):
     assert run_cli("verify", str(art)).returncode == 0
     again = run_cli(*args)
     assert again.returncode == 0 and json.loads(again.stdout)["reused"] is True
+
+
+def test_ingest_killed_during_quantize_resumes_after_verify(tiny128, tmp_path):
+    """Issue 8: SIGKILL the ingest (its whole process group) once quantization has started; the re-run
+    takes verify from Prefect's stage cache (state Cached, reported in ``cached_stages``), quantizes
+    again and completes. Nothing half-made is left in the store."""
+    home, log = tmp_path / "store", tmp_path / "progress.jsonl"
+    args = ["ingest", f"file://{tiny128}", "--quantize", "w8a8", "--num-samples", "4", "--max-seq-len", "64",
+            "--no-smoke", "--out", str(home), "--json"]
+    env = {**os.environ, "MODELYARD_PROGRESS_JSONL": str(log)}
+    label = kill_at([sys.executable, "-m", "modelyard", *args], env, log, nth("quantizing", "start", 1), timeout=600)
+    assert label == "quantizing start #1"
+    started = [e["task"] for e in events(log) if e["event"] == "start"]
+    assert started[:2] == ["hashing (sha256)", "packaging model/"] and started[-1].startswith("quantizing w8a8")
+    assert store_artifacts(home) == []
+
+    log.unlink()
+    r = run_cli(*args, env={"MODELYARD_PROGRESS_JSONL": str(log)})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["cached_stages"] == ["verify"] and out["reused"] is False
+    assert out["verification"]["passed"] is True
+    assert [e["task"] for e in events(log) if e["event"] == "start"][2].startswith("quantizing w8a8")
+    (art,) = store_artifacts(home)
+    assert json.loads((art / "manifest.json").read_text())["quantization"]["scheme"] == "w8a8"
+    assert list((home / ".staging").iterdir()) == []
 
 
 def test_ingest_refuses_a_scheme_the_runtime_cannot_load(tiny128, tmp_path):

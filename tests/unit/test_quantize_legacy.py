@@ -5,7 +5,6 @@ back with transformers for the quality gate, and judged against the runtime tabl
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ the Markdown of a server result. The server itself is exercised in tests/e2e/tes
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
