@@ -102,6 +102,8 @@ def _fetch_key(context: Any, params: dict[str, Any]) -> str | None:
 @task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,
       cache_key_fn=_fetch_key, persist_result=True, result_serializer="pickle")
 def fetch_task(source: Source, settings: Settings, options: IngestOptions) -> Snapshot:
+    if source.kind == "gguf":
+        warmup.wait()  # the GGUF conversion imports transformers
     return fetch_stage.fetch(source, settings, allow_patterns=options.allow_patterns, ignore_patterns=options.ignore_patterns)
 
 
@@ -125,6 +127,7 @@ def verify_task(root: Path, target: Target, tree: str) -> Report:
     """Verify ``root`` against ``target``. ``tree`` is the tree digest of the files there (sizes and
     sha256): with the folder's listing, the target, modelyard's code and the library versions it is
     the cache key, so an identical re-run (or one resumed after a kill) reuses the report."""
+    warmup.wait()
     return verify.verify_folder(root, target)
 
 

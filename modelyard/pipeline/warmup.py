@@ -6,9 +6,11 @@ first waits for Prefect's API (the ephemeral server is a subprocess) and then fe
 (hashlib and file reads release the GIL), so those imports can run beside that wait in a daemon thread.
 ``MODELYARD_NO_WARMUP=1`` turns it off.
 
-Concurrent imports in two threads are safe in CPython (per-module import locks). The thread starts
-only after the flow module, and so Prefect and pydantic, are imported, so the two threads do not import
-the same modules in opposite orders.
+Only the warm-up thread may import transformers while it runs: transformers is a lazy module, and a
+second thread that imports from it while the first is still initialising it gets
+``ImportError: cannot import name 'AutoConfig'`` (seen in testing). So every stage that imports
+transformers calls :func:`wait` first (the ingest flow does, before verify and before a GGUF fetch).
+The thread starts only after the flow module, and so Prefect and pydantic, are imported.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ def _imports() -> None:
         AutoConfig.for_model("llama")  # imports the configuration machinery the config checks use
     except Exception:  # a warm-up never fails anything: verify imports what it needs itself
         pass
+
+
+def wait() -> None:
+    """Block until the warm-up (if one was started) has finished; call before importing transformers."""
+    t = _started
+    if t is not None and t is not threading.current_thread():
+        t.join()
 
 
 def start() -> threading.Thread | None:

@@ -1,0 +1,271 @@
+"""bundle, unbundle, publish, pull, sign, verify-signature, list and show: moving, signing and
+inspecting stored artifacts (issue 7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from modelyard.cli._common import _fail, _guard, _human, _start_progress, _stop_progress, err, out
+
+
+def bundle_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder (manifest.json + model/) or a store reference NAME[@REVISION]"),
+    output: Path = typer.Option(..., "-o", "--output", help="the .tar.zst to write (written to a temp name, then renamed)"),
+    level: int = typer.Option(3, "--level", min=1, max=19, help="zstd level"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Write an artifact as one deterministic .tar.zst for an air-gapped site (manifest.json first)."""
+    reporter = _start_progress(as_json)
+    try:
+        from modelyard.artifacts.bundle import bundle_artifact
+
+        res = bundle_artifact(artifact, output, level=level)
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        _stop_progress(reporter)
+    d = {"bundle": str(res.path), "bytes_in": res.bytes_in, "bytes_out": res.bytes_out, "files": res.files,
+         "content_digest": res.content_digest}
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}))
+    else:
+        out.print(f"bundle: {res.path}  ({res.files} files, {res.bytes_in} bytes -> {res.bytes_out} bytes)", highlight=False)
+        out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+
+
+def unbundle_cmd(
+    bundle: Path = typer.Argument(..., help="a .tar.zst made by `modelyard bundle`"),
+    into: Optional[Path] = typer.Option(None, "--into", help="new artifact folder to create"),
+    hf_cache: Optional[Path] = typer.Option(None, "--hf-cache", help="a Hugging Face cache folder (HF_HUB_CACHE) to add the model to"),
+    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="with --hf-cache: org/name (default: the manifest's hub repo)"),
+    max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0, help="refuse bundles declaring more than this x their compressed size"),
+    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): model.sig must verify before anything is kept"),
+    trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for model.sig"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Check every byte of BUNDLE against its manifest and extract it (all or nothing): as an artifact
+    folder (--into) or into a Hugging Face cache (--hf-cache) that transformers loads offline."""
+    reporter = _start_progress(as_json)
+    try:
+        from modelyard.errors import InvalidTargetError
+
+        if (into is None) == (hf_cache is None):
+            raise InvalidTargetError("pass exactly one of --into DIR and --hf-cache DIR",
+                                     fix="--into for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
+        if into is not None:
+            from modelyard.artifacts.unbundle import unbundle
+
+            c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root)
+            d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
+                 "content_digest": c.manifest.get("content_digest"),
+                 "signature_verified": True if (key or trust_root) else None}
+        else:
+            from modelyard.artifacts.hfcache import rehydrate
+
+            r = rehydrate(bundle, hf_cache, repo_id=repo_id, max_ratio=max_ratio)  # type: ignore[arg-type]
+            d = {"hf_cache": str(r.cache_dir), "repo_id": r.repo_id, "commit": r.commit,
+                 "commit_synthesized": r.commit_synthesized, "snapshot": str(r.snapshot), "files": r.files,
+                 "reused": r.reused}
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        _stop_progress(reporter)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}))
+    elif into is not None:
+        out.print(f"artifact: {d['artifact']}  ({d['files']} files verified)", highlight=False)
+        out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
+    else:
+        out.print(f"hf cache: {d['hf_cache']}  repo: {d['repo_id']}  commit: {d['commit']}"
+                  + ("  (synthesized)" if d["commit_synthesized"] else ""), highlight=False, soft_wrap=True)
+        out.print(f"load with: HF_HUB_CACHE={d['hf_cache']} HF_HUB_OFFLINE=1, "
+                  f"from_pretrained({d['repo_id']!r}, revision={d['commit']!r})", highlight=False, soft_wrap=True)
+
+
+def publish_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
+    to: str = typer.Option(..., "--to", help="oci://HOST[:PORT]/REPO[:TAG] or s3://BUCKET/PREFIX"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
+    digest = the file's sha256) or to S3 (manifest.json last). Credentials: MODELYARD_REGISTRY_USER /
+    MODELYARD_REGISTRY_PASSWORD; the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
+    from dataclasses import asdict
+
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.publish import publish
+
+        return publish(artifact, to)
+
+    res = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **asdict(res)}))
+        return
+    out.print(f"published: {res.uri}  ({res.files} files, {res.bytes} bytes"
+              + (f", {res.skipped} blobs already there" if res.skipped else "") + ")", highlight=False, soft_wrap=True)
+    if res.digest:
+        out.print(f"manifest digest: {res.digest}", highlight=False, soft_wrap=True)
+    out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+
+
+def pull_cmd(
+    ref: str = typer.Argument(..., help="oci://HOST[:PORT]/REPO:TAG (or @sha256:...) or s3://BUCKET/PREFIX"),
+    into: Path = typer.Option(..., "--into", help="new artifact folder to create"),
+    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): verify model.sig after the download"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.publish import pull
+
+        return pull(ref, into, public_key=key)
+
+    res = _guard(as_json, verbose, run)
+    d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
+         "signature_verified": res.signature_verified}
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}))
+        return
+    out.print(f"artifact: {res.path}  ({res.files} files verified)", highlight=False, soft_wrap=True)
+    out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+    if res.signature_verified:
+        out.print("signature: verified (model.sig)")
+
+
+def _signing_root(artifact: str) -> Path:
+    """The artifact folder for sign/verify-signature; a bad reference is a SigningKeyError (exit 2)."""
+    from modelyard.artifacts.bundle import resolve_artifact
+    from modelyard.errors import BundleError, SigningKeyError
+
+    try:
+        return resolve_artifact(artifact)
+    except BundleError as exc:
+        raise SigningKeyError(exc.message, fix=exc.fix) from None
+
+
+def sign_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
+    key: Path = typer.Option(..., "--key", help="elliptic-curve private key (PEM)"),
+    password: Optional[str] = typer.Option(None, "--password", envvar="MODELYARD_SIGNING_KEY_PASSWORD",
+                                           help="the key's password, if encrypted (or MODELYARD_SIGNING_KEY_PASSWORD)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Sign ARTIFACT's model/ with OpenSSF model-signing; writes model.sig beside model/."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.signing import sign_artifact
+
+        root = _signing_root(artifact)
+        return sign_artifact(root, private_key=key, password=password)
+
+    res = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method}))
+        return
+    out.print(f"signed: {res.signature}", highlight=False, soft_wrap=True)
+
+
+def verify_signature_cmd(
+    artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
+    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM) matching the signing key"),
+    trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for certificate signatures"),
+    identity: Optional[str] = typer.Option(None, "--identity", help="Sigstore keyless: the signer's identity (e-mail, workflow)"),
+    issuer: Optional[str] = typer.Option(None, "--issuer", help="Sigstore keyless: the OIDC issuer"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.signing import verify_signature
+
+        root = _signing_root(artifact)
+        return verify_signature(root, public_key=key, trust_root=trust_root, identity=identity, oidc_issuer=issuer)
+
+    res = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method, "files": res.files}))
+        return
+    out.print(f"[bold green]signature verified[/] ({res.method}): {escape(str(res.signature))} covers "
+              f"{res.files} files of model/", highlight=False, soft_wrap=True)
+
+
+def list_cmd(
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.catalog import list_artifacts
+        from modelyard.settings import Settings
+
+        return list_artifacts(out_dir if out_dir is not None else Settings().store_dir())
+
+    arts = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps([a.to_dict() for a in arts]))
+        return
+    if not arts:
+        out.print("the store holds no artifacts")
+        return
+    from rich.table import Table
+
+    t = Table(title_justify="left")
+    for col in ("name", "revision", "content digest", "created", "quantization", "size"):
+        t.add_column(col, overflow="fold")
+    for a in arts:
+        t.add_row(escape(a.name), escape(a.revision[:16]), escape(a.content_digest[:19]), escape(a.created_at or ""),
+                  escape(a.quantization or "-"), _human(a.size))
+    out.print(t)
+
+
+def show_cmd(
+    ref: str = typer.Argument(..., help="NAME[@REVISION] in the store, or an artifact folder"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
+    def run():  # noqa: ANN202
+        from modelyard.artifacts.catalog import show_artifact
+
+        return show_artifact(ref, out_dir)
+
+    d = _guard(as_json, verbose, run)
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}, default=str))
+        return
+    out.print(f"[bold]{escape(d['name'])}[/]@{escape(d['revision'])}  {escape(d['path'])}", highlight=False, soft_wrap=True)
+    out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
+    out.print(f"created: {d['created_at']}  size: {_human(d['size'])} in {d['files']} model files  "
+              f"quantization: {d['quantization'] or 'none'}  patches: {d['patches']}  "
+              f"signed: {'yes' if d['signed'] else 'no'}", highlight=False, soft_wrap=True)
+    src = d["source"]
+    out.print(f"source: {escape(str(src.get('uri')))}" + (f"  commit: {src['commit']}" if src.get("commit") else ""),
+              highlight=False, soft_wrap=True)
+    v = d.get("verification") or {}
+    out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({v.get('errors', 0)} errors, "
+              f"{v.get('warnings', 0)} warnings)", highlight=False)
+    s = d.get("smoke")
+    out.print(f"smoke: vLLM {s['vllm_version']}, loaded in {s['load_seconds']} s, finish_reason {s['finish_reason']}"
+              if s else "smoke: not run", highlight=False)
+    for f in ((d.get("report") or {}).get("findings") or [])[:20]:
+        out.print(f"  {f['severity']:<7} {escape(str(f['code']))}  {escape(str(f.get('file') or ''))}: "
+                  f"{escape(str(f['message']))}", highlight=False, soft_wrap=True)

