@@ -33,6 +33,7 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
                 check_target(to)
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                              smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
+        _precheck(source, opts)  # bad usage fails in a second, not after Prefect's start
         from modelyard.pipeline import warmup
 
         warmup.start()  # verify's imports load while Prefect's API starts and the source is hashed
@@ -48,12 +49,33 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
     return result.to_dict()
 
 
+def _precheck(source: str, opts: Any) -> None:
+    """The flow's own input checks, run before Prefect starts: the source URI, a local source's
+    existence and the target options. Raises what the flow would raise (same messages, exit 2)."""
+    from modelyard.checks import Target
+    from modelyard.errors import InvalidSourceError, SourceNotFoundError
+    from modelyard.pipeline.sources import parse_source, sanitize_name
+
+    src = parse_source(source)
+    if opts.name:
+        sanitize_name(opts.name)
+    if src.kind == "file" and src.path is not None:  # the same messages as fetch's
+        if not src.path.exists():
+            raise SourceNotFoundError(f"source folder {src.path} does not exist", fix="Check the path (file:///absolute/path).")
+        if not src.path.is_dir():
+            raise InvalidSourceError(f"source {src.path} is not a folder",
+                                     fix="Use gguf:// for a .gguf file, or point at the model folder.")
+    Target.create(tensor_parallel_size=opts.tensor_parallel_size, max_model_len=opts.max_model_len, serve=opts.serve,
+                  dtype=opts.dtype, vllm_version=opts.vllm_version)
+
+
 def _print_result(d: dict[str, Any], as_json: bool) -> None:
     if as_json:
         out.print_json(json.dumps({"ok": True, **d}, default=str))
         return
     v = d["verification"]
-    out.print(f"[bold green]artifact:[/] {d['artifact']}" + ("  (already in the store)" if d["reused"] else ""), highlight=False)
+    out.print(f"[bold green]artifact:[/] {d['artifact']}" + ("  (already in the store)" if d["reused"] else ""), highlight=False,
+              soft_wrap=True)
     out.print(f"name: {d['name']}  revision: {d['revision']}", highlight=False)
     out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
     out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({v['errors']} errors, {v['warnings']} warnings)")
@@ -69,7 +91,9 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
     if s and s.get("level") in ("server", "bench"):
         _print_server_smoke(s)
     elif s:
-        out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s", highlight=False)
+        stored = " (the stored artifact's smoke, not re-run)" if d["reused"] else ""
+        out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s{stored}",
+                  highlight=False, soft_wrap=True)
         out.print(f"question: {s['question']}", highlight=False)
         out.print(f"answer: {s['text']}", highlight=False)
         out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
