@@ -53,18 +53,14 @@ def _precheck(source: str, opts: Any) -> None:
     """The flow's own input checks, run before Prefect starts: the source URI, a local source's
     existence and the target options. Raises what the flow would raise (same messages, exit 2)."""
     from modelyard.checks import Target
-    from modelyard.errors import InvalidSourceError, SourceNotFoundError
+    from modelyard.pipeline.fetch import check_folder
     from modelyard.pipeline.sources import parse_source, sanitize_name
 
     src = parse_source(source)
     if opts.name:
         sanitize_name(opts.name)
-    if src.kind == "file" and src.path is not None:  # the same messages as fetch's
-        if not src.path.exists():
-            raise SourceNotFoundError(f"source folder {src.path} does not exist", fix="Check the path (file:///absolute/path).")
-        if not src.path.is_dir():
-            raise InvalidSourceError(f"source {src.path} is not a folder",
-                                     fix="Use gguf:// for a .gguf file, or point at the model folder.")
+    if src.kind == "file" and src.path is not None:
+        check_folder(src.path)
     Target.create(tensor_parallel_size=opts.tensor_parallel_size, max_model_len=opts.max_model_len, serve=opts.serve,
                   dtype=opts.dtype, vllm_version=opts.vllm_version)
 

@@ -95,13 +95,19 @@ def snapshot_present(snapshot: Snapshot) -> bool:
     return True
 
 
-def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
-    root = source.path
-    assert root is not None
+def check_folder(root: Path) -> None:
+    """Raise :class:`SourceNotFoundError` / :class:`InvalidSourceError` (exit 2) when the ``file://``
+    source ``root`` is missing or not a folder; the CLI calls it before Prefect starts."""
     if not root.exists():
         raise SourceNotFoundError(f"source folder {root} does not exist", fix="Check the path (file:///absolute/path).")
     if not root.is_dir():
         raise InvalidSourceError(f"source {root} is not a folder", fix="Use gguf:// for a .gguf file, or point at the model folder.")
+
+
+def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
+    root = source.path
+    assert root is not None
+    check_folder(root)
     everything = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
