@@ -246,11 +246,24 @@ class Checkpoint:
         return tc if isinstance(tc, dict) else cfg
 
     @functools.cached_property
+    def loaded_safetensors_files(self) -> tuple[str, ...]:
+        """The shards vLLM's default loader reads: with a readable ``model.safetensors.index.json`` only
+        the present files its ``weight_map`` names (vLLM ``filter_duplicate_safetensors_files``; a
+        Mistral ``consolidated.safetensors`` beside indexed shards is skipped), else every
+        ``*.safetensors`` file."""
+        wm = (self.index or {}).get("weight_map")
+        if isinstance(wm, dict) and wm:
+            named = {v for v in wm.values() if isinstance(v, str)}
+            return tuple(f for f in self.safetensors_files if f in named)
+        return self.safetensors_files
+
+    @functools.cached_property
     def tensors(self) -> dict[str, TensorInfo]:
-        """Union of every readable shard header: tensor name → TensorInfo (no weight bytes read).
-        Unreadable shards are skipped here; ``checks.safetensors`` reports them."""
+        """Union of the readable headers of the shards the loader reads (:attr:`loaded_safetensors_files`):
+        tensor name → TensorInfo (no weight bytes read). Unreadable shards are skipped here;
+        ``checks.safetensors`` reports them."""
         out: dict[str, TensorInfo] = {}
-        for rel in self.safetensors_files:
+        for rel in self.loaded_safetensors_files:
             try:
                 out.update(self.header(rel).tensors)
             except (SafetensorsHeaderError, OSError):
@@ -261,7 +274,7 @@ class Checkpoint:
     def tensor_shard(self) -> dict[str, str]:
         """Tensor name → the shard file (relative path) whose header holds it."""
         out: dict[str, str] = {}
-        for rel in self.safetensors_files:
+        for rel in self.loaded_safetensors_files:
             try:
                 out.update(dict.fromkeys(self.header(rel).tensors, rel))
             except (SafetensorsHeaderError, OSError):

@@ -251,3 +251,50 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       fix="config.json sizes (hidden_size, intermediate_size, vocab_size, heads) do not match the "
                           "weights; restore the config of the same export.",
                       source="vLLM weight_loader shape assertion; transformers size mismatch error")
+
+
+#: transformers' auto-class tables whose classes generate text (vLLM registers these for the generate runner).
+_GENERATIVE_TABLES = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+                      "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+                      "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES")
+
+
+def backbone_class(arch: str) -> bool:
+    """True when ``arch`` is a bare backbone in transformers' ``MODEL_MAPPING_NAMES`` (what ``AutoModel``
+    builds: ``LlamaModel``, ``MistralModel``) and in none of its text-generation tables: it has no LM head."""
+    try:
+        from transformers.models.auto import modeling_auto as ma
+    except ImportError:
+        return False
+
+    def names(table: str) -> set[str]:
+        out: set[str] = set()
+        for v in getattr(ma, table, {}).values():
+            out.update(v if isinstance(v, (list, tuple)) else [v])
+        return out
+
+    generative = set().union(*(names(t) for t in _GENERATIVE_TABLES))
+    return arch in names("MODEL_MAPPING_NAMES") and arch not in generative
+
+
+@check("architecture")
+def generation_head(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """``architectures[0]`` names a class that can generate: a bare backbone saved via ``AutoModel``
+    has no LM head (older vLLM: "LlamaModel is not supported"; newer vLLM runs it only as a pooling
+    model; vllm-project/vllm#9736, #10481)."""
+    archs = (ckpt.config or {}).get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if not arch or not backbone_class(arch):
+        return
+    head = any(n.endswith("lm_head.weight") or ".lm_head." in n or n.startswith("lm_head.") for n in ckpt.tensors)
+    stored = ("no lm_head.weight is stored" if not head else "an lm_head tensor is stored but the class has no head")
+    yield Finding(code="architecture.no_lm_head", severity=Severity.ERROR,
+                  message=(f"config.json architectures names {arch}, the bare decoder that AutoModel saves, and {stored}: "
+                           "it cannot generate text (older vLLM rejects the class; newer vLLM runs it only as an "
+                           "embedding/pooling model)"),
+                  file="config.json", field="architectures", value=arch,
+                  fix=(f"Save from AutoModelForCausalLM (architectures {arch.removesuffix('Model')}ForCausalLM, "
+                       "model.* names and lm_head.weight), or, if this is meant to be an embedding model, serve it "
+                       "as one (vllm serve --runner pooling)."),
+                  source="transformers MODEL_MAPPING_NAMES vs MODEL_FOR_CAUSAL_LM_MAPPING_NAMES; vLLM model registry; "
+                         "vllm-project/vllm#9736, #10481")

@@ -76,6 +76,8 @@ def config_json(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     broken rope block is reported once, at its field, not again as a transformers exception."""
     data, err = ckpt.json("config.json")
     if err == "missing":
+        if "adapter_config.json" in ckpt.files:
+            return  # files.lora_adapter says what the folder is and what to do
         yield _finding("config.missing", Severity.ERROR, "config.json is missing", None, None,
                        "Download config.json from the same revision as the weights.",
                        "transformers AutoConfig / vLLM ModelConfig read config.json")
@@ -252,6 +254,20 @@ def generation_config(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                        None, None, "Restore generation_config.json from the source model.", src,
                        file="generation_config.json")
         return
+    cap = data.get("max_new_tokens")
+    if isinstance(cap, int) and not isinstance(cap, bool):
+        limit, _, _ = derived_max_len(ckpt.text_config)
+        ctx_txt = f" (the context is {limit})" if limit else ""
+        yield _finding("config.generation_config.max_new_tokens", Severity.WARNING,
+                       (f"generation_config.json sets max_new_tokens {cap}: vLLM (--generation-config auto, the "
+                        "default) makes it the server's default max_tokens, so every request that does not set "
+                        f"max_tokens is cut at {cap} tokens (finish_reason 'length'){ctx_txt}; some releases even "
+                        "made it a ceiling an explicit max_tokens could not lift"),
+                       "max_new_tokens", cap,
+                       "Remove max_new_tokens from generation_config.json (or set it deliberately), or serve with "
+                       "--generation-config vllm to ignore the file's defaults.",
+                       "vLLM ModelConfig.get_diff_sampling_param; vllm-project/vllm#34005, #34063, #12242",
+                       file="generation_config.json")
     eos = data.get("eos_token_id")
     ids = eos if isinstance(eos, list) else [eos]
     if eos is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):

@@ -301,3 +301,39 @@ def symlinks(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                               message=f"{rel} is a link to {os.readlink(p)}, which does not exist", file=rel,
                               value=os.readlink(p), fix="Restore the link's target or remove the link.",
                               source="modelyard")
+
+
+@check("files")
+def lora_adapter(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """A PEFT adapter folder (``adapter_config.json``) passed as a model.
+
+    Without config.json vLLM cannot read a model config ("no supported config format"); with one, the
+    folder is a merged model that also carries adapter files. transformers loads an adapter only because
+    PEFT fetches the base model named in ``base_model_name_or_path`` (vllm-project/vllm#4416,
+    huggingface/transformers#30513, unslothai/unsloth#1191)."""
+    if "adapter_config.json" not in ckpt.files:
+        return
+    data, _ = ckpt.json("adapter_config.json")
+    data = data if isinstance(data, dict) else {}
+    base = data.get("base_model_name_or_path")
+    kind = data.get("peft_type") or "PEFT"
+    base_txt = f" for the base model {base}" if isinstance(base, str) and base else ""
+    src = "vLLM ModelConfig needs config.json; PEFT adapters load through --enable-lora (vllm-project/vllm#4416, " \
+          "huggingface/transformers#30513)"
+    if "config.json" not in ckpt.files:
+        yield Finding(code="files.lora_adapter", severity=Severity.ERROR,
+                      message=(f"this folder is a {kind} adapter{base_txt} (adapter_config.json, "
+                               f"{', '.join(f for f in ckpt.files if f.startswith('adapter_model')) or 'no adapter weights'}), "
+                               "not a model: it has no config.json and no base weights, so vLLM cannot read a model "
+                               "config"),
+                      file="adapter_config.json", field="base_model_name_or_path", value=base,
+                      fix=("Merge the adapter into the base model (peft merge_and_unload, then save_pretrained) and "
+                           "ingest the merged folder, or serve the base model and pass this folder with "
+                           "--enable-lora --lora-modules name=PATH."),
+                      source=src)
+    else:
+        yield Finding(code="files.lora_adapter_beside_model", severity=Severity.INFO,
+                      message=f"adapter_config.json sits beside a full model{base_txt}; vLLM loads the model and "
+                              "ignores the adapter unless served with --enable-lora",
+                      file="adapter_config.json", value=base,
+                      fix="Ship the adapter apart from the model, or document that it is already merged.", source=src)

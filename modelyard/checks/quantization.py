@@ -111,6 +111,39 @@ def quantization_config(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding
                  f"quant_method {method} is not in vLLM {VLLM_LATEST}'s list of quantization methods",
                  field, method, "State the serving runtime with --vllm-version to judge it.", _SRC_METHOD)
     yield from _tensors_match(ckpt, method, q, qt)
+    yield from _quantized_lm_head(ckpt, method, vllm)
+
+
+#: quant_method -> first vLLM release that loads a quantized ``lm_head``. compressed-tensors: vLLM PR #37291
+#: ("Handle ParallelLMHead in compressed-tensors get_quant_method", merged 2026-03-17; first release after it,
+#: approximate); GPTQ's ``lm_head`` flag: vLLM PR #4442 (0.4.3).
+LM_HEAD_QUANT_SINCE: dict[str, str] = {"compressed-tensors": "0.18.0", "gptq": "0.4.3", "gptq_marlin": "0.4.3"}
+
+
+def _quantized_lm_head(ckpt: Checkpoint, method: str, vllm: str | None) -> Iterator[Finding]:
+    """``lm_head`` stored quantized (packed, FP8, or with scales) instead of a dense ``lm_head.weight``."""
+    head = sorted(n for n in ckpt.tensors if n.startswith("lm_head.") and (
+        n != "lm_head.weight" or ckpt.tensors[n].dtype in _QUANT_DTYPES or ckpt.tensors[n].dtype in ("I8", "I32", "U8")))
+    if not head:
+        return
+    since = LM_HEAD_QUANT_SINCE.get(method)
+    src = ("vLLM ParallelLMHead quant_method (vllm-project/vllm#37291); vllm-project/llm-compressor#1820, "
+           "sgl-project/sglang#35358")
+    what = f"the weights hold {', '.join(head[:4])} instead of a dense lm_head.weight"
+    fix = ("Re-run the quantization with lm_head in ignore (the llm-compressor default), so lm_head.weight stays "
+           "dense; keep a quantized head only for a runtime known to support it.")
+    if vllm is not None and (since is None or version_lt(vllm, since)):
+        yield Finding("quantization.lm_head.unsupported", Severity.ERROR,
+                      (f"lm_head is quantized ({what}), which vLLM {vllm} cannot load for {method}"
+                       + (f" (first supported in {since})" if since else "")
+                       + ": it stops with 'There is no module or parameter named lm_head.weight_packed'"),
+                      file=ckpt.tensor_shard.get(head[0]), field="lm_head", value=head, fix=fix, source=src)
+        return
+    yield Finding("quantization.lm_head.quantized", Severity.WARNING,
+                  (f"lm_head is quantized ({what}); vLLM's LM head is not a regular linear layer: "
+                   f"{method} learned to load it only in vLLM {since or '(no release known)'}, older vLLM refuses it "
+                   "and other runtimes (sglang before its fix) load it silently and answer '!!!!'"),
+                  file=ckpt.tensor_shard.get(head[0]), field="lm_head", value=head, fix=fix, source=src)
 
 
 def _tensors_match(ckpt: Checkpoint, method: str, q: dict[str, Any], qt: list[str]) -> Iterator[Finding]:

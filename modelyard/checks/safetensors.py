@@ -134,10 +134,7 @@ def index(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     total = 0
     for shard in shards:
         if shard not in by_shard:
-            yield Finding(code="safetensors.index.unindexed_shard", severity=Severity.WARNING,
-                          message=f"{shard} is not named in {INDEX_NAME}; its tensors will not be loaded",
-                          file=shard, fix="Remove the stray shard or regenerate the index.",
-                          source="transformers sharded loading")
+            yield _unindexed_shard(ckpt, shard)
             continue
         try:
             h = ckpt.header(shard)
@@ -157,3 +154,35 @@ def index(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       message=f"{INDEX_NAME} metadata.total_size is {declared} but the shards hold {total} bytes of tensors",
                       file=INDEX_NAME, field="metadata.total_size", value=declared,
                       fix="Regenerate the index.", source="transformers sharded checkpoint index format")
+
+
+def _unindexed_shard(ckpt: Checkpoint, shard: str) -> Finding:
+    """A shard the index does not name: vLLM's default loader skips it (``filter_duplicate_safetensors_files``).
+    When it holds about as many bytes as the indexed shards together, it is a second export of the
+    same weights (Mistral's ``consolidated.safetensors`` beside HF shards): loaders that glob every
+    ``*.safetensors`` read both sets (vllm-project/vllm#40765, NVIDIA/TensorRT-LLM#7225,
+    ggml-org/llama.cpp#17286, Blaizzy/mlx-vlm#1464)."""
+    try:
+        size = ckpt.header(shard).data_size
+    except (SafetensorsHeaderError, OSError):
+        size = None
+    indexed = 0
+    for rel in ckpt.loaded_safetensors_files:
+        try:
+            indexed += ckpt.header(rel).data_size
+        except (SafetensorsHeaderError, OSError):
+            pass
+    if size and indexed and 0.5 <= size / indexed <= 2.0:
+        return Finding(code="safetensors.index.duplicate_weight_set", severity=Severity.WARNING,
+                       message=(f"{shard} ({size:,} data bytes) is a second weight set beside the {len(ckpt.loaded_safetensors_files)} "
+                                f"indexed shard(s) ({indexed:,} bytes): vLLM's default loader follows {INDEX_NAME} and "
+                                "skips it, but it doubles the download and disk size, and loaders that glob every "
+                                "*.safetensors file read both sets"),
+                       file=shard, value=size,
+                       fix="Keep the other export (e.g. Mistral's consolidated.safetensors) out of the serving artifact; "
+                           "publish it separately if needed.",
+                       source="vLLM filter_duplicate_safetensors_files; vllm-project/vllm#40765, NVIDIA/TensorRT-LLM#7225")
+    return Finding(code="safetensors.index.unindexed_shard", severity=Severity.WARNING,
+                   message=f"{shard} is not named in {INDEX_NAME}; its tensors will not be loaded",
+                   file=shard, fix="Remove the stray shard or regenerate the index.",
+                   source="transformers sharded loading; vLLM filter_duplicate_safetensors_files")

@@ -206,10 +206,15 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "vLLM chat_utils apply_hf_chat_template")
         return
     if dropped:
-        yield _f("tokenizer.chat_template.no_system_role", Severity.INFO,
-                 "the chat template rejects a system message; clients must fold it into the first user turn",
+        completion = ctx.target.serve == "completion"
+        yield _f("tokenizer.chat_template.no_system_role", Severity.INFO if completion else Severity.WARNING,
+                 ("the chat template raises on a system message: every chat request that carries a system prompt "
+                  "(most OpenAI-style clients send one by default) is rejected with HTTP 400"
+                  + ("; completions do not use the template" if completion else "")),
                  tfile, "chat_template", None,
-                 "Send no system message, or use a template that accepts one.", "vLLM chat_utils apply_hf_chat_template")
+                 "Fold the system text into the first user turn in the template (or document that clients must not "
+                 "send system messages), then check that a system+user+assistant conversation renders.",
+                 "vLLM chat_utils apply_hf_chat_template; vllm-project/vllm#2964, huggingface/chat-ui#1386")
     term = turn_terminator(tok, rendered)
     if term is None:
         yield _f("tokenizer.chat_template.no_turn_terminator", Severity.INFO,
@@ -236,3 +241,44 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
              f"Set generation_config.json \"eos_token_id\": {want} (or make {content} the tokenizer's eos_token); "
              "`modelyard patch` does this.",
              "vllm-project/vllm#4180, vllm-project/vllm#4182")
+
+
+def configured_eos_ids(ckpt: Checkpoint) -> list[int]:
+    """The eos ids config.json and generation_config.json declare (``eos_token_id``: an int or a list), in order."""
+    out: list[int] = []
+    for v in ((ckpt.generation_config or {}).get("eos_token_id"), ckpt.text_config.get("eos_token_id")):
+        for i in (v if isinstance(v, list) else [v]):
+            if isinstance(i, int) and not isinstance(i, bool) and i not in out:
+                out.append(i)
+    return out
+
+
+@check("tokenizer")
+def eos_token_agrees(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """The tokenizer's ``eos_token`` is one of the eos ids config.json / generation_config.json declare.
+
+    vLLM adds the tokenizer's eos to every request's stop set (``SamplingParams`` ``eos_token_id``), and
+    templates that print ``eos_token`` render it: a tokenizer eos that is not a configured eos (a GGUF
+    conversion that writes ``<|im_start|>``, the bos, as eos) stops generation on the wrong token."""
+    tok, _ = ckpt.hf_tokenizer
+    configured = configured_eos_ids(ckpt)
+    eos = getattr(tok, "eos_token", None) if tok is not None else None
+    if not configured or not isinstance(eos, str):
+        return
+    tid = tok.convert_tokens_to_ids(eos)
+    if not isinstance(tid, int) or tid in configured:
+        return
+    want = configured[0]
+    try:
+        want_tok = tok.convert_ids_to_tokens(want)
+    except Exception:  # an id past the vocabulary: reported by vocab_fits_embeddings
+        want_tok = None
+    same_as_bos = " (the same as the bos token)" if eos == getattr(tok, "bos_token", None) else ""
+    yield _f("tokenizer.eos_token.disagrees", Severity.WARNING,
+             (f"the tokenizer's eos_token is {eos} (id {tid}){same_as_bos}, but config.json/generation_config.json "
+              f"declare eos_token_id {configured}: vLLM stops on the tokenizer's eos too, and templates that print "
+              "eos_token render the wrong token"),
+             "tokenizer_config.json", "eos_token", eos,
+             (f"Set tokenizer_config.json \"eos_token\" to {want_tok!r} (id {want}); `modelyard patch` does this."
+              if isinstance(want_tok, str) else f"Make the tokenizer's eos_token the token of id {want}."),
+             "vLLM SamplingParams (tokenizer eos_token_id added to the stop set); transformers GGUF tokenizer conversion")
