@@ -16,14 +16,22 @@ shard headers. Rules and their sources:
   GPTQ ``qweight`` (in*bits/32, out), compressed-tensors ``weight_packed`` (out, in*bits/32 in I32,
   or in*bits/8 in U8 for NVFP4), plus their
   scales, zero points and ``g_idx``.
-- transformers 5 fuses some checkpoint tensors at load (MoE experts; ``conversion_mapping``): those are
-  compared by rule, not one to one.
+- transformers 5 fuses some checkpoint tensors at load (``conversion_mapping``): the per-expert
+  ``experts.<e>.gate_proj/up_proj/down_proj.weight`` of MoE checkpoints become one stacked
+  ``experts.gate_up_proj`` / ``experts.down_proj`` parameter. Where the fusion is a stack over experts
+  (``MergeModulelist(dim=0)``), optionally followed by a split-equal concatenation (``Concatenate(dim=1)``),
+  the fused parameter is unfolded back into the per-expert names and shapes the checkpoint stores, so every
+  expert is compared one to one (dense or quantized: vLLM's ``FusedMoE.make_expert_params_mapping`` loads
+  ``experts.<e>.<proj>.<qweight|weight_packed|weight|scales|...>`` into its fused expert parameters). Other
+  fusions are compared by name only: a tensor whose (dense) name matches a fused source pattern is accepted.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from modelyard.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo
@@ -65,27 +73,105 @@ def expected_parameters(cfg: Any, arch: str) -> tuple[dict[str, tuple[int, ...]]
     return shapes, tied, getattr(model, "base_model_prefix", "") or ""
 
 
+def _plain(pattern: str) -> str:
+    """A transformers conversion pattern as a dotted glob: anchors dropped, ``\\.`` read as ``.``."""
+    return pattern.removeprefix("^").removesuffix("$").replace("\\.", ".")
+
+
+@functools.lru_cache(maxsize=512)
 def _glob_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(re.escape(pattern).replace(r"\*", r"[^.]+"))
+    """``pattern`` (a dotted glob, ``*`` = one name component) as a regex matching whole components."""
+    body = re.escape(pattern).replace(r"\*", r"[^.]+")
+    return re.compile(("" if pattern.startswith(".") else r"(?:^|(?<=\.))") + body + r"(?=\.|$)")
 
 
-def _conversion(model_type: str) -> tuple[list[tuple[str, str]], list[re.Pattern[str]], list[str]]:
-    """transformers 5 checkpoint conversion for ``model_type``: (renames, fused sources, fused targets)."""
+@dataclass(frozen=True)
+class Fusion:
+    """One transformers-5 ``WeightConverter``: the checkpoint tensors named by ``sources`` (dotted globs,
+    e.g. ``mlp.experts.*.gate_proj.weight``) become the parameter(s) ``targets`` at load through ``ops``
+    (operation class name and its ``dim``, in order)."""
+
+    sources: tuple[str, ...]
+    targets: tuple[str, ...]
+    ops: tuple[tuple[str, int | None], ...]
+
+    def matches(self, name: str) -> bool:
+        """Is the checkpoint tensor ``name`` (a dense name) one of this fusion's sources?"""
+        return any(_glob_regex(s).search(name) for s in self.sources)
+
+    def fuses(self, param: str) -> bool:
+        """Is the model parameter ``param`` one of this fusion's targets (substring, as transformers matches)?"""
+        return any(t in param for t in self.targets)
+
+    def unfold(self, param: str, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]] | None:
+        """The checkpoint names and shapes that fuse into ``param`` (of ``shape``); None when the fusion is
+        not a plain stack over experts.
+
+        transformers 5 ``MergeModulelist(dim=0)`` stacks the ``*``-indexed tensors into dim 0 (one per expert,
+        so ``shape[0]`` experts), and a following ``Concatenate(dim=1)`` joins the sources (``gate_proj`` then
+        ``up_proj``) along dim 1 of the stack, i.e. dim 0 of each expert's matrix, in equal parts (both are
+        ``moe_intermediate_size`` rows). Saving reverses it (``SplitModulelist``, ``Chunk``), which is the
+        layout every MoE checkpoint on the hub and every quantizer writes."""
+        merge, concat = ("MergeModulelist", 0), ("Concatenate", 1)
+        if len(self.targets) != 1 or self.ops[:1] != (merge,) or self.ops[1:] not in ((), (concat,)):
+            return None
+        target = self.targets[0]
+        if not param.endswith(target) or not (target.startswith(".") or param == target
+                                              or param.endswith("." + target)):
+            return None
+        if len(shape) < 2 or any(s.count("*") != 1 for s in self.sources):
+            return None
+        per, n = shape[1:], len(self.sources)
+        if self.ops[1:]:
+            if per[0] % n:
+                return None
+            per = (per[0] // n, *per[1:])
+        elif n != 1:
+            return None
+        head = param[: len(param) - len(target)]
+        return {head + s.replace("*", str(e)): per for s in self.sources for e in range(shape[0])}
+
+
+def _conversion(model_type: str) -> tuple[list[tuple[str, str]], list[Fusion]]:
+    """transformers 5 checkpoint conversion for ``model_type`` (``get_checkpoint_conversion_mapping``):
+    ``(renames, fusions)``. Renames are one-to-one ``WeightRenaming`` pairs; fusions every ``WeightConverter``."""
     try:
         from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
         mapping = get_checkpoint_conversion_mapping(model_type) or []
     except Exception:
-        return [], [], []
-    renames, sources, targets = [], [], []
+        return [], []
+    renames: list[tuple[str, str]] = []
+    fusions: list[Fusion] = []
     for m in mapping:
-        src, tgt = list(getattr(m, "source_patterns", [])), list(getattr(m, "target_patterns", []))
-        if type(m).__name__ == "WeightRenaming" and len(src) == len(tgt):
+        src = list(getattr(m, "_original_source_patterns", None) or getattr(m, "source_patterns", []))
+        tgt = list(getattr(m, "target_patterns", []))
+        kind = type(m).__name__
+        if kind == "WeightRenaming" and len(src) == len(tgt):
             renames.extend(zip(src, tgt))
+        elif "WeightConverter" in {c.__name__ for c in type(m).__mro__}:
+            ops = tuple((type(op).__name__, getattr(op, "dim", None)) for op in getattr(m, "operations", []) or [])
+            fusions.append(Fusion(tuple(_plain(x) for x in src), tuple(_plain(x) for x in tgt), ops))
+    return renames, fusions
+
+
+def _unfold_fused(expected: dict[str, tuple[int, ...]], fusions: list[Fusion]
+                  ) -> tuple[dict[str, tuple[int, ...]], list[Fusion]]:
+    """``expected`` with each fused parameter replaced by the per-expert tensors it is loaded from
+    (:meth:`Fusion.unfold`), and the fusions that could not be unfolded (compared by name only)."""
+    out: dict[str, tuple[int, ...]] = {}
+    opaque: list[Fusion] = []
+    for name, shape in expected.items():
+        hits = [f for f in fusions if f.fuses(name)]
+        if not hits:
+            out[name] = shape
+            continue
+        parts = hits[0].unfold(name, shape) if len(hits) == 1 else None
+        if parts is None:
+            opaque.extend(f for f in hits if f not in opaque)
         else:
-            sources.extend(_glob_regex(s) for s in src)
-            targets.extend(tgt)
-    return renames, sources, targets
+            out.update(parts)
+    return out, opaque
 
 
 def _dense_of(name: str) -> tuple[str, str] | None:
@@ -170,15 +256,16 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       fix="Fix the config.json value named in the message: vLLM builds the model from it too.",
                       source=_SRC)
         return
-    renames, fused_src, fused_tgt = _conversion(getattr(hf_cfg, "model_type", ""))
+    renames, fusions = _conversion(getattr(hf_cfg, "model_type", ""))
+    expected, opaque = _unfold_fused(expected, fusions)
     stored: dict[str, TensorInfo] = {}
     for name, t in ckpt.tensors.items():
         for a, b in renames:
             name = name.replace(a, b)
-        if any(p.search(name) for p in fused_src):
+        dense_name = (_dense_of(name) or (name, ""))[0]  # a quantized expert is judged by its dense name
+        if any(f.matches(dense_name) for f in opaque):
             continue
         stored[name] = t
-    expected = {k: v for k, v in expected.items() if not any(tg in k for tg in fused_tgt)}
     # Base-model exports (no "model." prefix) load through base_model_prefix in both runtimes.
     if prefix and stored and not set(stored) & set(expected):
         stored = {f"{prefix}.{k}": v for k, v in stored.items()}

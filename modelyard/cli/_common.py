@@ -1,5 +1,6 @@
 """What every command shares: the stdout/stderr consoles, stage progress on stderr, quiet libraries,
-and turning a failure into one line (or one JSON object) and an exit code."""
+turning a failure into one line (or one JSON object) and an exit code, and the option definitions
+several commands must agree on (``--serve``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from modelyard.pipeline.modes import DEFAULT_SERVE
+
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
 # silenced during long stages (pipeline.quantize._quiet_libraries) while this console keeps reporting.
 try:
@@ -20,6 +23,18 @@ except OSError:  # no stderr (a daemon): let rich pick
     _ERR_FILE = None
 err = Console(file=_ERR_FILE, stderr=_ERR_FILE is None)
 out = Console()
+
+
+#: ``--help`` text of ``--serve``: ``ingest`` and ``verify`` judge the same folder the same way by default
+SERVE_HELP = (f"how it will be served: chat (needs a chat template) or completion (plain-text prompts); "
+              f"default: {DEFAULT_SERVE}; use --serve completion for a base model")
+
+
+def serve_option() -> Any:
+    """The ``--serve`` option of ``ingest`` and ``verify`` (one definition, one default:
+    :data:`~modelyard.pipeline.modes.DEFAULT_SERVE`). The value is validated by ``Target.create``
+    (exit 2 naming the accepted modes), so a bad value fails the same way in every command."""
+    return typer.Option(DEFAULT_SERVE, "--serve", help=SERVE_HELP, show_default=False)
 
 
 class _AmountColumn(ProgressColumn):

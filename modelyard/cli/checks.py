@@ -10,7 +10,16 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from modelyard.cli._common import _fail, _findings_table, _quiet_libraries, _start_progress, _stop_progress, err, out
+from modelyard.cli._common import (
+    _fail,
+    _findings_table,
+    _quiet_libraries,
+    _start_progress,
+    _stop_progress,
+    err,
+    out,
+    serve_option,
+)
 
 
 def verify(
@@ -18,7 +27,7 @@ def verify(
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="vLLM --dtype: auto, float16, bfloat16, float32"),
-    serve: Optional[str] = typer.Option(None, "--serve", help="chat or completion"),
+    serve: str = serve_option(),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it, e.g. 0.6.3"),
     transformers_version: Optional[str] = typer.Option(None, "--transformers-version",
                                                        help="the transformers beside it, e.g. 4.45.2"),
@@ -27,7 +36,9 @@ def verify(
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
-    """Judge a model folder; exit 0 when it has no errors, 1 when it has, 2 when unreadable."""
+    """Judge a model folder; exit 0 when it has no errors, 1 when it has, 2 when unreadable.
+
+    Judged for chat serving unless --serve says otherwise, as `modelyard ingest` judges it."""
     _quiet_libraries(verbose)
     try:
         from modelyard.checks import Target

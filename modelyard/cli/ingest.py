@@ -8,13 +8,14 @@ from typing import Any, Optional
 
 import typer
 
-from modelyard.cli._common import _fail, _quiet_libraries, _start_progress, _stop_progress, err, out
+from modelyard.cli._common import _fail, _quiet_libraries, _start_progress, _stop_progress, err, out, serve_option
 from modelyard.cli.serving import _print_server_smoke, _smoke_level
+from modelyard.pipeline.modes import DEFAULT_SERVE
 
 
 def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
                 tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
-                serve: str = "chat", dtype: Optional[str] = None, vllm_version: Optional[str] = None,
+                serve: str = DEFAULT_SERVE, dtype: Optional[str] = None, vllm_version: Optional[str] = None,
                 patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     _quiet_libraries(verbose)
     reporter = _start_progress(as_json)
@@ -90,7 +91,7 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
         stored = " (the stored artifact's smoke, not re-run)" if d["reused"] else ""
         out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s{stored}",
                   highlight=False, soft_wrap=True)
-        out.print(f"question: {s['question']}", highlight=False)
+        out.print(f"{'prompt' if s.get('mode') == 'completion' else 'question'}: {s['question']}", highlight=False)
         out.print(f"answer: {s['text']}", highlight=False)
         out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
     else:
@@ -103,7 +104,7 @@ def ingest(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="target TP size"),
-    serve: str = typer.Option("chat", "--serve", help="how it will be served: chat or completion"),
+    serve: str = serve_option(),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="target vLLM --dtype (judged by the checks)"),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it"),
     no_patch: bool = typer.Option(False, "--no-patch", help="do not repair fixable findings"),
@@ -129,7 +130,9 @@ def ingest(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
 ) -> None:
-    """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact."""
+    """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact.
+
+    Judged and smoke-tested for chat serving unless --serve says otherwise, as `modelyard verify` judges it."""
     d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
                     tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
                     serve=serve, dtype=dtype, vllm_version=vllm_version,

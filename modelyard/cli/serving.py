@@ -21,10 +21,19 @@ def _smoke_level(level: str, as_json: bool) -> str:
     return level
 
 
+def _recorded_serve(path: Path) -> str | None:
+    """The serving mode an artifact was judged for (``report.json`` ``target.serve``), or None."""
+    try:
+        serve = json.loads((path / "report.json").read_text()).get("target", {}).get("serve")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return serve if isinstance(serve, str) else None
+
+
 def _print_server_smoke(s: dict[str, Any]) -> None:
     out.print(f"vLLM {s.get('vllm_version')} OpenAI server ({s['level']}): /health after {s.get('startup_seconds')} s, "
               f"served as {s.get('served_model_name')}", highlight=False)
-    out.print(f"question: {s['question']}", highlight=False)
+    out.print(f"{'prompt' if s.get('mode') == 'completion' else 'question'}: {s['question']}", highlight=False)
     out.print(f"answer: {s['text']}", highlight=False)
     out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
     for c in s.get("checks") or []:
@@ -49,12 +58,17 @@ def smoke_cmd(
     question: str = typer.Option("What is the capital of France?", "--question"),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=16, help="CPU smoke context (tokens)"),
+    serve: Optional[str] = typer.Option(None, "--serve", help="chat (the chat API) or completion (plain-text "
+                                        "prompts, for a base model); default: the serving mode the artifact was "
+                                        "ingested for (report.json), else chat"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Smoke-test PATH in the local vLLM runtime. server/bench start the OpenAI server from the
     artifact's serve/vllm.yaml (CPU overrides applied), check the API and the golden prompts, and
-    (bench) run vLLM's benchmark client. Exit 0 when every check passes, 1 when one fails, 2 for bad input."""
+    (bench) run vLLM's benchmark client. The question goes through the chat API, or as a plain-text prompt
+    through the completions API with --serve completion. Exit 0 when every check passes, 1 when one fails,
+    2 for bad input."""
     _quiet_libraries(verbose)
     reporter = _start_progress(as_json)
     try:
@@ -62,17 +76,20 @@ def smoke_cmd(
 
         from modelyard.errors import MissingConfigError
         from modelyard.pipeline import serve_smoke, smoke
+        from modelyard.pipeline.modes import DEFAULT_SERVE, check_mode
         from modelyard.pipeline.patch import model_root
         from modelyard.settings import Settings
 
         level = _smoke_level(level, as_json)
+        mode = check_mode(serve or _recorded_serve(path) or DEFAULT_SERVE)
         model_dir = model_root(path)
         if not (model_dir / "config.json").is_file():
             raise MissingConfigError(f"{model_dir}/config.json does not exist", fix="Pass a model or artifact folder.")
         settings = Settings()
         cap = min(max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP)
         if level == "load":
-            res = smoke.smoke_load(model_dir, settings, question=question, max_tokens=max_tokens, max_model_len=max_model_len)
+            res = smoke.smoke_load(model_dir, settings, question=question, max_tokens=max_tokens,
+                                   max_model_len=max_model_len, mode=mode)
         else:
             vy = path / "serve" / "vllm.yaml"
             if vy.is_file():
@@ -85,7 +102,7 @@ def smoke_cmd(
             prompts, src = serve_smoke.load_golden(golden)
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
-                                           bench=serve_smoke.BenchSpec() if level == "bench" else None)
+                                           bench=serve_smoke.BenchSpec() if level == "bench" else None, mode=mode)
     except typer.Exit:
         raise
     except BaseException as exc:  # noqa: BLE001

@@ -72,6 +72,17 @@ class IngestResult:
 _LEVEL_RANK = {"load": 0, "server": 1, "bench": 2}
 
 
+def smoke_covers(prev: dict[str, Any], options: IngestOptions) -> bool:
+    """Whether a stored artifact's smoke result ``prev`` stands for the smoke ``options`` ask for: it
+    passed, at the level asked for or a higher one, in the serving mode asked for. A chat smoke also
+    stands for a completion one (it loaded and generated, and passed the stricter stop rule); a
+    completion smoke never stands for chat (it did not exercise the chat template). A result
+    without ``mode`` was stored before modes were recorded, when every smoke chatted."""
+    if not prev.get("passed") or _LEVEL_RANK[prev.get("level", "load")] < _LEVEL_RANK[options.smoke_level]:
+        return False
+    return prev.get("mode", "chat") in (options.serve, "chat")
+
+
 def retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
     """Retry a network stage only when the endpoint was unreachable (not on a 404 or a bad input)."""
     try:
@@ -153,11 +164,13 @@ def package_task(snapshot: Snapshot, staging: Path, plan: patch.PatchPlan, setti
 
 @task(name="smoke", cache_policy=NO_CACHE)
 def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> smoke.SmokeResult:
+    """The ``load`` smoke in the target's serving mode (``options.serve``: chat or completion)."""
     res = smoke.smoke_load(model_dir, settings, question=options.question, max_tokens=options.smoke_max_tokens,
-                           max_model_len=options.max_model_len)
+                           max_model_len=options.max_model_len, mode=options.serve)
     if not res.passed:
-        raise SmokeFailedError(f"vLLM smoke chat failed: {res.error}; answer was {res.text!r}", result=res,
-                               fix="Check generation_config.json eos_token_id against the chat template's turn terminator.")
+        fix = ("Check generation_config.json eos_token_id against the chat template's turn terminator."
+               if res.mode == "chat" else "See the vLLM error; a completion must return text and end with stop or length.")
+        raise SmokeFailedError(f"vLLM smoke {res.mode} failed: {res.error}; answer was {res.text!r}", result=res, fix=fix)
     return res
 
 
@@ -180,7 +193,8 @@ def serve_plan_task(model_dir: Path, options: IngestOptions, name: str) -> serve
 @task(name="smoke-server", cache_policy=NO_CACHE)
 def smoke_server_task(model_dir: Path, settings: Settings, options: IngestOptions,
                       plan: serve.ServePlan | None, name: str) -> serve_smoke.ServerSmokeResult:
-    """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides)."""
+    """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides), through
+    the target's serving mode (``options.serve``: the chat or the completions API)."""
     from modelyard.pipeline.serve_files import vllm_config
 
     cfg = vllm_config(plan, model=str(model_dir)) if plan else {"served-model-name": name}
@@ -188,7 +202,7 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: IngestOption
     res = serve_smoke.smoke_server(
         model_dir, settings, config=cfg, question=options.question, max_tokens=options.smoke_max_tokens,
         golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.smoke_level == "bench" else None,
-        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP))
+        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.serve)
     if not res.passed:
         raise SmokeFailedError(f"vLLM server smoke failed ({res.error}); answer was {res.text!r}", result=res,
                                fix="See the failed checks in the message; golden misses name the prompt.")
@@ -320,9 +334,7 @@ def _ingest(src: Source, options: IngestOptions, settings: Settings, name: str, 
         existing = store.get(name, revision)
         if existing is not None and (existing.content_digest == digest or options.quantize):
             prev = json.loads((existing.path / "manifest.json").read_text())
-            prev_smoke = prev.get("smoke") or {}
-            if not options.smoke or (prev_smoke.get("passed") and _LEVEL_RANK[prev_smoke.get("level", "load")]
-                                     >= _LEVEL_RANK[options.smoke_level]):
+            if not options.smoke or smoke_covers(prev.get("smoke") or {}, options):
                 prev_report = json.loads((existing.path / "report.json").read_text())
                 if not plan.empty or options.quantize:
                     report = run(verify_task, existing.path / "model", target, existing.content_digest.removeprefix("sha256:"))

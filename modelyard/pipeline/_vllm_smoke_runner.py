@@ -1,8 +1,11 @@
 """Runs INSIDE the vLLM runtime interpreter (``MODELYARD_VLLM_PYTHON``), as a script.
 
 Standard library + vLLM only: it must not import modelyard, whose pins clash with vLLM's.
-Loads ``--model`` with the vLLM offline API, chats one question through the model's own chat
-template (greedy, ``--max-tokens``), and writes one JSON object to ``--out``.
+Loads ``--model`` with the vLLM offline API, asks one question greedily (``--max-tokens``), and
+writes one JSON object to ``--out``. ``--mode chat`` sends it as a user turn through the model's own
+chat template (``LLM.chat``, what ``/v1/chat/completions`` serves); ``--mode completion`` sends it as
+plain text (``LLM.generate``, what ``/v1/completions`` serves), so a base model without a chat
+template can be smoked the way it will be served.
 """
 
 import argparse
@@ -22,8 +25,9 @@ def main() -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--out", required=True)
     ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--mode", choices=("chat", "completion"), default="chat")
     a = ap.parse_args()
-    result = {"ok": False}
+    result = {"ok": False, "mode": a.mode}
     try:
         t0 = time.perf_counter()
         import vllm
@@ -35,7 +39,10 @@ def main() -> int:
         result["load_seconds"] = round(time.perf_counter() - t0, 2)
         params = SamplingParams(temperature=0.0, max_tokens=a.max_tokens)
         t1 = time.perf_counter()
-        outs = llm.chat([{"role": "user", "content": a.question}], params, use_tqdm=False)
+        if a.mode == "completion":
+            outs = llm.generate([a.question], params, use_tqdm=False)
+        else:
+            outs = llm.chat([{"role": "user", "content": a.question}], params, use_tqdm=False)
         gen = time.perf_counter() - t1
         req = outs[0]
         o = req.outputs[0]

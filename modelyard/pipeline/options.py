@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from modelyard.pipeline.modes import DEFAULT_SERVE
+
 
 class IngestOptions(BaseModel):
     """``max_model_len`` in tokens; ``tensor_parallel_size`` in ranks (judged by the checks; the CPU
@@ -22,7 +24,7 @@ class IngestOptions(BaseModel):
     gpu: str | None = None  # serve plan target (pipeline.gpus); None = H100-80GB on the fewest GPUs that fit
     gpus: int | None = Field(default=None, gt=0)
     publish: tuple[str, ...] = ()  # oci://host/repo[:tag] or s3://bucket/prefix, after the store
-    serve: str = "chat"
+    serve: str = DEFAULT_SERVE  # modes.SERVE_MODES; the verify target and the smoke follow it
     dtype: str | None = None
     vllm_version: str | None = None
     question: str = "What is the capital of France?"

@@ -12,6 +12,13 @@ the folder. Each fixable finding code maps to one repair (:data:`FIXABLE`):
 - ``tokenizer.class.slow_without_model``: ``tokenizer_class`` = ``PreTrainedTokenizerFast``
   (huggingface/transformers#27845).
 - ``config.dtype.missing`` / ``config.dtype.mismatch``: ``torch_dtype`` = the stored dtype.
+- ``tokenizer.eos_token.disagrees``: the tokenizer's ``eos_token`` = the token of the first
+  configured eos id (``generation_config.eos_token_id``, then ``config.json``), in
+  ``tokenizer_config.json`` (a string, or an AddedToken dict's ``content``; a stale ``eos_token_id``
+  there too) and in a legacy ``special_tokens_map.json`` that names one. vLLM adds the tokenizer's
+  eos to every request's stop set (``SamplingParams``); transformers 4 lets
+  ``special_tokens_map.json`` override ``tokenizer_config.json``. ``tokenizer.json`` is left alone:
+  its post-processor adds tokens by content at encode time, which is a separate choice.
 - user-requested: ``--add-special-token TOKEN`` marks an *existing* vocabulary entry special (a
   new token would need a new embedding row: refused); ``--chat-template FILE`` writes
   ``chat_template.jinja``.
@@ -41,6 +48,7 @@ from modelyard.errors import ModelyardError
 FIXABLE = frozenset({
     "tokenizer.stop_tokens.missing_turn_terminator", "tokenizer.control_tokens.not_special",
     "tokenizer.class.slow_without_model", "config.dtype.missing", "config.dtype.mismatch",
+    "tokenizer.eos_token.disagrees",
 })
 _MISSING = object()
 
@@ -136,6 +144,8 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
     if "tokenizer.class.slow_without_model" in codes:
         set_("tokenizer_config.json", "/tokenizer_class", "PreTrainedTokenizerFast", "tokenizer.class.slow_without_model",
              "the declared slow SentencePiece class has no tokenizer.model; the fast class builds from tokenizer.json")
+    if "tokenizer.eos_token.disagrees" in codes:
+        _plan_eos_token(ckpt, doc, set_)
     for code in ("config.dtype.missing", "config.dtype.mismatch"):
         if code in codes:
             from modelyard.checks.config import stored_dtype
@@ -210,6 +220,37 @@ def _plan_stop_tokens(ckpt: Checkpoint, doc, set_) -> None:  # noqa: ANN001
                      f"generation_config.json created; {k} from config.json")
     set_("generation_config.json", "/eos_token_id", ids, "tokenizer.stop_tokens.missing_turn_terminator",
          f"the chat template ends turns with {content} (id {tid}); vLLM stops on every id of this list")
+
+
+def _plan_eos_token(ckpt: Checkpoint, doc, set_) -> None:  # noqa: ANN001
+    """Point the tokenizer's eos at the first configured eos id (see the module docstring)."""
+    from modelyard.checks.tokenizer import configured_eos_ids
+
+    tok, _ = ckpt.hf_tokenizer
+    ids = configured_eos_ids(ckpt)
+    if tok is None or not ids:
+        return
+    want = ids[0]
+    try:
+        token = tok.convert_ids_to_tokens(want) if 0 <= want < len(tok) else None
+    except Exception:  # an id past the vocabulary: reported by vocab_fits_embeddings, not repaired here
+        token = None
+    if not isinstance(token, str):
+        return
+    code = "tokenizer.eos_token.disagrees"
+    reason = (f"the first configured eos id is {want} ({token}); vLLM adds the tokenizer's eos to every "
+              "request's stop set and templates that print eos_token render it")
+    for rel in ("tokenizer_config.json", "special_tokens_map.json"):
+        if not (ckpt.root / rel).is_file():
+            continue
+        d = doc(rel)
+        cur = d.get("eos_token")
+        if isinstance(cur, dict):
+            set_(rel, "/eos_token/content", token, code, reason)
+        elif cur is not None or rel == "tokenizer_config.json":
+            set_(rel, "/eos_token", token, code, reason)
+        if isinstance(d.get("eos_token_id"), int):
+            set_(rel, "/eos_token_id", want, code, reason)
 
 
 def _vocab_id(ckpt: Checkpoint, tokjson: dict[str, Any], token: str) -> int | None:

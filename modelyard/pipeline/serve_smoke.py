@@ -1,21 +1,27 @@
-"""serve_smoke: the ``server`` and ``bench`` smoke levels (issue #6).
+"""serve_smoke: the ``server`` and ``bench`` smoke levels.
 
 ``server`` starts vLLM's OpenAI-compatible server from the runtime venv on 127.0.0.1 (a free port),
 from the artifact's own ``serve/vllm.yaml`` with CPU-only overrides (so the file users get is the
-file that was proven to start), waits for ``/health``, then checks:
+file that was proven to start), waits for ``/health``, then checks, through the API of the target's
+serving mode (``mode``: ``chat`` asks ``/v1/chat/completions`` with a user message, ``completion``
+asks ``/v1/completions`` with the plain-text prompt, for a base model without a chat template):
 
 - ``/v1/models`` lists the served model name;
-- a chat completion (greedy) returns text with ``finish_reason`` ``stop`` (the model stopped at its
-  end-of-turn token) and ``usage`` whose ``total_tokens`` = ``prompt_tokens`` + ``completion_tokens``;
+- one request (greedy) returns text with a passing ``finish_reason`` (the pass rule of
+  :func:`modelyard.pipeline.modes.judge_answer`: ``stop`` for chat, the model ended its turn;
+  ``stop`` or ``length`` for completion, a base model runs to ``max_tokens``) and ``usage`` whose
+  ``total_tokens`` = ``prompt_tokens`` + ``completion_tokens``; the checks are named ``chat.*`` or
+  ``completion.*`` after the mode;
 - the same request streamed (SSE, ``stream_options.include_usage``): the chunks' deltas reassemble to
-  the plain answer (greedy decoding is deterministic), the last choice says ``stop``, and the final
-  usage chunk equals the plain usage;
-- the golden prompts (``--golden FILE``, YAML): every expected substring / regex is in the answer
-  within ``max_tokens``; a miss is an error.
+  the plain answer (greedy decoding is deterministic), the last choice says the same finish reason,
+  and the final usage chunk equals the plain usage;
+- the golden prompts (``--golden FILE``, YAML), sent the same way: every expected substring / regex
+  is in the answer within ``max_tokens``; a miss is an error.
 
 ``bench`` adds vLLM's own benchmark client (``vllm bench serve``, run in the runtime venv by
-``_vllm_bench_runner.py``): a fixed, bounded load of ``num_prompts`` random prompts at
-``max_concurrency``, reporting TTFT p50/p95, inter-token latency p50/p95, output tokens/s and errors.
+``_vllm_bench_runner.py``; backend ``openai-chat`` or ``openai`` after the mode): a fixed, bounded
+load of ``num_prompts`` random prompts at ``max_concurrency``, reporting TTFT p50/p95, inter-token
+latency p50/p95, output tokens/s and errors.
 
 The server always stops (SIGTERM to its process group, then SIGKILL), also on failure or timeout.
 """
@@ -38,6 +44,7 @@ import yaml
 
 from modelyard import progress
 from modelyard.errors import InvalidTargetError, RuntimeNotFoundError, SmokeFailedError
+from modelyard.pipeline.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.pipeline.smoke import kill_group, root_cause, runtime_env
 from modelyard.settings import Settings
 
@@ -81,7 +88,8 @@ class Check:
 @dataclass(frozen=True)
 class ServerSmokeResult:
     """What the ``server``/``bench`` smoke saw. ``text``/``finish_reason``/``completion_tokens`` are
-    the plain chat answer (the same keys as the ``load`` level's result)."""
+    the plain (not streamed) answer, asked in ``mode`` (chat or completion): the same keys as the
+    ``load`` level's result. Seconds for ``*_seconds``, tokens for the counts."""
 
     passed: bool
     level: str
@@ -101,6 +109,7 @@ class ServerSmokeResult:
     wall_seconds: float
     config: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    mode: str = DEFAULT_SERVE  # chat (/v1/chat/completions) or completion (/v1/completions)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,19 +181,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _chat(client: httpx.Client, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    r = client.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": prompt}],
-                                                  "temperature": 0, "max_tokens": max_tokens})
+#: the OpenAI endpoint each serving mode asks, and vLLM bench's backend for it
+ENDPOINTS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+BENCH_BACKENDS = {"chat": "openai-chat", "completion": "openai"}
+
+
+def _body(mode: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """A greedy request of ``max_tokens`` tokens: a user message (chat) or the plain-text prompt (completion)."""
+    ask = {"prompt": prompt} if mode == "completion" else {"messages": [{"role": "user", "content": prompt}]}
+    return {"model": model, **ask, "temperature": 0, "max_tokens": max_tokens}
+
+
+def answer_text(mode: str, response: dict[str, Any]) -> str | None:
+    """The first choice's text of a chat (``message.content``) or completion (``text``) response."""
+    ch = (response.get("choices") or [{}])[0]
+    return ch.get("text") if mode == "completion" else (ch.get("message") or {}).get("content")
+
+
+def _ask(client: httpx.Client, mode: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    r = client.post(ENDPOINTS[mode], json=_body(mode, model, prompt, max_tokens))
     r.raise_for_status()
     return r.json()
 
 
-def _chat_stream(client: httpx.Client, model: str, prompt: str, max_tokens: int) -> tuple[str, str | None, dict | None, int]:
+def _ask_stream(client: httpx.Client, mode: str, model: str, prompt: str,
+                max_tokens: int) -> tuple[str, str | None, dict | None, int]:
     """The streamed answer: (reassembled text, last finish_reason, usage of the final chunk, chunks)."""
     parts, finish, usage, chunks = [], None, None, 0
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
-    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+    body = _body(mode, model, prompt, max_tokens) | {"stream": True, "stream_options": {"include_usage": True}}
+    with client.stream("POST", ENDPOINTS[mode], json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: "):
@@ -195,7 +220,7 @@ def _chat_stream(client: httpx.Client, model: str, prompt: str, max_tokens: int)
             ev = json.loads(data)
             chunks += 1
             for ch in ev.get("choices") or []:
-                parts.append((ch.get("delta") or {}).get("content") or "")
+                parts.append((ch.get("text") if mode == "completion" else (ch.get("delta") or {}).get("content")) or "")
                 finish = ch.get("finish_reason") or finish
             if ev.get("usage"):
                 usage = ev["usage"]
@@ -223,9 +248,9 @@ def _wait_healthy(proc: subprocess.Popen, base: str, timeout: float, log: Path) 
 
 
 def _run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchSpec, env: dict[str, str],
-               tmp: Path) -> dict[str, Any]:
+               tmp: Path, mode: str = DEFAULT_SERVE) -> dict[str, Any]:
     out = tmp / "bench.json"
-    args = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", base, "--model", model,
+    args = ["--backend", BENCH_BACKENDS[mode], "--endpoint", ENDPOINTS[mode], "--base-url", base, "--model", model,
             "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", str(spec.input_len),
             "--random-output-len", str(spec.output_len), "--num-prompts", str(spec.num_prompts),
             "--max-concurrency", str(spec.max_concurrency), "--ignore-eos", "--num-warmups", "1", "--seed", "0",
@@ -254,14 +279,16 @@ def _run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: Bench
 def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any], question: str,
                  max_tokens: int = 64, golden: list[GoldenPrompt] | None = None, golden_source: str | None = None,
                  bench: BenchSpec | None = None, max_model_len: int = 2048,
-                 timeout: float | None = None) -> ServerSmokeResult:
+                 timeout: float | None = None, mode: str = DEFAULT_SERVE) -> ServerSmokeResult:
     """Start the vLLM OpenAI server on ``model_dir`` from ``config`` (serve/vllm.yaml's keys) with
-    :func:`cpu_config` overrides, run the checks of this module's docstring, then stop it.
+    :func:`cpu_config` overrides, run the checks of this module's docstring through the API of
+    ``mode`` (chat or completion), then stop it. ``max_tokens`` and ``max_model_len`` in tokens.
 
     Returns a result whose ``passed`` is False when a check, a golden prompt or the bench failed.
-    Raises :class:`RuntimeNotFoundError` (exit 2) when the runtime interpreter is missing and
-    :class:`SmokeFailedError` (exit 1) when the server does not start or answer within ``timeout``
-    seconds (default ``MODELYARD_SMOKE_TIMEOUT``)."""
+    Raises :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError`
+    (exit 2) when the runtime interpreter is missing and :class:`SmokeFailedError` (exit 1) when the
+    server does not start or answer within ``timeout`` seconds (default ``MODELYARD_SMOKE_TIMEOUT``)."""
+    check_mode(mode)
     python = settings.vllm_interpreter()
     if not python.exists():
         raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
@@ -295,17 +322,18 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                     pass
                 ids = [m.get("id") for m in client.get("/v1/models").json().get("data", [])]
                 checks.append(Check("models", name in ids, f"/v1/models lists {ids}"))
-                plain = _chat(client, name, question, max_tokens)
-                ch = (plain.get("choices") or [{}])[0]
-                text, finish = (ch.get("message") or {}).get("content"), ch.get("finish_reason")
+                plain = _ask(client, mode, name, question, max_tokens)
+                text, finish = answer_text(mode, plain), (plain.get("choices") or [{}])[0].get("finish_reason")
                 usage = plain.get("usage") or {}
-                checks.append(Check("chat.text", bool((text or "").strip()), f"answer {text!r}"))
-                checks.append(Check("chat.finish_reason", finish == "stop",
-                                    f"finish_reason {finish!r} (stop = the model ended its turn within {max_tokens} tokens)"))
+                checks.append(Check(f"{mode}.text", bool((text or "").strip()), f"answer {text!r}"))
+                why = (f"stop = the model ended its turn within {max_tokens} tokens" if mode == "chat" else
+                       f"stop or length = the completion ended normally, at eos or after {max_tokens} tokens")
+                checks.append(Check(f"{mode}.finish_reason", finish in PASSING_FINISH[mode],
+                                    f"finish_reason {finish!r} ({why})"))
                 pt, ct, tt = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
-                checks.append(Check("chat.usage", isinstance(pt, int) and isinstance(ct, int) and ct > 0 and tt == pt + ct,
+                checks.append(Check(f"{mode}.usage", isinstance(pt, int) and isinstance(ct, int) and ct > 0 and tt == pt + ct,
                                     f"usage prompt {pt} + completion {ct} = total {tt}"))
-                s_text, s_finish, s_usage, n_chunks = _chat_stream(client, name, question, max_tokens)
+                s_text, s_finish, s_usage, n_chunks = _ask_stream(client, mode, name, question, max_tokens)
                 checks.append(Check("stream.reassembles", s_text == text,
                                     f"{n_chunks} chunks reassemble to {'the same' if s_text == text else repr(s_text)} answer"))
                 checks.append(Check("stream.finish_reason", s_finish == finish, f"stream finish_reason {s_finish!r}"))
@@ -315,12 +343,11 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                                     f"final stream chunk usage {s_counts}"))
                 results = []
                 for g in golden or []:
-                    a = _chat(client, name, g.prompt, g.max_tokens)
-                    results.append(judge_golden(g, ((a.get("choices") or [{}])[0].get("message") or {}).get("content")))
+                    results.append(judge_golden(g, answer_text(mode, _ask(client, mode, name, g.prompt, g.max_tokens))))
             bench_res = None
             if bench is not None:
                 with progress.task(f"vLLM bench: {bench.num_prompts} requests x {bench.max_concurrency} concurrent", total=None):
-                    bench_res = _run_bench(python, base, name, model_dir, bench, env, tmp)
+                    bench_res = _run_bench(python, base, name, model_dir, bench, env, tmp, mode)
         except httpx.HTTPError as exc:
             raise SmokeFailedError(f"the vLLM server failed a request: {exc}",
                                    fix="See the server's error; `modelyard verify` on the folder may name the cause.") from None
@@ -337,4 +364,4 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
         question=question, text=text, finish_reason=finish, prompt_tokens=pt, completion_tokens=ct, stream_text=s_text,
         checks=tuple(checks), golden=tuple(results), golden_source=golden_source, bench=bench_res,
         startup_seconds=round(startup, 2), wall_seconds=round(time.perf_counter() - t0, 2), config=cfg,
-        error=f"failed: {', '.join(failed)}" if failed else None)
+        error=f"failed: {', '.join(failed)}" if failed else None, mode=mode)

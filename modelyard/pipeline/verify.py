@@ -14,7 +14,8 @@ from pathlib import Path
 
 from modelyard.checkpoint import Checkpoint
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
-from modelyard.errors import InvalidSourceError, SourceNotFoundError, VerificationFailedError
+from modelyard.errors import InvalidSourceError, InvalidTargetError, SourceNotFoundError, VerificationFailedError
+from modelyard.settings import Settings
 
 
 def listing_digest(path: Path | str) -> str:
@@ -38,10 +39,21 @@ def listing_digest(path: Path | str) -> str:
     return h.hexdigest()
 
 
-def verify_folder(path: Path | str, target: Target | None = None) -> Report:
+#: values of ``verify --runtime``: ``none`` (hand rules only) or ``local`` (also ask the runtime venv's vLLM).
+RUNTIME_CHOICES = ("none", "local")
+
+
+def verify_folder(path: Path | str, target: Target | None = None, *, runtime: str | None = None,
+                  settings: Settings | None = None) -> Report:
     """Judge the model folder ``path`` against ``target``; returns a Report (never raises for
-    findings). Raises :class:`SourceNotFoundError` / :class:`InvalidSourceError` (exit 2) when
-    ``path`` is missing or not a folder."""
+    findings). ``runtime="local"`` also asks the runtime venv's vLLM (``runtime.*`` findings and the
+    ``runtime.disagrees.*`` comparison, see :mod:`modelyard.pipeline.runtime_check`). Raises
+    :class:`SourceNotFoundError` / :class:`InvalidSourceError` (exit 2) when ``path`` is missing or not a
+    folder, :class:`InvalidTargetError` (exit 2) for an unknown ``runtime``, :class:`RuntimeNotFoundError`
+    (exit 2) when ``runtime="local"`` and the runtime interpreter is missing."""
+    if runtime not in (None, *RUNTIME_CHOICES):
+        raise InvalidTargetError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}",
+                                 fix="Use --runtime local (ask the installed vLLM) or --runtime none.")
     root = Path(path)
     target = target or Target()
     if not root.exists():
@@ -64,6 +76,12 @@ def verify_folder(path: Path | str, target: Target | None = None) -> Report:
                    for rel, kind in ckpt.special_files]
         return Report(findings=tuple(extra + special), target=target)
     findings = extra + run_checks(ckpt, CheckContext(target=target))
+    if runtime == "local":
+        from modelyard.pipeline.runtime_check import ask_runtime, reconcile, runtime_findings
+
+        answer = ask_runtime(root, target, settings)
+        found = runtime_findings(answer, target)
+        findings += found + reconcile(findings, found, answer.vllm_version)
     return Report(findings=tuple(findings), target=target)
 
 
