@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     vllm_python: Path | None = None
     smoke_timeout: float = 900.0
     vllm_kvcache_space_gib: int = 1
+    #: ingest's runtime oracle: "auto" asks the runtime venv's vLLM whenever it exists, "none" never.
+    verify_runtime: str = "auto"
     registry_user: str | None = None
     registry_password: SecretStr | None = None
     s3_endpoint_url: str | None = None
@@ -71,6 +73,13 @@ class Settings(BaseSettings):
 
     def staging_dir(self) -> Path:
         return self.store_dir() / ".staging"
+
+    def ingest_runtime(self) -> str | None:
+        """``"local"`` when ingest should ask the runtime venv's vLLM during verify (``MODELYARD_VERIFY_RUNTIME``
+        auto and the interpreter exists, or local), else None."""
+        if self.verify_runtime == "local" or (self.verify_runtime == "auto" and self.vllm_interpreter().exists()):
+            return "local"
+        return None
 
     def vllm_interpreter(self) -> Path:
         """Path of the vLLM runtime's python (may not exist; the smoke stage checks)."""

@@ -32,6 +32,9 @@ def verify(
     transformers_version: Optional[str] = typer.Option(None, "--transformers-version",
                                                        help="the transformers beside it, e.g. 4.45.2"),
     gpu_cc: Optional[str] = typer.Option(None, "--gpu-cc", help="the GPU's compute capability, e.g. 8.0"),
+    runtime: str = typer.Option("none", "--runtime",
+                                help="none: hand-written rules only; local: also ask the installed vLLM (the runtime "
+                                     "venv) what it decides at startup (runtime.* findings, ~10-15 s)"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON report on stdout"),
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
@@ -47,7 +50,7 @@ def verify(
         target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
                                serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
                                gpu_cc=gpu_cc)
-        report = verify_folder(path, target)
+        report = verify_folder(path, target, runtime=runtime)
     except typer.Exit:
         raise
     except BaseException as exc:  # noqa: BLE001

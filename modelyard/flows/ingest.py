@@ -129,8 +129,10 @@ def hash_task(snapshot: Snapshot, settings: Settings, copy_to: Path | None = Non
 
 
 def _verify_key(context: Any, params: dict[str, Any]) -> str:
+    runtime = Settings().ingest_runtime()
     return stage_cache.stage_key("verify", tree=params["tree"], listing=verify.listing_digest(params["root"]),
-                                 target=params["target"].to_dict())
+                                 target=params["target"].to_dict(),
+                                 runtime=str(Settings().vllm_interpreter().resolve()) if runtime else None)
 
 
 @task(name="verify", cache_key_fn=_verify_key, persist_result=True, result_serializer="pickle")
@@ -139,7 +141,8 @@ def verify_task(root: Path, target: Target, tree: str) -> Report:
     sha256): with the folder's listing, the target, modelyard's code and the library versions it is
     the cache key, so an identical re-run (or one resumed after a kill) reuses the report."""
     warmup.wait()
-    return verify.verify_folder(root, target)
+    settings = Settings()
+    return verify.verify_folder(root, target, runtime=settings.ingest_runtime(), settings=settings)
 
 
 @task(name="plan-patches", cache_policy=NO_CACHE)

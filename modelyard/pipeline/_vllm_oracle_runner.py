@@ -31,7 +31,8 @@ SENTINEL = "modelyardsentinelreply"
 
 
 def _err(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0][:600] if str(exc).strip() else ""
+    # pydantic's ValidationError puts the reason on the lines after "1 validation error for ...": keep them
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())[:600]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -1,0 +1,103 @@
+"""verify --runtime local: the runtime venv's vLLM judges what it decides at startup (real vLLM, no mocks).
+
+Fixtures are built by code: a bare-backbone export (``LlamaModel``, no LM head, as AutoModel saves it) and
+a folder whose generation_config.json caps every answer (max_new_tokens 256)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from modelyard.checks import Target
+from modelyard.pipeline.runtime_check import reconcile, runtime_findings
+from modelyard.pipeline.verify import verify_folder
+from tests.conftest import ROOT, run_cli
+from tests.fixtures import make_tiny_llama
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    import torch
+    from transformers import LlamaConfig, LlamaModel
+
+    base = tmp_path_factory.mktemp("oracle")
+    capped = make_tiny_llama(base / "capped", hidden=128, intermediate=256)
+    gen = json.loads((capped / "generation_config.json").read_text())
+    gen["max_new_tokens"] = 256
+    (capped / "generation_config.json").write_text(json.dumps(gen))
+    backbone = make_tiny_llama(base / "backbone", hidden=128, intermediate=256)
+    cfg = LlamaConfig.from_pretrained(str(backbone))
+    cfg.architectures = ["LlamaModel"]
+    for p in backbone.glob("*.safetensors"):
+        p.unlink()
+    LlamaModel(cfg).to(torch.bfloat16).save_pretrained(str(backbone), safe_serialization=True)
+    return {"capped": capped, "backbone": backbone}
+
+
+def test_cli_runtime_local_json(folders):
+    r = run_cli("verify", str(folders["capped"]), "--runtime", "local", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    runtime = {f["code"]: f for f in rep["findings"] if f["code"].startswith("runtime.")}
+    assert runtime["runtime.sampling.max_tokens_default"]["value"] == 256
+    assert runtime["runtime.sampling.max_tokens_default"]["severity"] == "warning"
+    assert runtime["runtime.model_config.resolved"]["value"] == {
+        "max_model_len": 256, "dtype": "bfloat16", "quantization": None, "runner_type": "generate",
+        "resolved_architecture": "LlamaForCausalLM"}
+    assert re.match(r"vLLM 0\.32\.0 ModelConfig\.get_diff_sampling_param",
+                    runtime["runtime.sampling.max_tokens_default"]["source"])
+    # the hand rule and the runtime agree here: no disagreement is reported
+    assert not [c for c in runtime if c.startswith("runtime.disagrees.")]
+
+
+def test_backbone_runtime_and_hand_rule(folders):
+    r = verify_folder(folders["backbone"], Target(serve="chat"), runtime="local")
+    codes = [(f.code, f.severity.value) for f in r.findings if f.code.startswith(("runtime.architecture", "architecture."))]
+    assert codes == [("architecture.no_lm_head", "error"), ("runtime.architecture.pooling_class", "warning")]
+    pool = next(f for f in r.findings if f.code == "runtime.architecture.pooling_class")
+    assert pool.value == ["LlamaModel"] and pool.field == "architectures"
+
+
+def test_max_model_len_refusal_names_derived_length(folders):
+    r = verify_folder(folders["capped"], Target(max_model_len=4096), runtime="local")
+    refused = [f for f in r.findings if f.code == "runtime.model_config.max_model_len_refused"]
+    assert [(f.severity.value, f.value, f.field) for f in refused] == [("error", 256, "max_position_embeddings")]
+    assert "--max-model-len 256" in refused[0].fix
+    assert [f.code for f in r.errors] == ["config.max_len.exceeds_derived", "runtime.model_config.max_model_len_refused"]
+
+
+def test_reconcile_names_the_side_that_fired():
+    from modelyard.checks import Finding, Severity
+
+    hand = [Finding("config.generation_config.max_new_tokens", Severity.WARNING, "m")]
+    got = reconcile(hand, [], "0.32.0")
+    assert [(f.code, f.value) for f in got] == [("runtime.disagrees.config.generation_config.max_new_tokens",
+                                                 {"hand": ["config.generation_config.max_new_tokens"], "runtime": []})]
+    assert reconcile(hand, [Finding("runtime.sampling.max_tokens_default", Severity.WARNING, "m")], "0.32.0") == []
+
+
+def test_unavailable_runtime_is_a_warning_not_a_pass():
+    from modelyard.pipeline.runtime_check import RuntimeAnswer
+
+    got = runtime_findings(RuntimeAnswer(raw={"ok": False, "error": "ImportError: no vllm"}, wall_seconds=0.1),
+                           Target())
+    assert [(f.code, f.severity.value, f.value) for f in got] == [("runtime.unavailable", "warning", "ImportError: no vllm")]
+
+
+def test_differential_sample():
+    """The CI sample of benchmarks/differential.py: 12 mutants, each loaded by the real vLLM."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "differential.py"), "--limit", "12"],
+                       capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    last = r.stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"agreement: (\d+)/(\d+)", last)
+    assert m, r.stdout[-2000:]
+    a, n = int(m.group(1)), int(m.group(2))
+    assert n >= 10 and a >= n - 1, r.stdout[-3000:]
