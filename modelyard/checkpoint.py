@@ -312,7 +312,11 @@ class Checkpoint:
     @functools.cached_property
     def hf_tokenizer(self) -> tuple[Any, str | None]:
         """``(transformers tokenizer, None)`` or ``(None, "ExcType: message")``; fast mode,
-        ``trust_remote_code=False``, ``local_files_only=True``."""
+        ``trust_remote_code=False``, ``local_files_only=True``. tiktoken's file cache is switched off for
+        the load (``TIKTOKEN_CACHE_DIR=""``): it keys a BPE file by its path, so a ``tokenizer.model``
+        rewritten in place would be read stale and a fixed folder would keep its old verdict."""
+        saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = ""
         try:
             import logging
 
@@ -323,6 +327,11 @@ class Checkpoint:
                                                  use_fast=True), None
         except Exception as exc:
             return None, _exc_line(exc)
+        finally:
+            if saved is None:
+                os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = saved
 
     def chat_template(self) -> str | None:
         """The chat template: ``chat_template.jinja`` beside the tokenizer (transformers ≥ 4.47),

@@ -4,6 +4,11 @@
 ``hidden``/``intermediate`` say otherwise; quantization tests use 128/256 so group 128 fits) with random weights
 (seeded), a WordLevel tokenizer with a ChatML-style template whose turn terminator is ``<|im_end|>``
 (id 2, the eos), config, generation config. About 120 KB.
+
+``make_tiny_qwen3_moe`` is its MoE sibling (4 experts, dense router); ``make_quantized_fixture(dir, scheme, moe)``
+stores either one in each quantized layout modelyard writes or loads (the starting point of quantized mutants);
+``make_spm_llama`` and ``make_tiktoken_llama`` carry the other two tokenizer formats (SentencePiece and tiktoken
+``tokenizer.model``, no tokenizer.json).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ def make_tiny_llama(out: Path, *, layers: int = 2, shards: int = 1, seed: int = 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab_size or len(VOCAB), hidden_size=hidden, intermediate_size=intermediate,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=256,
                       bos_token_id=bos_token_id, eos_token_id=eos_token_id, tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     kw = {"max_shard_size": max_shard_size or "40KB"} if shards > 1 or max_shard_size else {}
@@ -182,11 +188,13 @@ def _quantized_linear(scheme: str, o: int, i: int) -> dict[str, object]:
 
     g, bf16 = FIXTURE_GROUP, torch.bfloat16
     if scheme == "gptq":
-        return {"qweight": torch.zeros(i // 8, o, dtype=torch.int32), "qzeros": torch.zeros(i // g, o // 8, dtype=torch.int32),
+        return {"qweight": torch.zeros(i // 8, o, dtype=torch.int32),
+                "qzeros": torch.zeros(i // g, o // 8, dtype=torch.int32),
                 "scales": torch.ones(i // g, o, dtype=torch.float16),
                 "g_idx": torch.arange(i, dtype=torch.int32) // g}
     if scheme in ("w4a16", "w4a16-asym"):
-        t = {"weight_packed": torch.zeros(o, i // 8, dtype=torch.int32), "weight_scale": torch.ones(o, i // g, dtype=bf16),
+        t = {"weight_packed": torch.zeros(o, i // 8, dtype=torch.int32),
+             "weight_scale": torch.ones(o, i // g, dtype=bf16),
              "weight_shape": torch.tensor([o, i], dtype=torch.int64)}
         if scheme == "w4a16-asym":
             t["weight_zero_point"] = torch.zeros(o // 8, i // g, dtype=torch.int32)

@@ -378,3 +378,24 @@ def dtype(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                         "models trained in bf16 can exceed float16's range (65504) and become NaN (all-'!' output)"),
                        key, declared, "Serve with --dtype bfloat16 on GPUs that support it (compute capability >= 8.0).",
                        "vllm-project/vllm#17154, allenai/olmo-cookbook#60")
+
+
+#: model_types whose vLLM MLP accepts only ``hidden_act`` "silu" ("Unsupported activation: ... Only silu is
+#: supported for now": vLLM 0.32 model_executor/models llama.py, mistral.py, qwen2.py, qwen2_moe.py,
+#: qwen3_moe.py, granite.py, internlm2.py, exaone.py, deepseek_v2.py and others; transformers accepts any ACT2FN name).
+SILU_ONLY_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "granite",
+                                   "internlm2", "exaone", "deepseek_v2", "deepseek_v3", "solar", "orion", "glm4_moe"})
+
+
+@check("config")
+def activation(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """``hidden_act`` is one vLLM's MLP implements for this family (silu only for the Llama-style MLPs)."""
+    cfg = ckpt.text_config
+    mtype, act = cfg.get("model_type"), cfg.get("hidden_act")
+    if mtype in SILU_ONLY_MODEL_TYPES and act is not None and act != "silu":
+        yield _finding("config.hidden_act.unsupported", Severity.ERROR,
+                       (f"config.json hidden_act is {act!r}, but vLLM's {mtype} MLP implements only silu: startup "
+                        f"fails with 'Unsupported activation: {act}. Only silu is supported for now'"),
+                       "hidden_act", act, "Set hidden_act to \"silu\" if the model was trained with it; otherwise "
+                       "this config does not describe the weights.",
+                       "vLLM LlamaMLP/Qwen2MLP (model_executor/models/llama.py, qwen2.py)")
