@@ -31,6 +31,9 @@ class Mutant:
     mode: str  # "chat" or "completion"
     apply: Callable[[Path], None]
     max_model_len: int | None = None  # the target's --max-model-len (None: the runner's default for the base)
+    #: the id of the mutant whose answer is what this one's config intends (default: the healthy base's), e.g. a
+    #: rope block without its type key is judged against the same block with it
+    ref_id: str | None = None
 
     @property
     def id(self) -> str:
@@ -154,7 +157,7 @@ def _config_keys() -> list[Mutant]:
                  ("rms_norm_eps", 1.0), ("tie_word_embeddings", True), ("attention_bias", True),
                  ("max_position_embeddings", "256"), ("rope_theta", "x"), ("model_type", "mistral"),
                  ("model_type", "not-a-model")):
-        out.append(Mutant("config-keys", f"set-{k}-{v}", "tiny", "completion", _set(c, k, v)))
+        out.append(Mutant("config-keys", f"set-{k}-{json.dumps(v)}", "tiny", "completion", _set(c, k, v)))
     return out
 
 
@@ -179,7 +182,8 @@ def _rope() -> list[Mutant]:
         ("longrope-no-factors", {"rope_type": "longrope", "factor": 2.0}),
         ("default", {"rope_type": "default"}),
     ]
-    out = [Mutant("rope", n, "tiny", "completion", _set(c, "rope_scaling", b)) for n, b in blocks]
+    refs = {"llama3-no-type": "rope-llama3-full", "type-key-old": "rope-linear-2", "llama3-no-low": "rope-llama3-full"}
+    out = [Mutant("rope", n, "tiny", "completion", _set(c, "rope_scaling", b), ref_id=refs.get(n)) for n, b in blocks]
     out.append(Mutant("rope", "theta-zero", "tiny", "completion", _set(c, "rope_theta", 0.0)))
     out.append(Mutant("rope", "theta-changed", "tiny", "completion", _set(c, "rope_theta", 500000.0)))
     out.append(Mutant("rope", "rope-parameters-tf5", "tiny", "completion",
@@ -190,16 +194,28 @@ def _rope() -> list[Mutant]:
 
 def _head_dim() -> list[Mutant]:
     c = "config.json"
-    return [Mutant("head-dim", f"set-{v}", "tiny", "completion", _set(c, "head_dim", v)) for v in (32, 64, 16, "32")] + [
+    return [Mutant("head-dim", f"set-{json.dumps(v)}", "tiny", "completion", _set(c, "head_dim", v))
+            for v in (32, 64, 16, "32")] + [
         Mutant("head-dim", "heads-8-no-head-dim", "tiny", "completion", _set(c, "num_attention_heads", 8)),
         Mutant("head-dim", "heads-8-head-dim-32", "tiny", "completion",
                _both(_set(c, "num_attention_heads", 8), _set(c, "head_dim", 32))),
     ]
 
 
+def _headless(d: Path) -> None:
+    """What AutoModel saves: architectures LlamaModel, no lm_head.weight, no ``model.`` prefix."""
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(d / "model.safetensors"))
+    t = {k.removeprefix("model."): v for k, v in t.items() if k != "lm_head.weight"}
+    save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
+    _set("config.json", "architectures", ["LlamaModel"])(d)
+
+
 def _architectures() -> list[Mutant]:
     c = "config.json"
-    return [Mutant("architectures", f"set-{v}", "tiny", "completion", _set(c, "architectures", v)) for v in (
+    return [Mutant("architectures", "headless-export", "tiny", "completion", _headless)] + [
+        Mutant("architectures", f"set-{json.dumps(v)}", "tiny", "completion", _set(c, "architectures", v)) for v in (
         ["LlamaModel"], ["MistralForCausalLM"], ["FooForCausalLM"], [], "LlamaForCausalLM",
         ["LlamaForSequenceClassification"], ["GPT2LMHeadModel"], ["Qwen2ForCausalLM"], ["MistralModel"],
         ["LlamaForCausalLM", "FooForCausalLM"])]

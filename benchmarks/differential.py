@@ -62,11 +62,12 @@ class Row:
     strict: bool | None = None
 
 
-def verdict_of(path: Path, m: Mutant, runtime: str | None) -> tuple[str, list[str]]:
+def verdict_of(path: Path, m: Mutant, answer: Any) -> tuple[str, list[str]]:
+    """modelyard's verdict as ingest gives it: the hand rules, plus the runtime oracle's ``answer`` when given."""
     from modelyard.checks import Target
     from modelyard.pipeline.verify import verify_folder
 
-    r = verify_folder(path, Target(serve=m.mode, max_model_len=m.max_model_len), runtime=runtime)
+    r = verify_folder(path, Target(serve=m.mode, max_model_len=m.max_model_len), runtime_answer=answer)
     sev = [f.severity.value for f in r.findings]
     v = "error" if "error" in sev else "warning" if "warning" in sev else "pass"
     return v, sorted({f.code for f in r.findings if f.severity.value == v and v != "pass"})
@@ -151,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=None, help="run an even spread of N mutants")
     ap.add_argument("--family", action="append", default=None, help="only these families (repeatable)")
-    ap.add_argument("--runtime", choices=("none", "local"), default="none",
-                    help="verdict with the runtime oracle too (verify --runtime local; ~10 s more per mutant)")
+    ap.add_argument("--runtime", choices=("none", "local"), default="local",
+                    help="local (default, as ingest judges when the runtime venv exists): the hand rules and the "
+                         "runtime oracle, asked for every mutant in one process; none: the hand rules alone")
     ap.add_argument("--work", type=Path, default=None, help="folder for bases and mutants (default: a temp dir)")
     ap.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     a = ap.parse_args(argv)
@@ -176,14 +178,24 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     jobs: list[dict[str, Any]] = []
     refs: dict[tuple[str, str], str] = {}
+    dirs = []
     for m in muts:
         d = work / "mutants" / m.id
         if d.exists():
             shutil.rmtree(d)
         shutil.copytree(bases[m.base], d)
         m.apply(d)
+        dirs.append(d)
+    answers: list[Any] = [None] * len(muts)
+    if a.runtime == "local":
+        from modelyard.checks import Target
+        from modelyard.pipeline.runtime_check import ask_runtime_many
+
+        answers = ask_runtime_many([(d, Target(serve=m.mode, max_model_len=m.max_model_len))
+                                    for d, m in zip(dirs, muts)])
+    for m, d, ans in zip(muts, dirs, answers):
         row = Row(m)
-        row.verdict, row.codes = verdict_of(d, m, None if a.runtime == "none" else a.runtime)
+        row.verdict, row.codes = verdict_of(d, m, ans)
         rows.append(row)
         jobs.append(m.job(d))
         key = (m.base, m.mode)
@@ -195,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     results = run_runtime(jobs, work, python)
     for row in rows:
-        ref = results.get(refs.get((row.mutant.base, row.mutant.mode), ""))
+        ref = results.get(row.mutant.ref_id or refs.get((row.mutant.base, row.mutant.mode), ""))
         row.outcome, row.detail = classify(row.mutant, results[row.mutant.id], ref)
         if row.outcome != "cpu-limited":
             row.agree, row.strict = agrees(row.verdict, row.outcome)

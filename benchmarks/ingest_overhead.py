@@ -178,7 +178,7 @@ def main() -> None:
         opts = IngestOptions()
         with tempfile.TemporaryDirectory(prefix="modelyard-smoke-") as st:
             out = Path(st) / "result.json"
-            cmd = [str(settings.vllm_interpreter()), str(RUNNER), "--model", str(model), "--question", opts.question,
+            cmd = [str(settings.vllm_interpreter()), str(RUNNER), "--model", str(model), "--question", opts.smoke_prompt(),
                    "--max-tokens", str(opts.smoke_max_tokens), "--max-model-len", str(mml), "--enforce-eager", "--out", str(out)]
             # as smoke_load does: own session, log to a file, and the group killed afterwards (the runner
             # leaves through os._exit; vLLM's engine process and resource tracker would outlive it)

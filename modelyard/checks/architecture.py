@@ -246,6 +246,10 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       fix=f"Set num_hidden_layers to {max(stored_layers) + 1}, or ship the missing layers.",
                       source="vLLM/transformers build num_hidden_layers decoder layers")
         return
+    if backbone_class(arch) and _stores_head(ckpt):
+        # a causal-LM export labelled with its backbone class: vLLM 0.32 maps LlamaModel/MistralModel to the
+        # causal LM and loads it (measured by benchmarks/differential.py); compare with that class
+        arch = causal_class(getattr(hf_cfg, "model_type", "")) or arch
     try:
         expected, tied, prefix = expected_parameters(hf_cfg, arch)
     except Exception as exc:
@@ -405,15 +409,41 @@ def generation_head(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     if not arch or not backbone_class(arch):
         return
-    head = any(n.endswith("lm_head.weight") or ".lm_head." in n or n.startswith("lm_head.") for n in ckpt.tensors)
-    stored = ("no lm_head.weight is stored" if not head else "an lm_head tensor is stored but the class has no head")
+    src = ("transformers MODEL_MAPPING_NAMES vs MODEL_FOR_CAUSAL_LM_MAPPING_NAMES; vLLM model registry; "
+           "vllm-project/vllm#9736, #10481")
+    causal = causal_class((ckpt.config or {}).get("model_type", "")) or f"{arch.removesuffix('Model')}ForCausalLM"
+    if _stores_head(ckpt):
+        yield Finding(code="architecture.backbone_label", severity=Severity.WARNING,
+                      message=(f"config.json architectures names the bare backbone {arch}, but the weights are a causal-LM "
+                               f"export (lm_head.weight and model.* names): vLLM 0.32 maps {arch} to {causal} and serves "
+                               "it; older vLLM rejects the class and transformers' AutoModel drops the head"),
+                      file="config.json", field="architectures", value=arch,
+                      fix=f"Set architectures to [\"{causal}\"].", source=src)
+        return
     yield Finding(code="architecture.no_lm_head", severity=Severity.ERROR,
-                  message=(f"config.json architectures names {arch}, the bare decoder that AutoModel saves, and {stored}: "
-                           "it cannot generate text (older vLLM rejects the class; newer vLLM runs it only as an "
-                           "embedding/pooling model)"),
+                  message=(f"config.json architectures names {arch}, the bare decoder that AutoModel saves, and no "
+                           "lm_head.weight is stored: it cannot generate text (older vLLM rejects the class; newer vLLM "
+                           "runs it only as an embedding/pooling model)"),
                   file="config.json", field="architectures", value=arch,
-                  fix=(f"Save from AutoModelForCausalLM (architectures {arch.removesuffix('Model')}ForCausalLM, "
-                       "model.* names and lm_head.weight), or, if this is meant to be an embedding model, serve it "
-                       "as one (vllm serve --runner pooling)."),
-                  source="transformers MODEL_MAPPING_NAMES vs MODEL_FOR_CAUSAL_LM_MAPPING_NAMES; vLLM model registry; "
-                         "vllm-project/vllm#9736, #10481")
+                  fix=(f"Save from AutoModelForCausalLM (architectures {causal}, model.* names and lm_head.weight), or, "
+                       "if this is meant to be an embedding model, serve it as one (vllm serve --runner pooling)."),
+                  source=src)
+
+
+def _stores_head(ckpt: Checkpoint) -> bool:
+    """A dense or quantized ``lm_head`` is stored, or the head is tied and the causal-LM ``model.`` names are used."""
+    names = ckpt.tensors
+    if any(n == "lm_head.weight" or n.startswith("lm_head.") for n in names):
+        return True
+    tied = (ckpt.text_config or {}).get("tie_word_embeddings")
+    return bool(tied) and any(n.startswith("model.") for n in names)
+
+
+def causal_class(model_type: str) -> str | None:
+    """transformers' causal-LM class for ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``), or None."""
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as m
+    except ImportError:
+        return None
+    v = m.get(model_type)
+    return v[0] if isinstance(v, (list, tuple)) else v

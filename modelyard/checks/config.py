@@ -95,10 +95,14 @@ def config_json(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     own = []
     archs = data.get("architectures")
     if not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
-        own.append(_finding("config.architectures.missing", Severity.ERROR, "config.json has no architectures list",
+        own.append(_finding("config.architectures.missing", Severity.WARNING,
+                            "config.json has no architectures list: vLLM 0.32 derives the class from model_type, "
+                            "older vLLM releases and other loaders stop without it",
                             "architectures", archs, "Set architectures, e.g. [\"LlamaForCausalLM\"].",
-                            "vLLM picks the model class from config.architectures"))
+                            "vLLM ModelConfig (architectures, else the model_type's default class); measured by "
+                            "benchmarks/differential.py"))
     own.extend(_rope(ckpt.text_config, ctx))
+    own.extend(_int_fields(ckpt.text_config))
     yield from own
     if any(f.severity == Severity.ERROR for f in own):
         return
@@ -249,8 +253,9 @@ def generation_config(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     data, err = ckpt.json("generation_config.json")
     src = "vLLM try_get_generation_config (an unreadable file is ignored)"
     if err or not isinstance(data, dict):
-        yield _finding("config.generation_config.invalid", Severity.ERROR,
-                       f"generation_config.json is {err or 'not a JSON object'}: vLLM ignores it, and its stop ids",
+        yield _finding("config.generation_config.invalid", Severity.WARNING,
+                       f"generation_config.json is {err or 'not a JSON object'}: vLLM ignores it, and its stop ids and "
+                       "sampling defaults (the stop set falls back to the tokenizer's eos)",
                        None, None, "Restore generation_config.json from the source model.", src,
                        file="generation_config.json")
         return
@@ -268,11 +273,21 @@ def generation_config(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                        "--generation-config vllm to ignore the file's defaults.",
                        "vLLM ModelConfig.get_diff_sampling_param; vllm-project/vllm#34005, #34063, #12242",
                        file="generation_config.json")
+    rp = data.get("repetition_penalty")
+    if isinstance(rp, (int, float)) and not isinstance(rp, bool) and rp > 1.3:
+        yield _finding("config.generation_config.strong_repetition_penalty", Severity.WARNING,
+                       (f"generation_config.json sets repetition_penalty {rp}: vLLM makes it the server default for every "
+                        "request, and a penalty this strong also penalises the end-of-turn token and the answer's own "
+                        "words (measured: the demo model no longer stops at 2.0)"),
+                       "repetition_penalty", rp,
+                       "Remove it or keep it near 1.0-1.2; or serve with --generation-config vllm.",
+                       "vLLM ModelConfig.get_diff_sampling_param; benchmarks/differential.py", file="generation_config.json")
     eos = data.get("eos_token_id")
     ids = eos if isinstance(eos, list) else [eos]
     if eos is not None and not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        yield _finding("config.generation_config.bad_eos", Severity.ERROR,
-                       f"generation_config.json eos_token_id is {eos!r}; it must be a token id or a list of token ids",
+        yield _finding("config.generation_config.bad_eos", Severity.WARNING,
+                       f"generation_config.json eos_token_id is {eos!r}; it must be a token id or a list of token ids "
+                       "(vLLM cannot stop on these; the tokenizer's eos still stops)",
                        "eos_token_id", eos, "Write the ids as integers, e.g. [128001, 128009].", src,
                        file="generation_config.json")
 
@@ -399,3 +414,25 @@ def activation(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                        "hidden_act", act, "Set hidden_act to \"silu\" if the model was trained with it; otherwise "
                        "this config does not describe the weights.",
                        "vLLM LlamaMLP/Qwen2MLP (model_executor/models/llama.py, qwen2.py)")
+
+
+#: config keys transformers' config classes type as ``int`` (sizes, counts, lengths).
+INT_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
+              "vocab_size", "max_position_embeddings", "head_dim")
+
+
+def _int_fields(cfg: dict[str, Any]) -> list[Finding]:
+    """Sizes written as strings or fractions: transformers >= 5.19 (the runtime venv's) refuses them in its strict
+    config dataclasses (``StrictDataclassFieldValidationError``), older ones pass them on to a crash."""
+    out = []
+    for k in INT_FIELDS:
+        v = cfg.get(k)
+        if k in cfg and v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            fixed = int(v) if isinstance(v, float) and v.is_integer() else \
+                int(v) if isinstance(v, str) and v.strip().isdigit() else None
+            out.append(_finding("config.field.wrong_type", Severity.ERROR,
+                                f"config.json {k} is {v!r} ({type(v).__name__}), not an integer: vLLM's transformers "
+                                "refuses the config at startup", k, v,
+                                f"Write {k} as an integer" + (f": {fixed}." if fixed is not None else "."),
+                                "transformers strict config validation (StrictDataclassFieldValidationError, >= 5.19)"))
+    return out

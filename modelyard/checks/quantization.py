@@ -49,9 +49,12 @@ def _f(code: str, severity: Severity, message: str, field: str | None, value: An
 
 
 def quantized_tensors(ckpt: Checkpoint) -> list[str]:
-    """Names of tensors whose name or dtype only a quantized export produces."""
-    return sorted(n for n, t in ckpt.tensors.items()
-                  if n.endswith(_PACKED) or (n.endswith(".weight") and t.dtype in _QUANT_DTYPES))
+    """Names of tensors whose name or dtype only a quantized export produces: packed weights, FP8/FP4
+    weights, and INT8 weights that carry a ``weight_scale`` beside them (W8A8 int8)."""
+    names = ckpt.tensors
+    return sorted(n for n, t in names.items()
+                  if n.endswith(_PACKED) or (n.endswith(".weight") and t.dtype in _QUANT_DTYPES)
+                  or (n.endswith(".weight") and t.dtype == "I8" and n[: -len(".weight")] + ".weight_scale" in names))
 
 
 @check("quantization")
@@ -111,7 +114,63 @@ def quantization_config(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding
                  f"quant_method {method} is not in vLLM {VLLM_LATEST}'s list of quantization methods",
                  field, method, "State the serving runtime with --vllm-version to judge it.", _SRC_METHOD)
     yield from _tensors_match(ckpt, method, q, qt)
+    if method == "compressed-tensors":
+        yield from _compressed_tensors(ckpt, q, qt)
     yield from _quantized_lm_head(ckpt, method, vllm)
+
+
+_SRC_CT = "compressed-tensors QuantizationConfig (the schema vLLM parses config_groups with); vLLM CompressedTensorsConfig"
+
+
+def _compressed_tensors(ckpt: Checkpoint, q: dict[str, Any], qt: list[str]) -> Iterator[Finding]:
+    """A compressed-tensors ``quantization_config`` the library's own schema accepts, whose groups target
+    something, whose ``num_bits`` matches the stored integer dtype, and whose ``group_size`` divides the
+    input widths (vLLM finds no compressed-tensors scheme for a layer otherwise)."""
+    try:
+        from compressed_tensors.quantization import QuantizationConfig
+    except ImportError:  # the quantize extra is not installed: the runtime oracle judges the schema
+        QuantizationConfig = None
+    if QuantizationConfig is not None:
+        try:
+            QuantizationConfig.model_validate(q)
+        except Exception as exc:
+            errs = getattr(exc, "errors", lambda: [])()
+            where = ".".join(str(x) for x in errs[0]["loc"] if "function-after" not in str(x)) if errs else None
+            why = errs[0]["msg"] if errs else str(exc).splitlines()[0]
+            yield _f("quantization.config_invalid", Severity.ERROR,
+                     f"quantization_config is not a valid compressed-tensors config: {where}: {why}",
+                     f"quantization_config.{where}" if where else "quantization_config", where,
+                     "Quantize again with llm-compressor (a release that matches the runtime's compressed-tensors), "
+                     "or restore the block the quantizer wrote.", _SRC_CT)
+            return
+    groups = q.get("config_groups") if isinstance(q.get("config_groups"), dict) else {}
+    if qt and groups and all(not (g or {}).get("targets") for g in groups.values()):
+        yield _f("quantization.no_targets", Severity.ERROR,
+                 f"every config group has an empty targets list, yet {len(qt)} tensor(s) are quantized (e.g. {qt[0]}): "
+                 "vLLM builds dense layers and finds no parameter for the scales",
+                 "quantization_config.config_groups", None,
+                 "Restore the targets the quantizer wrote (usually [\"Linear\"]).", _SRC_CT)
+    stored_int8 = any(t.dtype == "I8" for n, t in ckpt.tensors.items() if n in qt)
+    widths = sorted({w for w in (ckpt.text_config.get("hidden_size"), ckpt.text_config.get("intermediate_size"))
+                     if isinstance(w, int) and not isinstance(w, bool) and w > 0})
+    for gname, g in groups.items():
+        w = (g or {}).get("weights") or {}
+        bits = w.get("num_bits")
+        if stored_int8 and q.get("format") == "int-quantized" and isinstance(bits, int) and bits != 8:
+            yield _f("quantization.num_bits_mismatch", Severity.ERROR,
+                     f"config_groups.{gname} says {bits}-bit weights, but the stored weights are INT8 (int-quantized): "
+                     "the runtime would unpack them with the wrong width and answer garbage",
+                     f"quantization_config.config_groups.{gname}.weights.num_bits", bits,
+                     "Set num_bits to 8, or restore the config the quantizer wrote.", _SRC_CT)
+        gs = w.get("group_size")
+        if w.get("strategy") == "group" and isinstance(gs, int) and gs > 0:
+            bad = [x for x in widths if x % gs]
+            if bad:
+                yield _f("quantization.group_size_not_dividing", Severity.ERROR,
+                         f"config_groups.{gname} group_size {gs} does not divide the input width(s) {bad} "
+                         "(hidden_size / intermediate_size): vLLM finds no compressed-tensors scheme for those layers",
+                         f"quantization_config.config_groups.{gname}.weights.group_size", gs,
+                         f"Quantize with a group_size that divides {bad[0]} (e.g. 32, 64 or 128).", _SRC_CT)
 
 
 #: quant_method -> first vLLM release that loads a quantized ``lm_head``. compressed-tensors: vLLM PR #37291

@@ -93,8 +93,10 @@ def index(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     shards = ckpt.safetensors_files
     if INDEX_NAME not in ckpt.files:
         if len(shards) > 1:
-            yield Finding(code="safetensors.index.missing", severity=Severity.ERROR,
-                          message=f"{len(shards)} safetensors shards but no {INDEX_NAME}",
+            yield Finding(code="safetensors.index.missing", severity=Severity.WARNING,
+                          message=(f"{len(shards)} safetensors shards but no {INDEX_NAME}: vLLM reads every "
+                                   "*.safetensors file and serves it, but transformers (quality checks, patching, "
+                                   "other loaders) cannot load the shards without the index"),
                           file=INDEX_NAME, fix="Download the index file, or re-save the model with save_pretrained.",
                           source="transformers loads sharded checkpoints through the index")
         return

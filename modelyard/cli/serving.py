@@ -54,8 +54,10 @@ def _print_server_smoke(s: dict[str, Any]) -> None:
 def smoke_cmd(
     path: Path = typer.Argument(..., help="an artifact folder (manifest.json + model/ [+ serve/]) or a model folder"),
     level: str = typer.Option("server", "--level", help="load, server or bench"),
-    golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML (default: the demo set)"),
-    question: str = typer.Option("What is the capital of France?", "--question"),
+    golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML (default: the demo set of the "
+                                          "serving mode)"),
+    question: Optional[str] = typer.Option(None, "--question", help="the prompt (default: 'What is the capital of "
+                                           "France?' for chat, 'The capital of France is' for completion)"),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=16, help="CPU smoke context (tokens)"),
     serve: Optional[str] = typer.Option(None, "--serve", help="chat (the chat API) or completion (plain-text "
@@ -76,12 +78,13 @@ def smoke_cmd(
 
         from modelyard.errors import MissingConfigError
         from modelyard.pipeline import serve_smoke, smoke
-        from modelyard.pipeline.modes import DEFAULT_SERVE, check_mode
+        from modelyard.pipeline.modes import DEFAULT_SERVE, check_mode, default_prompt
         from modelyard.pipeline.patch import model_root
         from modelyard.settings import Settings
 
         level = _smoke_level(level, as_json)
         mode = check_mode(serve or _recorded_serve(path) or DEFAULT_SERVE)
+        question = question or default_prompt(mode)
         model_dir = model_root(path)
         if not (model_dir / "config.json").is_file():
             raise MissingConfigError(f"{model_dir}/config.json does not exist", fix="Pass a model or artifact folder.")
@@ -99,7 +102,7 @@ def smoke_cmd(
                 from modelyard.pipeline.serve_files import vllm_config
 
                 config = vllm_config(plan_serve(model_dir, ServeTarget(gpu=DEFAULT_GPU)), model=str(model_dir))
-            prompts, src = serve_smoke.load_golden(golden)
+            prompts, src = serve_smoke.load_golden(golden, mode)
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
                                            bench=serve_smoke.BenchSpec() if level == "bench" else None, mode=mode)

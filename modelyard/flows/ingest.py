@@ -168,7 +168,7 @@ def package_task(snapshot: Snapshot, staging: Path, plan: patch.PatchPlan, setti
 @task(name="smoke", cache_policy=NO_CACHE)
 def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> smoke.SmokeResult:
     """The ``load`` smoke in the target's serving mode (``options.serve``: chat or completion)."""
-    res = smoke.smoke_load(model_dir, settings, question=options.question, max_tokens=options.smoke_max_tokens,
+    res = smoke.smoke_load(model_dir, settings, question=options.smoke_prompt(), max_tokens=options.smoke_max_tokens,
                            max_model_len=options.max_model_len, mode=options.serve)
     if not res.passed:
         fix = ("Check generation_config.json eos_token_id against the chat template's turn terminator."
@@ -201,9 +201,9 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: IngestOption
     from modelyard.pipeline.serve_files import vllm_config
 
     cfg = vllm_config(plan, model=str(model_dir)) if plan else {"served-model-name": name}
-    golden, src = serve_smoke.load_golden(_path(options.golden))
+    golden, src = serve_smoke.load_golden(_path(options.golden), options.serve)
     res = serve_smoke.smoke_server(
-        model_dir, settings, config=cfg, question=options.question, max_tokens=options.smoke_max_tokens,
+        model_dir, settings, config=cfg, question=options.smoke_prompt(), max_tokens=options.smoke_max_tokens,
         golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.smoke_level == "bench" else None,
         max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.serve)
     if not res.passed:

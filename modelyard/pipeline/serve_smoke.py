@@ -115,11 +115,16 @@ class ServerSmokeResult:
         return asdict(self)
 
 
-def load_golden(path: Path | None) -> tuple[list[GoldenPrompt], str]:
+#: the golden prompts used when none are given, per serving mode (both for the demo model)
+DEFAULT_GOLDEN = {"chat": "golden-demo.yaml", "completion": "golden-demo-completion.yaml"}
+
+
+def load_golden(path: Path | None, mode: str = DEFAULT_SERVE) -> tuple[list[GoldenPrompt], str]:
     """Golden prompts from a YAML file (``prompts: [{name, prompt, expect: [..], regex, max_tokens}]``);
-    default: ``modelyard/data/golden-demo.yaml`` (for the demo model). Returns the prompts and a
-    label ``path@sha256:<12 hex>``. Raises :class:`InvalidTargetError` (exit 2) naming the entry."""
-    path = Path(path) if path else DATA / "golden-demo.yaml"
+    default: the demo model's set for serving ``mode`` (:data:`DEFAULT_GOLDEN` under ``modelyard/data``:
+    questions for chat, text to continue for completion). Returns the prompts and a label
+    ``path@sha256:<12 hex>``. Raises :class:`InvalidTargetError` (exit 2) naming the entry."""
+    path = Path(path) if path else DATA / DEFAULT_GOLDEN[check_mode(mode)]
     try:
         raw = path.read_bytes()
         data = yaml.safe_load(raw)

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from modelyard.checkpoint import Checkpoint
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
@@ -44,13 +45,15 @@ RUNTIME_CHOICES = ("none", "local")
 
 
 def verify_folder(path: Path | str, target: Target | None = None, *, runtime: str | None = None,
-                  settings: Settings | None = None) -> Report:
+                  settings: Settings | None = None, runtime_answer: Any = None) -> Report:
     """Judge the model folder ``path`` against ``target``; returns a Report (never raises for
     findings). ``runtime="local"`` also asks the runtime venv's vLLM (``runtime.*`` findings and the
     ``runtime.disagrees.*`` comparison, see :mod:`modelyard.pipeline.runtime_check`). Raises
     :class:`SourceNotFoundError` / :class:`InvalidSourceError` (exit 2) when ``path`` is missing or not a
     folder, :class:`InvalidTargetError` (exit 2) for an unknown ``runtime``, :class:`RuntimeNotFoundError`
-    (exit 2) when ``runtime="local"`` and the runtime interpreter is missing."""
+    (exit 2) when ``runtime="local"`` and the runtime interpreter is missing. ``runtime_answer`` (a
+    :class:`~modelyard.pipeline.runtime_check.RuntimeAnswer` already asked, e.g. by
+    ``ask_runtime_many`` for many folders) is used instead of asking again."""
     if runtime not in (None, *RUNTIME_CHOICES):
         raise InvalidTargetError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}",
                                  fix="Use --runtime local (ask the installed vLLM) or --runtime none.")
@@ -76,10 +79,10 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
                    for rel, kind in ckpt.special_files]
         return Report(findings=tuple(extra + special), target=target)
     findings = extra + run_checks(ckpt, CheckContext(target=target))
-    if runtime == "local":
+    if runtime == "local" or runtime_answer is not None:
         from modelyard.pipeline.runtime_check import ask_runtime, reconcile, runtime_findings
 
-        answer = ask_runtime(root, target, settings)
+        answer = runtime_answer or ask_runtime(root, target, settings)
         found = runtime_findings(answer, target)
         findings += found + reconcile(findings, found, answer.vllm_version)
     return Report(findings=tuple(findings), target=target)

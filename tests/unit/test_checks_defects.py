@@ -345,11 +345,14 @@ def test_absurd_layer_count_is_judged_without_building_the_model(m):
     assert [(f.code, f.value) for f in r.errors] == [("architecture.layer_count_mismatch", 10**12)]
 
 
-@pytest.mark.parametrize(("text", "code"), [
-    ("{not json", "config.generation_config.invalid"), ("[1, 2]", "config.generation_config.invalid"),
-    ('{"eos_token_id": "2"}', "config.generation_config.bad_eos"),
-    ('{"eos_token_id": [2, 10000000000]}', "tokenizer.stop_tokens.out_of_range"),
+@pytest.mark.parametrize(("text", "code", "severity"), [
+    ("{not json", "config.generation_config.invalid", "warning"),
+    ("[1, 2]", "config.generation_config.invalid", "warning"),
+    ('{"eos_token_id": "2"}', "config.generation_config.bad_eos", "warning"),
+    ('{"eos_token_id": [2, 10000000000]}', "tokenizer.stop_tokens.out_of_range", "error"),
 ])
-def test_malformed_generation_config_is_an_error(m, text, code):
+def test_malformed_generation_config(m, text, code, severity):
+    """vLLM ignores an unreadable generation config and stops on the tokenizer's eos (measured by
+    benchmarks/differential.py): a warning; an id past the vocabulary stays an error."""
     (m / "generation_config.json").write_text(text)
-    assert code in [f.code for f in verify_folder(m).errors]
+    assert (code, severity) in [(f.code, f.severity.value) for f in verify_folder(m).findings]

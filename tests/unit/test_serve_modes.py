@@ -42,6 +42,18 @@ def test_pass_rule_per_mode(mode, text, finish, error):
     assert judge_answer(mode, text, finish, 64) == error
 
 
+def test_default_prompt_and_golden_set_per_mode():
+    """A plain-text prompt is continued, not answered: the completion defaults are text to continue."""
+    assert [IngestOptions(serve=m).smoke_prompt() for m in ("chat", "completion")] == [
+        "What is the capital of France?", "The capital of France is"]
+    assert IngestOptions(serve="completion", question="Once upon a time").smoke_prompt() == "Once upon a time"
+    prompts, src = ss.load_golden(None, "completion")
+    assert [(p.name, p.prompt, p.expect, p.max_tokens) for p in prompts] == [
+        ("capital-of-france-continued", "The capital of France is", ("Paris",), 16)]
+    assert src.startswith(str(ss.DATA / "golden-demo-completion.yaml") + "@sha256:")
+    assert ss.load_golden(None)[1].startswith(str(ss.DATA / "golden-demo.yaml") + "@")
+
+
 def test_unknown_mode_is_a_usage_error():
     with pytest.raises(InvalidTargetError, match="serving mode 'embed' is not chat or completion") as e:
         judge_answer("embed", "x", "stop", 64)
