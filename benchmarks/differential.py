@@ -173,19 +173,23 @@ def main(argv: list[str] | None = None) -> int:
     if a.limit and a.limit < len(muts):
         step = len(muts) / a.limit
         muts = [muts[int(i * step)] for i in range(a.limit)]
-    bases_needed = sorted({m.base for m in muts})
+    every = {m.id: m for m in all_mutants()}
+    extra = [every[i] for i in sorted({m.ref_id for m in muts if m.ref_id} - {m.id for m in muts})]  # run, not scored
+    bases_needed = sorted({m.base for m in muts + extra})
     bases = {b: BASES[b](work / "bases" / b) for b in bases_needed}
     rows: list[Row] = []
     jobs: list[dict[str, Any]] = []
     refs: dict[tuple[str, str], str] = {}
     dirs = []
-    for m in muts:
+    for m in muts + extra:
         d = work / "mutants" / m.id
         if d.exists():
             shutil.rmtree(d)
         shutil.copytree(bases[m.base], d)
         m.apply(d)
         dirs.append(d)
+    jobs.extend(m.job(d) for m, d in zip(extra, dirs[len(muts):]))
+    dirs = dirs[: len(muts)]
     answers: list[Any] = [None] * len(muts)
     if a.runtime == "local":
         from modelyard.checks import Target

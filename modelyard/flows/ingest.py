@@ -172,8 +172,11 @@ def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> s
                            max_model_len=options.max_model_len, mode=options.serve)
     if not res.passed:
         fix = ("Check generation_config.json eos_token_id against the chat template's turn terminator."
-               if res.mode == "chat" else "See the vLLM error; a completion must return text and end with stop or length.")
-        raise SmokeFailedError(f"vLLM smoke {res.mode} failed: {res.error}; answer was {res.text!r}", result=res, fix=fix)
+               if res.mode == "chat" else
+               "Check that the model continues plain text (an instruct model may end a bare prompt at once: "
+               "serve it as chat with its template, --serve chat).")
+        raise SmokeFailedError(f"vLLM smoke {res.mode} failed: {res.error}; answer was {res.text!r}", result=res,
+                               fix=fix)
     return res
 
 
