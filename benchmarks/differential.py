@@ -132,6 +132,8 @@ def classify(m: Mutant, res: dict[str, Any], ref: dict[str, Any] | None) -> tupl
     if m.base == "demo":
         if "paris" not in text.lower():
             return "wrong", f"answer {text[:60]!r}"
+        if m.mode == "chat" and text.lstrip().lower().startswith(("assistant", "<|im_start|>")):
+            return "wrong", f"the reply starts with the role header the template did not open: {text[:40]!r}"
         if m.mode == "chat" and res.get("finish_reason") != "stop":
             return "wrong", f"did not stop ({res.get('finish_reason')}, {len(res.get('token_ids') or [])} tokens)"
         return "fine", f"answer {text[:40]!r}"

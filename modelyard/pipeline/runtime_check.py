@@ -252,7 +252,8 @@ def _tokenizer(t: dict[str, Any], ver: str | None, target: Target) -> list[Findi
                            fix="Fold the system text into the first user turn in the template.", source=src))
     u, ug = r.get("user") or {}, r.get("user+gen") or {}
     if u.get("ok") and ug.get("ok") and u.get("text") == ug.get("text"):
-        out.append(Finding("runtime.chat_template.no_generation_prompt", sev,
+        out.append(Finding("runtime.chat_template.no_generation_prompt",
+                           Severity.INFO if sev == Severity.INFO else Severity.WARNING,
                            (f"vLLM {ver} renders the same prompt with and without add_generation_prompt: the template "
                             "never opens the assistant's turn, so the model continues the user's text"),
                            file=tfile, field="chat_template", value=u.get("text", "")[-200:],

@@ -31,6 +31,13 @@ from tests.killing import kill_at as _kill_at
 from tests.killing import nth as _nth
 
 pytestmark = [pytest.mark.e2e, pytest.mark.publish]
+
+
+@pytest.fixture(autouse=True)
+def _no_runtime_oracle(monkeypatch):
+    """The kill points are in fetch, hashing, packaging and publishing; the runtime oracle would add ~10 s of
+    vLLM import to each of the many ingests here without touching what is tested."""
+    monkeypatch.setenv("MODELYARD_VERIFY_RUNTIME", "none")
 AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
