@@ -24,7 +24,7 @@ import json
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class RuntimeAnswer:
     raw: dict[str, Any]
     wall_seconds: float
     vllm_version: str | None = None
-    findings: tuple[Finding, ...] = field(default=())
 
 
 def ask_runtime(model_dir: Path, target: Target, settings: Settings | None = None,
@@ -238,7 +237,7 @@ def _tokenizer(t: dict[str, Any], ver: str | None, target: Target) -> list[Findi
     r = t.get("renders") or {}
     out = []
     failed = {k: v.get("error") for k, v in r.items() if not v.get("ok")}
-    if failed and all(not v.get("ok") for k, v in r.items() if not k.startswith("system")) :
+    if failed and all(not v.get("ok") for k, v in r.items() if not k.startswith("system")):
         out.append(Finding("runtime.chat_template.render_failed", sev,
                            f"vLLM {ver} cannot render a conversation with the chat template: "
                            f"{next(iter(failed.values()))}", file=tfile, field="chat_template", value=failed,
