@@ -61,38 +61,57 @@ def ask_runtime_many(items: list[tuple[Path, Target]], settings: Settings | None
                      timeout: float = ORACLE_TIMEOUT) -> list[RuntimeAnswer]:
     """:func:`ask_runtime` for many folders in one runtime process (vLLM is imported once, 7-15 s; each
     folder then takes 0.01-1 s). ``timeout`` (seconds) is for the first folder; each further one adds 30 s."""
-    settings = settings or Settings()
-    python = settings.vllm_interpreter()
-    if not python.exists():
-        raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
-                                   fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or verify "
-                                       "without --runtime local.")
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="modelyard-oracle-") as tmp:
-        jobs = [{"model": str(Path(d).resolve()), "max_model_len": t.max_model_len, "dtype": t.dtype,
-                 "out": f"{tmp}/answer-{i}.json"} for i, (d, t) in enumerate(items)]
-        Path(tmp, "batch.json").write_text(json.dumps(jobs))
-        cmd = [str(python), str(RUNNER), "--batch", f"{tmp}/batch.json"]
-        with open(Path(tmp) / "log", "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=runtime_env(settings, tmp),
-                                    start_new_session=True)
+    return OracleRun(items, settings).answers(timeout)
+
+
+class OracleRun:
+    """The oracle started in the background: :meth:`answers` waits for it. Starting it before the hand rules
+    run lets vLLM's import (the bulk of its time) overlap with them. Raises :class:`RuntimeNotFoundError`
+    (exit 2) at construction when the runtime interpreter does not exist."""
+
+    def __init__(self, items: list[tuple[Path, Target]], settings: Settings | None = None) -> None:
+        settings = settings or Settings()
+        python = settings.vllm_interpreter()
+        if not python.exists():
+            raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
+                                       fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or "
+                                           "verify without --runtime local.")
+        self.t0 = time.perf_counter()
+        self.tmp = tempfile.TemporaryDirectory(prefix="modelyard-oracle-")
+        tmp = self.tmp.name
+        self.jobs = [{"model": str(Path(d).resolve()), "max_model_len": t.max_model_len, "dtype": t.dtype,
+                      "out": f"{tmp}/answer-{i}.json"} for i, (d, t) in enumerate(items)]
+        Path(tmp, "batch.json").write_text(json.dumps(self.jobs))
+        self.log = open(Path(tmp) / "log", "wb")
+        self.proc = subprocess.Popen([str(python), str(RUNNER), "--batch", f"{tmp}/batch.json"], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=runtime_env(settings, tmp), start_new_session=True)
+
+    def answers(self, timeout: float = ORACLE_TIMEOUT) -> list[RuntimeAnswer]:
+        """Wait (at most ``timeout`` s, plus 30 s per further folder) and read every answer; cleans up."""
+        try:
             try:
-                proc.wait(timeout + 30 * (len(items) - 1))
+                self.proc.wait(timeout + 30 * (len(self.jobs) - 1))
             except subprocess.TimeoutExpired:
-                kill_group(proc)
-        wall = round(time.perf_counter() - t0, 2)
-        out = []
-        for job in jobs:
-            p = Path(job["out"])
-            if p.is_file():
-                raw = json.loads(p.read_text())
-            else:
-                tail = (Path(tmp) / "log").read_bytes()[-600:].decode("utf-8", "replace").strip()
-                raw = {"ok": False, "error": f"the runtime exited with code {proc.returncode} without an answer"
-                       + (f" after {timeout:.0f} s" if proc.returncode in (None, -15, -9) else "") + f": {tail[-300:]}"}
-            out.append(RuntimeAnswer(raw=raw, wall_seconds=wall if len(items) == 1 else raw.get("seconds") or 0.0,
-                                     vllm_version=raw.get("vllm_version")))
-    return out
+                kill_group(self.proc)
+            self.log.close()
+            wall = round(time.perf_counter() - self.t0, 2)
+            out = []
+            for job in self.jobs:
+                p = Path(job["out"])
+                if p.is_file():
+                    raw = json.loads(p.read_text())
+                else:
+                    tail = (Path(self.tmp.name) / "log").read_bytes()[-600:].decode("utf-8", "replace").strip()
+                    raw = {"ok": False, "error": f"the runtime exited with code {self.proc.returncode} without an answer"
+                           + (f" after {timeout:.0f} s" if self.proc.returncode in (None, -15, -9) else "")
+                           + f": {tail[-300:]}"}
+                out.append(RuntimeAnswer(raw=raw, wall_seconds=wall if len(self.jobs) == 1 else raw.get("seconds") or 0.0,
+                                         vllm_version=raw.get("vllm_version")))
+            return out
+        finally:
+            if self.proc.poll() is None:
+                kill_group(self.proc)
+            self.tmp.cleanup()
 
 
 def _src(ver: str | None, fn: str) -> str:

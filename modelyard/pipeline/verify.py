@@ -78,11 +78,21 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
                            source="modelyard: a model folder holds regular files only")
                    for rel, kind in ckpt.special_files]
         return Report(findings=tuple(extra + special), target=target)
-    findings = extra + run_checks(ckpt, CheckContext(target=target))
-    if runtime == "local" or runtime_answer is not None:
-        from modelyard.pipeline.runtime_check import ask_runtime, reconcile, runtime_findings
+    oracle = None
+    if runtime == "local" and runtime_answer is None:  # vLLM imports while the hand rules run
+        from modelyard.pipeline.runtime_check import OracleRun
 
-        answer = runtime_answer or ask_runtime(root, target, settings)
+        oracle = OracleRun([(root, target)], settings)
+    try:
+        findings = extra + run_checks(ckpt, CheckContext(target=target))
+    except BaseException:
+        if oracle is not None:
+            oracle.answers(timeout=0.01)  # stop and clean up
+        raise
+    if oracle is not None or runtime_answer is not None:
+        from modelyard.pipeline.runtime_check import reconcile, runtime_findings
+
+        answer = runtime_answer or oracle.answers()[0]
         found = runtime_findings(answer, target)
         findings += found + reconcile(findings, found, answer.vllm_version)
     return Report(findings=tuple(findings), target=target)
