@@ -73,14 +73,17 @@ def test_local_support_is_measured_once_and_cached(measured_support, schemes_mad
     data = json.loads(path.read_text())
     assert data["isa_flags"] == sorted(compat.host_flags() & set(compat.ISA_FLAGS)) and data["date"] == row.date
     assert data["kernel_library"] == {"avx2": "_C_AVX2", "avx512": "_C_AVX512", "avx512-bf16": "_C"}[data["isa"]]
-    assert data["dense"]["tokens_per_second"] > 0
+    assert data["dense"]["tokens_per_cpu_second"] > 0
     assert set(row.entries) == {LABELS[s] for s in schemes_made}
     for label, (loads, note) in row.entries.items():
         assert loads in ("yes", "slow", "no"), (label, loads)
         if loads == "no":  # the root-cause error line, not a wrapper's
             assert re.search(r"\b\w+(Error|Exception): ", note) and "EngineDeadError" not in note, (label, note)
         else:
-            assert data["schemes"][label]["tokens_per_second"] > 0
+            measured = data["schemes"][label]
+            assert measured["tokens_per_second"] > 0 and measured["tokens_per_cpu_second"] > 0
+            assert measured["rounds"] == data["method"]["repeats"]
+            assert (loads == "slow") is (measured["ratio_to_dense"] < compat.SLOW_BELOW), (label, note)
     assert compat.support_row(None, settings) == row
     assert compat.support_row("vllm-cuda-0.32", settings).measured is False
 

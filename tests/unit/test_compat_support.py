@@ -118,8 +118,9 @@ def test_ensure_measures_only_when_the_cache_is_missing(settings, monkeypatch, t
 
 
 def test_classification_from_measured_records():
-    assert compat._classify({"ok": False, "phase": "generate", "error": "AttributeError: x"}, 60.0) == \
+    assert compat._classify({"ok": False, "phase": "generate", "error": "AttributeError: x"}) == \
         ("no", "measured: fails at generate: AttributeError: x")
-    assert compat._classify({"ok": True, "tokens_per_second": 10.0}, 60.0)[0] == "slow"
-    assert compat._classify({"ok": True, "tokens_per_second": 30.0}, 60.0)[0] == "yes"
-    assert compat._classify({"ok": True, "tokens_per_second": 1.0}, None)[0] == "yes"  # no baseline: never "slow"
+    paired = {"ok": True, "tokens_per_cpu_second": 20.0, "dense_tokens_per_cpu_second": 60.0, "rounds": 5}
+    assert compat._classify({**paired, "ratio_to_dense": 0.3})[0] == "slow"
+    assert compat._classify({**paired, "ratio_to_dense": 0.5})[0] == "yes"
+    assert compat._classify({"ok": True, "tokens_per_cpu_second": 1.0})[0] == "yes"  # no baseline: never "slow"
