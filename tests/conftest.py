@@ -11,6 +11,10 @@ import pytest
 # Quiet Prefect in-process (its shutdown message otherwise hits pytest's closed capture stream).
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# ingest asks the runtime venv's vLLM during verify when it exists (10-25 s of vLLM import per verify on 2
+# cores): the many ingests of the suite test other stages, so they run without it; the oracle and ingest with
+# it are tested in tests/e2e/test_runtime_oracle_vllm.py, which sets MODELYARD_VERIFY_RUNTIME=auto.
+os.environ.setdefault("MODELYARD_VERIFY_RUNTIME", "none")
 
 from tests.fixtures import make_tiny_llama
 

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,19 @@ def test_cli_runtime_local_json(folders):
                     runtime["runtime.sampling.max_tokens_default"]["source"])
     # the hand rule and the runtime agree here: no disagreement is reported
     assert not [c for c in runtime if c.startswith("runtime.disagrees.")]
+
+
+def test_ingest_asks_the_runtime_when_it_exists(folders, tmp_path):
+    """ingest's verify includes the oracle's findings by default (MODELYARD_VERIFY_RUNTIME=auto)."""
+    home = tmp_path / "store"
+    r = run_cli("ingest", f"file://{folders['capped']}", "--no-smoke", "--json", "--out", str(home),
+                env={"MODELYARD_VERIFY_RUNTIME": "auto", "MODELYARD_HOME": str(home)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    art = json.loads(r.stdout)["artifact"]
+    report = json.loads((Path(art) / "report.json").read_text())
+    got = {f["code"]: f["value"] for f in report["findings"] if f["code"].startswith("runtime.")}
+    assert got["runtime.sampling.max_tokens_default"] == 256
+    assert got["runtime.model_config.resolved"]["max_model_len"] == 256
 
 
 def test_backbone_runtime_and_hand_rule(folders):
