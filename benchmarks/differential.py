@@ -64,7 +64,7 @@ class Row:
 def verdict_of(path: Path, m: Mutant, answer: Any) -> tuple[str, list[str]]:
     """modelyard's verdict as ingest gives it: the hand rules, plus the runtime oracle's ``answer`` when given."""
     from modelyard.checks import Target
-    from modelyard.pipeline.verify import verify_folder
+    from modelyard.stages.verify import verify_folder
 
     r = verify_folder(path, Target(serve=m.mode, max_model_len=m.max_model_len), runtime_answer=answer)
     sev = [f.severity.value for f in r.findings]
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     answers: list[Any] = [None] * len(muts)
     if a.runtime == "local":
         from modelyard.checks import Target
-        from modelyard.pipeline.runtime_check import ask_runtime_many
+        from modelyard.stages.verify.runtime import ask_runtime_many
 
         answers = ask_runtime_many([(d, Target(serve=m.mode, max_model_len=m.max_model_len))
                                     for d, m in zip(dirs, muts)])

@@ -19,7 +19,7 @@ warm files, in interleaved rounds (``--repeat``, best round kept), it times:
   with ``RepoFile`` entries carrying the LFS sha256 / blob id (what ``list_repo_tree`` returns, built here
   so that no network is involved). It hashes one file after the other with 1 MiB reads (``sha_fileobj``).
 
-and, last, modelyard again with a warm :class:`~modelyard.pipeline.hashing.DigestCache` (a second
+and, last, modelyard again with a warm :class:`~modelyard.model.digest.DigestCache` (a second
 ingest of the same unchanged files), which reads no byte.
 
 Printed: MB/s (decimal MB of file data per wall second), CPU seconds (this process's threads, or the
@@ -46,9 +46,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from modelyard.pipeline import hashing  # noqa: E402
-from modelyard.pipeline.hashing import DigestCache, git_blob_id, hash_snapshot  # noqa: E402
-from modelyard.pipeline.snapshot import FileEntry, Snapshot  # noqa: E402
+from modelyard.model import digest as hashing  # noqa: E402
+from modelyard.model.digest import DigestCache, git_blob_id, hash_snapshot  # noqa: E402
+from modelyard.model.snapshot import FileEntry, Snapshot  # noqa: E402
 
 CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
                      "num_hidden_layers": 32, "torch_dtype": "bfloat16"}, indent=2).encode() + b"\n"

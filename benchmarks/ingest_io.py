@@ -176,11 +176,12 @@ def make_tiny(src: Path, dst: Path) -> None:
 def attribute(model: Path, tmp: Path) -> list[tuple[str, int]]:
     """rchar of this process around the stage functions that the hash, verify and package tasks call."""
     sys.path.insert(0, str(ROOT))
-    from modelyard.artifacts.package import stage_model
+    from modelyard.artifact.draft import stage_model
     from modelyard.checks import Target
-    from modelyard.pipeline import fetch, hashing, verify
-    from modelyard.pipeline.sources import parse_source
+    from modelyard.model import digest as hashing
+    from modelyard.model.source import parse_source
     from modelyard.settings import Settings
+    from modelyard.stages import fetch, verify
 
     settings = Settings(home=tmp / "attr-store")
     rows = []

@@ -8,7 +8,7 @@ GGUF conversion is never part of it: the source is ``file://<that folder>``) and
 on a warm page cache (every file read once first, and vLLM imported once, untimed):
 
 - **hand-run parts**: ``sha256sum`` of every file of the folder (one process), then the vLLM smoke
-  runner (``modelyard/pipeline/_vllm_smoke_runner.py``) in the vLLM runtime's interpreter, with the
+  runner (``modelyard/stages/smoke/_vllm_smoke_runner.py``) in the vLLM runtime's interpreter, with the
   exact arguments and environment that ``smoke.smoke_load`` uses (``runtime_env``, ``--enforce-eager``,
   ``--max-model-len min(max_position_embeddings, 4096)``, 64 tokens, the default question): load + one chat;
 - **modelyard ingest** with the smoke (``--smoke load``, the default), fresh store: the ratio
@@ -42,7 +42,7 @@ run's own time, the sum of its task runs, the flow time outside any task (flow-b
 checks of the store plus per-task orchestration), and flow end to process exit (teardown, with the
 ephemeral API the server's shutdown).
 
-verify's transformers imports run in a warm-up thread (``modelyard.pipeline.warmup``) from CLI start,
+verify's transformers imports run in a warm-up thread (``modelyard.stages.smoke.warmup``) from CLI start,
 beside Prefect's start and the hash; the ingest with ``MODELYARD_NO_WARMUP=1`` shows what that saves in
 each mode (with a running server there is little start-up left for the imports to overlap).
 
@@ -66,9 +66,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.ingest_io import find_model, make_tiny  # noqa: E402
-from modelyard.pipeline.options import IngestOptions  # noqa: E402
-from modelyard.pipeline.smoke import RUNNER, SMOKE_LEN_CAP, runtime_env  # noqa: E402
+from modelyard.flows.options import IngestOptions  # noqa: E402
 from modelyard.settings import Settings  # noqa: E402
+from modelyard.stages.smoke import RUNNER, SMOKE_LEN_CAP, runtime_env  # noqa: E402
 from tests.e2e.prefect_server import PrefectServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 Baseline: a fresh process that reads the same calibration text, loads the model with transformers,
 tokenizes the samples, calls ``llmcompressor.oneshot`` with the same (fitted) recipe text and saves with
 ``save_compressed=True``. Candidate: a fresh process that calls
-``modelyard.pipeline.quantize.quantize_model`` on the same folder, without (then with) the quality
+``modelyard.stages.quantize.quantize_model`` on the same folder, without (then with) the quality
 evaluation, which is extra work by design. Each runs ``--repeat`` times; the medians are compared.
 Prints wall time and peak RSS (``ru_maxrss`` of the child) and the ratios; target <= 1.05x.
 
@@ -32,8 +32,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from datasets import Dataset
 from llmcompressor import oneshot
-from modelyard.checkpoint import Checkpoint
-from modelyard.pipeline import quantize as q
+from modelyard.model.checkpoint import Checkpoint
+from modelyard.stages import quantize as q
 model_dir, out, scheme, n, L = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 recipe = q.make_recipe(scheme, Checkpoint(__import__("pathlib").Path(model_dir)).text_config).text
 t1 = time.perf_counter()
@@ -53,7 +53,7 @@ CHILD_MODELYARD = r"""
 import json, resource, sys, time
 from pathlib import Path
 import torch, transformers, llmcompressor, datasets
-from modelyard.pipeline import quantize as q
+from modelyard.stages import quantize as q
 model_dir, out, scheme, n, L, ev = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
 t1 = time.perf_counter()
 q.quantize_model(Path(model_dir), Path(out), scheme, num_samples=n, max_seq_len=L, evaluate=ev)

@@ -106,7 +106,7 @@ def child(path: str) -> None:
 
     sys.path.insert(0, str(REPO))
     from modelyard.checks import Target
-    from modelyard.pipeline.verify import verify_folder
+    from modelyard.stages.verify import verify_folder
 
     target = Target(tensor_parallel_size=TP, max_model_len=MAX_LEN)
     ckpt = os.path.realpath(path) + os.sep
@@ -316,7 +316,7 @@ def main() -> int:
                   f"build {b['build_s']:.2f} s)")
         runs = {b["label"]: measure(b["path"]) for b in built}
         labels = [b["label"] for b in built]
-    
+
         def added(r: dict) -> float:
             return (r["hwm_kb"] - r["base_rss_kb"]) / 1024
 

@@ -11,6 +11,11 @@ judged the model and failed it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 class ModelyardError(Exception):
     """Base of all modelyard errors. ``exit_code`` is the CLI's exit status for it."""
@@ -115,3 +120,53 @@ class SignatureError(ModelyardError, ValueError):
 
 class SigningKeyError(ModelyardError, ValueError):
     """A signing or verification key (or trust root) is missing, unreadable or of the wrong kind."""
+
+
+class PatchError(ModelyardError, ValueError):
+    """A requested patch cannot be made safely (exit 2)."""
+
+
+class SafetensorsHeaderError(ValueError):
+    """The file is not a well-formed safetensors header. ``reason`` is a short slug."""
+
+    def __init__(self, path: Path, reason: str, detail: str) -> None:
+        self.path = path
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{path.name}: {detail}")
+
+
+class LegacyBackendError(ModelyardError, RuntimeError):
+    """A legacy quantizer (gptqmodel, autoawq) failed or timed out (exit 1)."""
+
+    exit_code = 1
+
+
+class QuantizeError(ModelyardError, ValueError):
+    """The quantization cannot be done as asked (bad scheme, recipe, data or model shape): exit 2."""
+
+
+class InsufficientResourcesError(ModelyardError, MemoryError):
+    """Preflight: the run would not fit in memory or on disk (exit 2)."""
+
+
+class QualityGateError(ModelyardError, ValueError):
+    """The quantized model lost more quality than the scheme's thresholds allow (exit 1)."""
+
+    exit_code = 1
+
+
+class DeployError(ModelyardError, RuntimeError):
+    """The Prefect API refused the deployment (no server, no such work pool, bad cron)."""
+
+
+class PromotionGateError(ModelyardError, ValueError):
+    """The artifact's gates (verification, smoke) did not pass: it cannot be promoted."""
+
+    exit_code = 1
+
+
+class PromotionRejectedError(ModelyardError, PermissionError):
+    """An operator rejected the promotion (or it was never approved in time)."""
+
+    exit_code = 1

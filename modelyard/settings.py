@@ -25,7 +25,9 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_CHECKOUT = Path(__file__).resolve().parents[1]
+from modelyard.paths import CHECKOUT
+
+_CHECKOUT = CHECKOUT
 
 
 class Settings(BaseSettings):

@@ -64,7 +64,7 @@ def tiny128(tmp_path_factory) -> Path:
 def quantized(tiny128, tmp_path_factory):
     """Every quantization scheme applied once to ``tiny128`` (8 calibration samples of 64 tokens):
     scheme -> pipeline.quantize.QuantizeResult."""
-    from modelyard.pipeline import quantize as q
+    from modelyard.stages import quantize as q
 
     root = tmp_path_factory.mktemp("quantized")
     return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.SCHEMES}
@@ -74,7 +74,7 @@ def quantized(tiny128, tmp_path_factory):
 def legacy_quantized(tiny128, tmp_path_factory):
     """The legacy formats (gptq via gptqmodel, awq-gemm via autoawq), each made once from ``tiny128``
     in its own venv: scheme -> QuantizeResult."""
-    from modelyard.pipeline import quantize as q
+    from modelyard.stages import quantize as q
 
     root = tmp_path_factory.mktemp("legacy")
     return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.LEGACY_SCHEMES}

@@ -34,9 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from modelyard.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo
-from modelyard.checks.findings import CheckContext, Finding, Severity
-from modelyard.checks.registry import check
+from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.model.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo
 
 #: tensors that replace ``<module>.weight`` in a quantized checkpoint.
 QUANT_PRIMARY = {".qweight": "awq_gptq", ".weight_packed": "packed"}
@@ -57,8 +56,8 @@ def expected_parameters(cfg: Any, arch: str) -> tuple[dict[str, tuple[int, ...]]
     """Instantiate ``arch`` for ``cfg`` on the meta device: ``(name -> shape, tied names, prefix)``.
 
     Raises whatever transformers raises for an unknown class or a config it rejects."""
-    import torch
-    import transformers
+    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
+    import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
 
     cls = getattr(transformers, arch)
     with torch.device("meta"):
@@ -136,7 +135,7 @@ def _conversion(model_type: str) -> tuple[list[tuple[str, str]], list[Fusion]]:
     """transformers 5 checkpoint conversion for ``model_type`` (``get_checkpoint_conversion_mapping``):
     ``(renames, fusions)``. Renames are one-to-one ``WeightRenaming`` pairs; fusions every ``WeightConverter``."""
     try:
-        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping  # noqa: PLC0415 - heavy: transformers, imported on first use
 
         mapping = get_checkpoint_conversion_mapping(model_type) or []
     except Exception:
@@ -228,7 +227,7 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     if hf_cfg is None or arch is None:
         return
-    import transformers
+    import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
 
     if not hasattr(transformers, arch):
         yield Finding(code="architecture.unknown_class", severity=Severity.INFO,
@@ -386,7 +385,7 @@ def backbone_class(arch: str) -> bool:
     """True when ``arch`` is a bare backbone in transformers' ``MODEL_MAPPING_NAMES`` (what ``AutoModel``
     builds: ``LlamaModel``, ``MistralModel``) and in none of its text-generation tables: it has no LM head."""
     try:
-        from transformers.models.auto import modeling_auto as ma
+        from transformers.models.auto import modeling_auto as ma  # noqa: PLC0415 - heavy: transformers, imported on first use
     except ImportError:
         return False
 
@@ -442,7 +441,9 @@ def _stores_head(ckpt: Checkpoint) -> bool:
 def causal_class(model_type: str) -> str | None:
     """transformers' causal-LM class for ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``), or None."""
     try:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as m
+        from transformers.models.auto.modeling_auto import (  # noqa: PLC0415 - heavy: transformers, imported on first use
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as m,
+        )
     except ImportError:
         return None
     v = m.get(model_type)

@@ -26,10 +26,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from modelyard.checkpoint import Checkpoint
-from modelyard.checks.findings import CheckContext, Finding, Severity
-from modelyard.checks.registry import check
+from modelyard.checks.base import CheckContext, Finding, Severity, check
 from modelyard.checks.versions import version_lt
+from modelyard.model.checkpoint import Checkpoint
 
 #: rope type -> keys transformers requires (modeling_rope_utils ``_validate_*_parameters``).
 ROPE_REQUIRED: dict[str, tuple[str, ...]] = {

@@ -13,15 +13,15 @@ opcodes) is added as a signal: a warning when it flags a dangerous global, info 
 
 from __future__ import annotations
 
+import logging
 import os
 import pickletools
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from modelyard.checkpoint import PICKLE_SUFFIXES, Checkpoint
-from modelyard.checks.findings import CheckContext, Finding, Severity
-from modelyard.checks.registry import check
+from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.model.checkpoint import PICKLE_SUFFIXES, Checkpoint
 
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/v1"
 _LFS_POINTER_MAX = 1024  # bytes; a pointer is ~130 bytes
@@ -177,9 +177,8 @@ def picklescan_verdict(path: Path) -> tuple[list[str], int, str | None] | None:
     None when picklescan is not installed. picklescan reads pickle opcodes only (never unpickles);
     ``error`` is ``"ExcType: message"`` when it could not scan the file (or parsed it only partly)."""
     try:
-        import logging
 
-        from picklescan.scanner import SafetyLevel, scan_file_path
+        from picklescan.scanner import SafetyLevel, scan_file_path  # noqa: PLC0415 - heavy: picklescan, imported on first use
     except ImportError:
         return None
     logging.getLogger("picklescan").setLevel(logging.CRITICAL)  # its verdict becomes a finding, not log lines
@@ -270,7 +269,7 @@ def remote_code(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
 
 def _native_architecture(arch: str) -> bool:
     try:
-        import transformers
+        import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
 
         return hasattr(transformers, arch)
     except ImportError:

@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from modelyard.checkpoint import Checkpoint
-from modelyard.checks.findings import CheckContext, Finding, Severity
-from modelyard.checks.registry import check
+from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.model.checkpoint import Checkpoint
 
 _SRC_HEADS = "vLLM ModelConfig.verify_with_parallel_config; vllm-project/vllm#414, #4232"
 _SRC_GROUP = "vLLM RowParallelLinear weight loading; vllm-project/vllm#1258, #21695, #13640"

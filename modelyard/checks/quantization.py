@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from modelyard.checkpoint import Checkpoint
-from modelyard.checks.findings import CheckContext, Finding, Severity
-from modelyard.checks.registry import check
+from modelyard.checks.base import CheckContext, Finding, Severity, check
 from modelyard.checks.versions import version_lt
+from modelyard.model.checkpoint import Checkpoint
 
 #: vLLM 0.32 ``QuantizationMethods`` (model_executor/layers/quantization/__init__.py).
 VLLM_LATEST = "0.32"
@@ -127,14 +126,14 @@ def _compressed_tensors(ckpt: Checkpoint, q: dict[str, Any], qt: list[str]) -> I
     something, whose ``num_bits`` matches the stored integer dtype, and whose ``group_size`` divides the
     input widths (vLLM finds no compressed-tensors scheme for a layer otherwise)."""
     try:
-        from compressed_tensors.quantization import QuantizationConfig
+        from compressed_tensors.quantization import QuantizationConfig  # noqa: PLC0415 - heavy: compressed-tensors, imported on first use
     except ImportError:  # the quantize extra is not installed: the runtime oracle judges the schema
         QuantizationConfig = None
     if QuantizationConfig is not None:
         # vLLM validates each group's weights/input_activations/output_activations with QuantizationArgs and
         # ignores other keys of a group (CompressedTensorsConfig._quantization_scheme_map_from_config; an extra
         # group key loads, measured by benchmarks/differential.py): validate what vLLM validates.
-        from compressed_tensors.quantization import QuantizationScheme
+        from compressed_tensors.quantization import QuantizationScheme  # noqa: PLC0415 - heavy: compressed-tensors, imported on first use
 
         known = set(QuantizationScheme.model_fields)
         q = {**q, "config_groups": {k: ({kk: vv for kk, vv in g.items() if kk in known} if isinstance(g, dict) else g)

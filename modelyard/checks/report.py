@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from modelyard import __version__
-from modelyard.checks.findings import Finding, Severity, Target
+from modelyard.checks.base import Finding, Severity, Target
+from modelyard.version import __version__
 
 SCHEMA_VERSION = "1"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")

@@ -12,9 +12,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from modelyard.checkpoint import INDEX_NAME, Checkpoint, SafetensorsHeaderError, tensor_nbytes
-from modelyard.checks.findings import CheckContext, Finding, Severity
-from modelyard.checks.registry import check
+from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.checks.files import LFS_POINTER_PREFIX
+from modelyard.model.checkpoint import (
+    INDEX_NAME,
+    Checkpoint,
+    SafetensorsHeaderError,
+    tensor_nbytes,
+)
 
 _SRC = "safetensors format spec (huggingface/safetensors README, 'Format')"
 _LIST_MAX = 12  # tensor names quoted in one message
@@ -27,7 +32,6 @@ def _names(names: list[str]) -> str:
 
 @check("safetensors")
 def headers(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
-    from modelyard.checks.files import LFS_POINTER_PREFIX
 
     for rel in ckpt.safetensors_files:
         try:

@@ -22,9 +22,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from modelyard.checkpoint import Checkpoint
-from modelyard.checks.findings import CheckContext, Finding, Severity
-from modelyard.checks.registry import check
+from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.model.checkpoint import Checkpoint
 
 #: slow tokenizer classes backed by a SentencePiece ``tokenizer.model`` (transformers 4 ``vocab_files_names``).
 SENTENCEPIECE_SLOW_CLASSES = {

@@ -10,10 +10,21 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.filesize import decimal
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
-from modelyard.pipeline.modes import DEFAULT_SERVE
+from modelyard import progress
+from modelyard.errors import ModelyardError, VerificationFailedError
+from modelyard.model.modes import DEFAULT_SERVE
 
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
 # silenced during long stages (pipeline.quantize._quiet_libraries) while this console keeps reporting.
@@ -32,7 +43,7 @@ SERVE_HELP = (f"how it will be served: chat (needs a chat template) or completio
 
 def serve_option() -> Any:
     """The ``--serve`` option of ``ingest`` and ``verify`` (one definition, one default:
-    :data:`~modelyard.pipeline.modes.DEFAULT_SERVE`). The value is validated by ``Target.create``
+    :data:`~modelyard.model.modes.DEFAULT_SERVE`). The value is validated by ``Target.create``
     (exit 2 naming the accepted modes), so a bad value fails the same way in every command."""
     return typer.Option(DEFAULT_SERVE, "--serve", help=SERVE_HELP, show_default=False)
 
@@ -41,8 +52,6 @@ class _AmountColumn(ProgressColumn):
     """Bytes as sizes, files as counts, indeterminate work as 'done' when finished."""
 
     def render(self, task):  # noqa: ANN001, ANN201
-        from rich.filesize import decimal
-        from rich.text import Text
 
         unit = task.fields.get("unit")
         if task.fields.get("spin") or task.total is None:
@@ -95,7 +104,6 @@ def _quiet_libraries(verbose: bool) -> None:
 
 
 def _fail(exc: BaseException, as_json: bool) -> None:
-    from modelyard.errors import ModelyardError, VerificationFailedError
 
     if isinstance(exc, ModelyardError):
         code = exc.exit_code
@@ -131,7 +139,8 @@ def _findings_table(report) -> None:  # noqa: ANN001
         where = f.file or ""
         if f.field:
             where += f" [{f.field}]" if where else f.field
-        err.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{escape(f.code)}[/]  {escape(where)}", highlight=False, soft_wrap=True)
+        err.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{escape(f.code)}[/]  {escape(where)}",
+                  highlight=False, soft_wrap=True)
         err.print(f"        {escape(f.message)}", highlight=False, soft_wrap=True)
         if f.fix:
             err.print(f"        fix: {escape(f.fix)}", highlight=False, soft_wrap=True)
@@ -139,7 +148,6 @@ def _findings_table(report) -> None:  # noqa: ANN001
 
 def _start_progress(as_json: bool) -> _RichReporter | None:
     """Route stage progress to a rich reporter on stderr (none with --json); pair with _stop_progress."""
-    from modelyard import progress
 
     reporter = None if as_json else _RichReporter(err)
     progress.set_reporter(reporter)
@@ -147,7 +155,6 @@ def _start_progress(as_json: bool) -> _RichReporter | None:
 
 
 def _stop_progress(reporter: _RichReporter | None) -> None:
-    from modelyard import progress
 
     progress.set_reporter(None)
     if reporter is not None:
@@ -170,6 +177,5 @@ def _guard(as_json: bool, verbose: bool, fn):  # noqa: ANN001, ANN202
 
 
 def _human(n: int) -> str:
-    from rich.filesize import decimal
 
     return decimal(n)

@@ -4,13 +4,31 @@ inspecting stored artifacts (issue 7)."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
-from modelyard.cli._common import _fail, _guard, _human, _start_progress, _stop_progress, err, out
+from modelyard.cli._common import (
+    _fail,
+    _guard,
+    _human,
+    _start_progress,
+    _stop_progress,
+    err,
+    out,
+)
+from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError
+from modelyard.settings import Settings
+from modelyard.transport.bundle import bundle_artifact, resolve_artifact
+from modelyard.transport.catalog import list_artifacts, show_artifact
+from modelyard.transport.hfcache import rehydrate
+from modelyard.transport.publish import publish, pull
+from modelyard.transport.signing import sign_artifact, verify_signature
+from modelyard.transport.unbundle import unbundle
 
 
 def bundle_cmd(
@@ -23,7 +41,6 @@ def bundle_cmd(
     """Write an artifact as one deterministic .tar.zst for an air-gapped site (manifest.json first)."""
     reporter = _start_progress(as_json)
     try:
-        from modelyard.artifacts.bundle import bundle_artifact
 
         res = bundle_artifact(artifact, output, level=level)
     except typer.Exit:
@@ -58,20 +75,17 @@ def unbundle_cmd(
     folder (--into) or into a Hugging Face cache (--hf-cache) that transformers loads offline."""
     reporter = _start_progress(as_json)
     try:
-        from modelyard.errors import InvalidTargetError
 
         if (into is None) == (hf_cache is None):
             raise InvalidTargetError("pass exactly one of --into DIR and --hf-cache DIR",
                                      fix="--into for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
         if into is not None:
-            from modelyard.artifacts.unbundle import unbundle
 
             c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root)
             d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
                  "content_digest": c.manifest.get("content_digest"),
                  "signature_verified": True if (key or trust_root) else None}
         else:
-            from modelyard.artifacts.hfcache import rehydrate
 
             r = rehydrate(bundle, hf_cache, repo_id=repo_id, max_ratio=max_ratio)  # type: ignore[arg-type]
             d = {"hf_cache": str(r.cache_dir), "repo_id": r.repo_id, "commit": r.commit,
@@ -106,10 +120,8 @@ def publish_cmd(
     """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
     digest = the file's sha256) or to S3 (manifest.json last). Credentials: MODELYARD_REGISTRY_USER /
     MODELYARD_REGISTRY_PASSWORD; the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
-    from dataclasses import asdict
 
     def run():  # noqa: ANN202
-        from modelyard.artifacts.publish import publish
 
         return publish(artifact, to)
 
@@ -133,7 +145,6 @@ def pull_cmd(
 ) -> None:
     """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
     def run():  # noqa: ANN202
-        from modelyard.artifacts.publish import pull
 
         return pull(ref, into, public_key=key)
 
@@ -151,8 +162,6 @@ def pull_cmd(
 
 def _signing_root(artifact: str) -> Path:
     """The artifact folder for sign/verify-signature; a bad reference is a SigningKeyError (exit 2)."""
-    from modelyard.artifacts.bundle import resolve_artifact
-    from modelyard.errors import BundleError, SigningKeyError
 
     try:
         return resolve_artifact(artifact)
@@ -170,7 +179,6 @@ def sign_cmd(
 ) -> None:
     """Sign ARTIFACT's model/ with OpenSSF model-signing; writes model.sig beside model/."""
     def run():  # noqa: ANN202
-        from modelyard.artifacts.signing import sign_artifact
 
         root = _signing_root(artifact)
         return sign_artifact(root, private_key=key, password=password)
@@ -193,7 +201,6 @@ def verify_signature_cmd(
 ) -> None:
     """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
     def run():  # noqa: ANN202
-        from modelyard.artifacts.signing import verify_signature
 
         root = _signing_root(artifact)
         return verify_signature(root, public_key=key, trust_root=trust_root, identity=identity, oidc_issuer=issuer)
@@ -213,8 +220,6 @@ def list_cmd(
 ) -> None:
     """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
     def run():  # noqa: ANN202
-        from modelyard.artifacts.catalog import list_artifacts
-        from modelyard.settings import Settings
 
         return list_artifacts(out_dir if out_dir is not None else Settings().store_dir())
 
@@ -225,7 +230,6 @@ def list_cmd(
     if not arts:
         out.print("the store holds no artifacts")
         return
-    from rich.table import Table
 
     t = Table(title_justify="left")
     for col in ("name", "revision", "content digest", "created", "quantization", "size"):
@@ -244,7 +248,6 @@ def show_cmd(
 ) -> None:
     """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
     def run():  # noqa: ANN202
-        from modelyard.artifacts.catalog import show_artifact
 
         return show_artifact(ref, out_dir)
 

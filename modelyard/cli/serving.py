@@ -3,18 +3,36 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+import yaml
 from rich.markup import escape
+from rich.table import Table
 
-from modelyard.cli._common import _fail, _quiet_libraries, _start_progress, _stop_progress, err, out
+from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
+from modelyard.cli._common import (
+    _fail,
+    _quiet_libraries,
+    _start_progress,
+    _stop_progress,
+    err,
+    out,
+)
+from modelyard.errors import InvalidTargetError, MissingConfigError
+from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
+from modelyard.settings import Settings
+from modelyard.stages import doctor as doc
+from modelyard.stages import smoke
+from modelyard.stages.serve import DEFAULT_GPU, ServeTarget, plan_serve
+from modelyard.stages.serve.files import vllm_config, write_serve_files
+from modelyard.stages.smoke import server as serve_smoke
+from modelyard.stages.smoke.server import LEVELS
 
 
 def _smoke_level(level: str, as_json: bool) -> str:
-    from modelyard.errors import InvalidTargetError
-    from modelyard.pipeline.serve_smoke import LEVELS
 
     if level not in LEVELS:
         _fail(InvalidTargetError(f"--smoke {level!r} is not a smoke level", fix=f"Use one of: {', '.join(LEVELS)}."), as_json)
@@ -24,7 +42,7 @@ def _smoke_level(level: str, as_json: bool) -> str:
 def _recorded_serve(path: Path) -> str | None:
     """The serving mode an artifact was judged for (``report.json`` ``target.serve``), or None."""
     try:
-        serve = json.loads((path / "report.json").read_text()).get("target", {}).get("serve")
+        serve = json.loads((path / REPORT_JSON).read_text()).get("target", {}).get("serve")
     except (OSError, ValueError, AttributeError):
         return None
     return serve if isinstance(serve, str) else None
@@ -74,13 +92,7 @@ def smoke_cmd(
     _quiet_libraries(verbose)
     reporter = _start_progress(as_json)
     try:
-        import yaml
 
-        from modelyard.errors import MissingConfigError
-        from modelyard.pipeline import serve_smoke, smoke
-        from modelyard.pipeline.modes import DEFAULT_SERVE, check_mode, default_prompt
-        from modelyard.pipeline.patch import model_root
-        from modelyard.settings import Settings
 
         level = _smoke_level(level, as_json)
         mode = check_mode(serve or _recorded_serve(path) or DEFAULT_SERVE)
@@ -98,8 +110,6 @@ def smoke_cmd(
             if vy.is_file():
                 config = yaml.safe_load(vy.read_text())
             else:
-                from modelyard.pipeline.serve import DEFAULT_GPU, ServeTarget, plan_serve
-                from modelyard.pipeline.serve_files import vllm_config
 
                 config = vllm_config(plan_serve(model_dir, ServeTarget(gpu=DEFAULT_GPU)), model=str(model_dir))
             prompts, src = serve_smoke.load_golden(golden, mode)
@@ -148,13 +158,11 @@ def serve_plan_cmd(
     Exit 0 with a plan, 2 when it cannot fit (the message says why and what to change)."""
     _quiet_libraries(verbose)
     try:
-        from modelyard.pipeline.serve import ServeTarget, plan_serve
-        from modelyard.pipeline.serve_files import write_serve_files
 
         plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
                                             kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                                             max_model_len=max_model_len), name=name)
-        dest = write if write is not None else (path if (path / "manifest.json").is_file() and (path / "model").is_dir()
+        dest = write if write is not None else (path if is_artifact(path)
                                                 else None)
         written = None
         if dest is not None and not no_write:
@@ -170,7 +178,6 @@ def serve_plan_cmd(
         d = plan.to_dict() | {"ok": True, "serve_dir": str(written.dir) if written else None}
         out.print_json(json.dumps(d))
         return
-    from rich.table import Table
 
     t = Table(title=f"serve plan: {escape(plan.served_model_name)} on {plan.gpus} x {plan.gpu}", title_justify="left")
     t.add_column("quantity")
@@ -196,7 +203,6 @@ def doctor(
     ARTIFACT, whether its needs are met. Exit 0 when they are (or with no ARTIFACT), 1 when one is not."""
     _quiet_libraries(verbose)
     try:
-        from modelyard.pipeline import doctor as doc
 
         needs = doc.artifact_needs(artifact) if artifact is not None else None
         facts = doc.collect_host_facts(timeout=timeout)
@@ -210,12 +216,10 @@ def doctor(
     failed = any(c.ok is False and c.severity == "error" for c in checks) or \
         any(c.ok is None and c.severity == "error" for c in checks)
     if as_json:
-        from dataclasses import asdict
 
         out.print_json(json.dumps({"ok": not failed, "host": facts.to_dict(),
                                    "needs": [asdict(c) for c in checks]}))
         raise typer.Exit(1 if failed else 0)
-    from rich.table import Table
 
     if facts.gpus:
         out.print(f"GPUs ({facts.source}): {len(facts.gpus)}", highlight=False)

@@ -9,39 +9,34 @@ a GPU pool through the global concurrency limit ``gpu-<pool>`` (see :mod:`modely
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from modelyard.errors import ModelyardError
-
-
-class DeployError(ModelyardError, RuntimeError):
-    """The Prefect API refused the deployment (no server, no such work pool, bad cron)."""
+from modelyard.errors import DeployError, InvalidTargetError, ModelyardError
+from modelyard.flows.watch import load_config, watch_flow
 
 
 def deploy_watch(config: Path, *, work_pool: str, cron: str, name: str = "watch", home: str | None = None,
                  image: str | None = None, job_variables: dict[str, Any] | None = None,
                  timezone: str | None = None) -> UUID:
     """Create or update the deployment ``watch/<name>``; returns its id."""
-    from prefect.client.schemas.schedules import CronSchedule
-    from prefect.deployments.runner import EntrypointType
+    from prefect.client.schemas.schedules import CronSchedule  # noqa: PLC0415 - heavy: prefect, imported on first use
+    from prefect.deployments.runner import EntrypointType  # noqa: PLC0415 - heavy: prefect, imported on first use
 
-    from modelyard.flows.watch import load_config, watch_flow
 
     config = Path(config).absolute()
     load_config(config)  # fail on a bad config now, not at 3 a.m. on the worker
     try:
         CronSchedule(cron=cron, timezone=timezone or "UTC")
     except ValueError as exc:
-        from modelyard.errors import InvalidTargetError
 
         raise InvalidTargetError(f"--cron {cron!r} is not a valid cron expression: {exc}") from None
     params: dict[str, Any] = {"config": str(config)}
     if home:
         params["home"] = str(Path(home).absolute())
-    import contextlib
-    import io
 
     try:
         # Prefect prints its own deployments table on stdout; the CLI prints ours.

@@ -8,7 +8,7 @@ attached to the run as Prefect artifacts (keys ``ingest-report``, ``ingest-findi
 named ``repo@shortsha`` once the commit is known (issue 8).
 
 Caching and resume (issue 8): ``fetch`` of a hub repo pinned to a full commit and every ``verify`` are
-Prefect-cached by input digest (:mod:`modelyard.pipeline.stage_cache`): re-running an ingest of the
+Prefect-cached by input digest (:mod:`modelyard.stages.cache`): re-running an ingest of the
 same content with the same options reuses them, and a run killed or failed after verify (during
 quantize, smoke or packaging) resumes after verify. Hashing reuses the digest cache; the stored
 artifact is the cache of everything after.
@@ -26,8 +26,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from modelyard.artifacts.manifest import build_manifest
-from modelyard.artifacts.package import (
+from modelyard.artifact.draft import (
     patched_files,
     quantized_files,
     stage_model,
@@ -35,16 +34,24 @@ from modelyard.artifacts.package import (
     write_patch_records,
     write_quantization_records,
 )
-from modelyard.artifacts.store import Artifact, Store
-from modelyard.pipeline.serve_files import write_serve_files
+from modelyard.artifact.layout import MANIFEST, REPORT_JSON, REPORT_MD
+from modelyard.artifact.manifest import build_manifest
+from modelyard.artifact.store import Artifact, Store
 from modelyard.checks import Report, Target
 from modelyard.errors import EndpointUnreachableError, ServePlanError, SmokeFailedError
-from modelyard.pipeline import fetch as fetch_stage
-from modelyard.pipeline import compat, hashing, patch, quantize, serve, serve_smoke, smoke, stage_cache, verify, warmup
-from modelyard.pipeline.options import IngestOptions
-from modelyard.pipeline.snapshot import Snapshot
-from modelyard.pipeline.sources import Source, parse_source, sanitize_name
+from modelyard.flows.options import IngestOptions
+from modelyard.model import digest as hashing
+from modelyard.model.snapshot import Snapshot
+from modelyard.model.source import Source, parse_source, sanitize_name
 from modelyard.settings import Settings
+from modelyard.stages import cache as stage_cache
+from modelyard.stages import fetch as fetch_stage
+from modelyard.stages import patch, quantize, serve, smoke, verify
+from modelyard.stages.quantize import compat
+from modelyard.stages.serve.files import vllm_config, write_serve_files
+from modelyard.stages.smoke import server as serve_smoke
+from modelyard.stages.smoke import warmup
+from modelyard.transport.publish import publish
 
 
 @dataclass(frozen=True)
@@ -201,7 +208,6 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: IngestOption
                       plan: serve.ServePlan | None, name: str) -> serve_smoke.ServerSmokeResult:
     """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides), through
     the target's serving mode (``options.serve``: the chat or the completions API)."""
-    from modelyard.pipeline.serve_files import vllm_config
 
     cfg = vllm_config(plan, model=str(model_dir)) if plan else {"served-model-name": name}
     golden, src = serve_smoke.load_golden(_path(options.golden), options.serve)
@@ -235,7 +241,6 @@ def publish_task(store: Store, staging: Path, name: str, revision: str, digest: 
 def publish_remote_task(artifact_dir: Path, to: str, settings: Settings) -> dict[str, Any]:
     """Push the stored artifact to ``to`` (OCI registry or S3); retried: both are idempotent
     (blobs by digest, S3 manifest written last)."""
-    from modelyard.artifacts.publish import publish
 
     r = publish(artifact_dir, to, settings=settings)
     return {"uri": r.uri, "files": r.files, "bytes": r.bytes, "digest": r.digest, "skipped": r.skipped}
@@ -247,7 +252,7 @@ def _publish_remote(artifact: Artifact, options: IngestOptions, settings: Settin
 
 def _run_name() -> str:
     """The run's name before the commit is known: ``repo@revision`` (hub) or the folder's name."""
-    from prefect.runtime import flow_run
+    from prefect.runtime import flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
 
     try:
         src = parse_source(flow_run.parameters["source"])
@@ -261,8 +266,8 @@ def _run_name() -> str:
 def _rename_run(name: str) -> None:
     """Rename the current flow run (``repo@shortsha`` once fetch resolved the commit); best effort."""
     try:
-        from prefect.client.orchestration import get_client
-        from prefect.runtime import flow_run
+        from prefect.client.orchestration import get_client  # noqa: PLC0415 - heavy: prefect, imported on first use
+        from prefect.runtime import flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
 
         if flow_run.id and flow_run.name != name:
             with get_client(sync_client=True) as client:
@@ -339,14 +344,14 @@ def _ingest(src: Source, options: IngestOptions, settings: Settings, name: str, 
     with store.lock(name, revision):  # concurrent identical ingests: one builds, the others reuse
         existing = store.get(name, revision)
         if existing is not None and (existing.content_digest == digest or options.quantize):
-            prev = json.loads((existing.path / "manifest.json").read_text())
+            prev = json.loads((existing.path / MANIFEST).read_text())
             if not options.smoke or smoke_covers(prev.get("smoke") or {}, options):
-                prev_report = json.loads((existing.path / "report.json").read_text())
+                prev_report = json.loads((existing.path / REPORT_JSON).read_text())
                 if not plan.empty or options.quantize:
                     report = run(verify_task, existing.path / "model", target, existing.content_digest.removeprefix("sha256:"))
                     if prev.get("quantization"):
                         report = report.with_quantization(prev["quantization"])
-                _attach(existing.path / "report.md", report)
+                _attach(existing.path / REPORT_MD, report)
                 return result(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
                               prev.get("smoke"))
         staging = store.new_staging()
@@ -388,7 +393,7 @@ def _ingest(src: Source, options: IngestOptions, settings: Settings, name: str, 
             artifact = publish_task(store, staging, name, revision, digest)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        _attach(artifact.path / "report.md", report)
+        _attach(artifact.path / REPORT_MD, report)
         return result(artifact, report, smoke_dict)
 
 
@@ -405,7 +410,7 @@ def findings_rows(report: Report) -> list[dict[str, str]]:
 def _attach(report_md: Path, report: Report) -> None:
     """Attach the Markdown report and the findings table to the flow run as Prefect artifacts."""
     try:
-        from prefect.artifacts import create_markdown_artifact, create_table_artifact
+        from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: PLC0415 - heavy: prefect, imported on first use
 
         create_markdown_artifact(markdown=report_md.read_text(), key="ingest-report",
                                  description="modelyard verification and smoke report")

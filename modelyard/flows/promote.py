@@ -31,19 +31,15 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.input import RunInput
 
-from modelyard.errors import ModelyardError, SourceNotFoundError
-
-
-class PromotionGateError(ModelyardError, ValueError):
-    """The artifact's gates (verification, smoke) did not pass: it cannot be promoted."""
-
-    exit_code = 1
-
-
-class PromotionRejectedError(ModelyardError, PermissionError):
-    """An operator rejected the promotion (or it was never approved in time)."""
-
-    exit_code = 1
+from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.store import Store
+from modelyard.errors import (
+    InvalidSourceError,
+    PromotionGateError,
+    PromotionRejectedError,
+    SourceNotFoundError,
+)
+from modelyard.settings import Settings
 
 
 class Approval(RunInput):
@@ -57,7 +53,6 @@ class Approval(RunInput):
 def parse_ref(ref: str) -> tuple[str, str]:
     name, sep, rev = ref.partition("@")
     if not sep or not name or not rev or "/" in name or "/" in rev:
-        from modelyard.errors import InvalidSourceError
 
         raise InvalidSourceError(f"{ref!r} is not NAME@REVISION", fix="Use the name and revision of a stored artifact, "
                                                                         "e.g. tiny@<commit> (see `modelyard list`).")
@@ -67,7 +62,7 @@ def parse_ref(ref: str) -> tuple[str, str]:
 @task(name="check-gates", cache_policy=NO_CACHE)
 def check_gates(artifact: Path) -> dict[str, Any]:
     """The evidence for the approver; raises :class:`PromotionGateError` when a gate failed."""
-    mf = artifact / "manifest.json"
+    mf = artifact / MANIFEST
     try:
         m = json.loads(mf.read_text())
     except OSError:
@@ -114,22 +109,21 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 @task(name="promote-copy", cache_policy=NO_CACHE)
 def copy_to_target(artifact: Path, target: Path, name: str, revision: str, promotion: dict[str, Any]) -> str:
     """Place the artifact (with the promotion block in its manifest) at ``<target>/<name>/<revision>``."""
-    from modelyard.artifacts.store import Store
 
     store = Store(target)
     final = store.path_for(name, revision)
     staged = store.new_staging()
     try:
         shutil.copytree(artifact, staged, copy_function=_link_or_copy, dirs_exist_ok=True,
-                        ignore=lambda d, names: ["manifest.json"] if Path(d) == artifact else [])
-        m = json.loads((artifact / "manifest.json").read_text())
+                        ignore=lambda d, names: [MANIFEST] if Path(d) == artifact else [])
+        m = json.loads((artifact / MANIFEST).read_text())
         history = [*(m.get("promotions") or []), promotion] if m.get("promotion") else []
         m["promotion"] = promotion
         if history:
             m["promotions"] = history
-        _write_json_atomic(staged / "manifest.json", m)
+        _write_json_atomic(staged / MANIFEST, m)
         if final.exists():  # promoted before: replace its manifest atomically, keep the files
-            _write_json_atomic(final / "manifest.json", m)
+            _write_json_atomic(final / MANIFEST, m)
         else:
             final.parent.mkdir(parents=True, exist_ok=True)
             os.rename(staged, final)
@@ -150,10 +144,9 @@ def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None
                  poll_interval: int = 2) -> dict[str, Any]:
     """Promote artifact ``ref`` (NAME@REVISION) from the store ``from_target`` (default MODELYARD_HOME)
     to each store folder of ``to_targets`` once a human approved; returns the promotion record."""
-    from prefect.context import FlowRunContext
-    from prefect.flow_runs import pause_flow_run
+    from prefect.context import FlowRunContext  # noqa: PLC0415 - heavy: prefect, imported on first use
+    from prefect.flow_runs import pause_flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
 
-    from modelyard.settings import Settings
 
     name, revision = parse_ref(ref)
     source = (Path(from_target) if from_target else Settings().store_dir()).absolute()
@@ -180,10 +173,9 @@ def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None
 
 def approve(run_id: str, *, by: str, approved: bool = True, note: str = "") -> None:
     """Answer a paused promote run through the Prefect API (``PREFECT_API_URL``)."""
-    from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
-    from prefect.flow_runs import resume_flow_run
+    from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound  # noqa: PLC0415 - heavy: prefect, imported on first use
+    from prefect.flow_runs import resume_flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
 
-    from modelyard.errors import InvalidSourceError
 
     try:
         uid = UUID(run_id)

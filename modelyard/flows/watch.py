@@ -23,6 +23,7 @@ commit, and a bounded history of decisions.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -36,9 +37,13 @@ import yaml
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from modelyard.errors import EndpointUnreachableError, InvalidTargetError, SourceNotFoundError
-from modelyard.flows.ingest import retry_on_network
-from modelyard.pipeline.options import IngestOptions
+from modelyard.errors import (
+    EndpointUnreachableError,
+    InvalidTargetError,
+    SourceNotFoundError,
+)
+from modelyard.flows.ingest import ingest_flow, retry_on_network
+from modelyard.flows.options import IngestOptions
 from modelyard.settings import Settings
 
 #: files whose change means a new artifact (matched against the file's name, or its full path)
@@ -155,14 +160,18 @@ def write_state(home: Path, repo: str, state: dict[str, Any]) -> Path:
 
 
 def _api(settings: Settings):  # noqa: ANN202
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
 
     return HfApi(endpoint=settings.endpoint(), token=settings.token() or False)
 
 
 def _hub_call(settings: Settings, repo: str, rev: str, fn):  # noqa: ANN001, ANN202
-    import httpx
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    import httpx  # noqa: PLC0415 - heavy: httpx, imported on first use
+    from huggingface_hub.errors import (  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     where = settings.endpoint() or "https://huggingface.co"
     try:
@@ -230,7 +239,6 @@ def _record(home: Path, entry: WatchEntry, state: dict[str, Any], d: Decision,
 
 def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
     """Decide for one repo, run the ingest if needed, and record the outcome in its state file."""
-    from modelyard.flows.ingest import ingest_flow
 
     state = read_state(home, entry.repo)
     last = (state.get("last_ingested") or {}).get("commit")
@@ -274,11 +282,10 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
 def _gpu_slot(pool: str | None):  # noqa: ANN202
     """One slot of the global concurrency limit ``gpu-<pool>`` (create it with ``prefect gcl create
     gpu-<pool> --limit N``); a no-op without a pool, or when the limit does not exist."""
-    import contextlib
 
     if not pool:
         return contextlib.nullcontext()
-    from prefect.concurrency.sync import concurrency
+    from prefect.concurrency.sync import concurrency  # noqa: PLC0415 - heavy: prefect, imported on first use
 
     return concurrency(f"gpu-{pool}", occupy=1, strict=False)
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from modelyard.artifacts.publish import pull
 from modelyard.errors import ModelyardError
 from modelyard.settings import Settings
+from modelyard.transport.publish import pull
 from tests.conftest import ROOT, run_cli
 from tests.e2e.publish_servers import docker_registry, moto_s3
 from tests.fixtures import make_tiny_llama

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from modelyard.flows.ingest import findings_rows, ingest_flow
-from modelyard.pipeline import hashing
-from modelyard.pipeline.options import IngestOptions
+from modelyard.flows.options import IngestOptions
+from modelyard.model import digest as hashing
 
 pytestmark = pytest.mark.e2e
 

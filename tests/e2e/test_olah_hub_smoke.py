@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 try:  # works both as a package module and with pytest's rootdir/prepend import
-    from .olah_hub import OlahServer, git_blob_sha1, git_lfs_available, make_lfs_repo, repo_path, sha256_hex
+    from .olah_hub import OlahServer, git_blob_sha1, make_lfs_repo, repo_path, sha256_hex
 except ImportError:
     from olah_hub import OlahServer, git_blob_sha1, make_lfs_repo, repo_path, sha256_hex
 

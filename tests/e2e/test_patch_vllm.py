@@ -12,8 +12,8 @@ import shutil
 
 import pytest
 
-from modelyard.pipeline.smoke import smoke_load
 from modelyard.settings import Settings
+from modelyard.stages.smoke import smoke_load
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from modelyard.artifacts import oci
-from modelyard.artifacts.oci import publish_oci, pull_oci
-from modelyard.artifacts.signing import sign_artifact
 from modelyard.errors import HashMismatchError, PublishError, SignatureError
+from modelyard.transport import oci
+from modelyard.transport.oci import publish_oci, pull_oci
+from modelyard.transport.signing import sign_artifact
 from tests.conftest import run_cli
 from tests.e2e.publish_servers import docker_registry
 from tests.unit.test_bundle import _build_artifact

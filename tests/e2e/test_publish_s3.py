@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from modelyard.artifacts import s3 as s3mod
-from modelyard.artifacts.s3 import publish_s3, pull_s3
 from modelyard.errors import HashMismatchError, PublishError
 from modelyard.settings import Settings
+from modelyard.transport import s3 as s3mod
+from modelyard.transport.s3 import publish_s3, pull_s3
 from tests.conftest import run_cli
 from tests.e2e.publish_servers import moto_s3
 from tests.unit.test_bundle import _build_artifact

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from modelyard.errors import SmokeFailedError
-from modelyard.pipeline import compat, legacy
-from modelyard.pipeline import quantize as q
-from modelyard.pipeline.smoke import smoke_load
 from modelyard.settings import Settings
+from modelyard.stages import quantize as q
+from modelyard.stages.quantize import compat, legacy
+from modelyard.stages.smoke import smoke_load
 from tests.conftest import run_cli, store_artifacts
 from tests.unit.test_quantize import EXPECTED
 

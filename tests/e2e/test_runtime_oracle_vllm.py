@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from modelyard.checks import Target
-from modelyard.pipeline.runtime_check import reconcile, runtime_findings
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.verify import verify_folder
+from modelyard.stages.verify.runtime import reconcile, runtime_findings
 from tests.conftest import ROOT, run_cli
 from tests.fixtures import make_tiny_llama
 
@@ -97,7 +97,7 @@ def test_reconcile_names_the_side_that_fired():
 
 
 def test_unavailable_runtime_is_a_warning_not_a_pass():
-    from modelyard.pipeline.runtime_check import RuntimeAnswer
+    from modelyard.stages.verify.runtime import RuntimeAnswer
 
     got = runtime_findings(RuntimeAnswer(raw={"ok": False, "error": "ImportError: no vllm"}, wall_seconds=0.1),
                            Target())

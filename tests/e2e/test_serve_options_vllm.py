@@ -13,9 +13,9 @@ import subprocess
 import pytest
 import yaml
 
-from modelyard.pipeline.serve import ServeTarget, plan_serve
-from modelyard.pipeline.serve_files import write_serve_files
 from modelyard.settings import Settings
+from modelyard.stages.serve import ServeTarget, plan_serve
+from modelyard.stages.serve.files import write_serve_files
 from tests.unit.test_serve_plan import llama_dir
 
 pytestmark = pytest.mark.vllm

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from modelyard.artifacts.bundle import bundle_artifact, dump_meta
-from modelyard.artifacts.hfcache import rehydrate
-from modelyard.artifacts.unbundle import read_bundle, unbundle
 from modelyard.errors import BundleError
-from modelyard.pipeline.hashing import git_blob_id, tree_digest
-from modelyard.pipeline.snapshot import FileEntry
+from modelyard.model.digest import git_blob_id, tree_digest
+from modelyard.model.snapshot import FileEntry
+from modelyard.transport.bundle import bundle_artifact, dump_meta
+from modelyard.transport.hfcache import rehydrate
+from modelyard.transport.unbundle import read_bundle, unbundle
 from tests.conftest import run_cli
 
 COMMIT = hashlib.sha1(b"tiny-commit").hexdigest()
@@ -29,14 +29,14 @@ COMMIT = hashlib.sha1(b"tiny-commit").hexdigest()
 
 def _build_artifact(model_dir: Path, home: Path, *, hub: bool) -> Path:
     """A real artifact through the stage functions (fetch, hash, verify, package, manifest, publish)."""
-    from modelyard.artifacts.manifest import build_manifest
-    from modelyard.artifacts.package import stage_model, write_metadata
-    from modelyard.artifacts.store import Store
-    from modelyard.pipeline.fetch import fetch
-    from modelyard.pipeline.hashing import hash_snapshot
-    from modelyard.pipeline.sources import parse_source
-    from modelyard.pipeline.verify import verify_folder
+    from modelyard.artifact.draft import stage_model, write_metadata
+    from modelyard.artifact.manifest import build_manifest
+    from modelyard.artifact.store import Store
+    from modelyard.model.digest import hash_snapshot
+    from modelyard.model.source import parse_source
     from modelyard.settings import Settings
+    from modelyard.stages.fetch import fetch
+    from modelyard.stages.verify import verify_folder
 
     snap = hash_snapshot(fetch(parse_source(f"file://{model_dir}"), Settings(home=home)))
     if hub:  # as if fetched from hf://org/tiny@main: LFS sha256 for weights, git blob ids for the rest
@@ -399,10 +399,10 @@ def test_bad_bundle_leaves_hf_cache_untouched(bundle, tmp_path):
 
 
 def test_tar_source_fetches_with_the_manifest_digests(bundle, artifact, tmp_path):
-    from modelyard.pipeline.fetch import fetch
-    from modelyard.pipeline.hashing import hash_snapshot
-    from modelyard.pipeline.sources import parse_source
+    from modelyard.model.digest import hash_snapshot
+    from modelyard.model.source import parse_source
     from modelyard.settings import Settings
+    from modelyard.stages.fetch import fetch
 
     src = parse_source(f"tar://{bundle}")
     assert (src.kind, src.path, src.default_name) == ("tar", bundle, "tiny")
@@ -432,5 +432,5 @@ def test_cli_bundle_unbundle_and_bad_input(artifact, tmp_path):
 
 
 def test_read_bundle_hash_only(bundle):
-    c = read_bundle(bundle, __import__("modelyard.artifacts.unbundle", fromlist=["Sink"]).Sink())
+    c = read_bundle(bundle, __import__("modelyard.transport.unbundle", fromlist=["Sink"]).Sink())
     assert "model/config.json" in c.files and c.declared_bytes > 0

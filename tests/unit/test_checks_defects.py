@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from modelyard.checks import Target
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.verify import verify_folder
 from tests.fixtures import write_awq_like
 
 

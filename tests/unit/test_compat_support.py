@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from modelyard.pipeline import compat
 from modelyard.settings import Settings
+from modelyard.stages.quantize import compat
 from tests.fixtures import make_quantized_fixture
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from modelyard.cli import app
-from modelyard.pipeline import doctor as d
-from modelyard.pipeline.doctor import ArtifactNeeds, GpuDevice, HostFacts, artifact_needs, judge_needs
 from modelyard.settings import Settings
+from modelyard.stages import doctor as d
+from modelyard.stages.doctor import ArtifactNeeds, GpuDevice, HostFacts, artifact_needs, judge_needs
 
 MIB = 2**20
 # nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader,nounits

@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from modelyard.checkpoint import DTYPE_BITS, MAX_JSON_DEPTH, TensorInfo, read_safetensors_header, tensor_nbytes
 from modelyard.checks import Target
 from modelyard.errors import ModelyardError
-from modelyard.pipeline.verify import verify_folder
+from modelyard.model.checkpoint import DTYPE_BITS, MAX_JSON_DEPTH, TensorInfo, read_safetensors_header, tensor_nbytes
+from modelyard.stages.verify import verify_folder
 
 
 def _settings(n: int) -> settings:

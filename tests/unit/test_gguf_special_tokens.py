@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from modelyard.pipeline import gguf
-from modelyard.pipeline.sources import parse_source
-from modelyard.pipeline.verify import verify_folder
+from modelyard.model.source import parse_source
 from modelyard.settings import Settings
+from modelyard.stages.fetch import gguf
+from modelyard.stages.verify import verify_folder
 
 
 def demo_gguf() -> Path:
@@ -73,7 +73,7 @@ def test_stale_cached_conversion_is_redone(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gguf, "convert_gguf", fake_convert)
     settings = Settings(home=tmp_path / "store")
-    from modelyard.pipeline.hashing import sha256_file
+    from modelyard.model.digest import sha256_file
 
     digest = sha256_file(src)
     stale = settings.cache_dir() / "gguf" / digest

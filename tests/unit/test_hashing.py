@@ -5,9 +5,9 @@ import subprocess
 import pytest
 
 from modelyard.errors import HashMismatchError
-from modelyard.pipeline import hashing
-from modelyard.pipeline.hashing import DigestCache, file_digest, git_blob_id, hash_snapshot, tree_digest
-from modelyard.pipeline.snapshot import FileEntry, Snapshot
+from modelyard.model import digest as hashing
+from modelyard.model.digest import DigestCache, file_digest, git_blob_id, hash_snapshot, tree_digest
+from modelyard.model.snapshot import FileEntry, Snapshot
 
 
 def test_git_blob_id_matches_git(tmp_path):
@@ -49,7 +49,7 @@ def test_tree_digest_order_independent():
 
 
 class _CountingOpen:
-    """Stands in for ``open`` inside modelyard.pipeline.hashing and counts the bytes read from files."""
+    """Stands in for ``open`` inside modelyard.model.digest and counts the bytes read from files."""
 
     def __init__(self):
         self.bytes = 0
@@ -158,7 +158,7 @@ def test_hash_snapshot_uses_cache(tmp_path, monkeypatch):
 def test_hash_while_copying_reads_each_byte_once_and_packaging_moves_the_copy(tmp_path):
     """Issue 9: a user's files are copied while hashed (the copy is exactly the bytes hashed);
     files under a linkable cache are not copied; stage_model moves the copies (no byte read)."""
-    from modelyard.artifacts.package import stage_model
+    from modelyard.artifact.draft import stage_model
 
     src, cache_dir, pre, staging = (tmp_path / n for n in ("src", "cache", "pre", "staging"))
     src.mkdir(), cache_dir.mkdir(), staging.mkdir()
@@ -178,7 +178,7 @@ def test_hash_while_copying_reads_each_byte_once_and_packaging_moves_the_copy(tm
 
 
 def test_packaging_copy_refuses_a_file_changed_after_hashing(tmp_path):
-    from modelyard.artifacts.package import stage_model
+    from modelyard.artifact.draft import stage_model
 
     src, staging = tmp_path / "src", tmp_path / "staging"
     src.mkdir(), staging.mkdir()

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from modelyard.checks import Target
-from modelyard.pipeline.patch import PatchError, patch_folder
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.patch import PatchError, patch_folder
+from modelyard.stages.verify import verify_folder
 from tests.conftest import SHARED_CASES, run_cli, store_artifacts
 from tests.unit.test_checks_defects import copy, edit_json
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from modelyard.pipeline.patch import apply_plan, plan_patches
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.patch import apply_plan, plan_patches
+from modelyard.stages.verify import verify_folder
 from tests.unit.test_checks_defects import copy, edit_json
 
 CODE = "tokenizer.eos_token.disagrees"

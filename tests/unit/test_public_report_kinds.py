@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.checks import Target
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.verify import verify_folder
 from tests.fixtures import make_quantized_fixture, make_tiny_llama
 
 

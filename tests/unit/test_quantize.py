@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from modelyard.checkpoint import Checkpoint
-from modelyard.pipeline import compat
-from modelyard.pipeline import quantize as q
-from modelyard.pipeline.verify import verify_folder
+from modelyard.model.checkpoint import Checkpoint
 from modelyard.settings import Settings
+from modelyard.stages import quantize as q
+from modelyard.stages.quantize import compat
+from modelyard.stages.verify import verify_folder
 from tests.conftest import run_cli, store_artifacts
 from tests.fixtures import write_safetensors
 from tests.killing import events, kill_at, nth

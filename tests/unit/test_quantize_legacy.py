@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from modelyard.checkpoint import Checkpoint
 from modelyard.errors import RuntimeNotFoundError
-from modelyard.pipeline import compat
-from modelyard.pipeline import quantize as q
-from modelyard.pipeline.verify import verify_folder
+from modelyard.model.checkpoint import Checkpoint
+from modelyard.stages import quantize as q
+from modelyard.stages.quantize import compat
+from modelyard.stages.verify import verify_folder
 
 SMOLLM2 = {"hidden_size": 576, "num_attention_heads": 9, "intermediate_size": 1536}
 
@@ -89,7 +89,7 @@ def test_legacy_recipe_must_name_its_backend(tiny128, tmp_path):
 
 
 def test_smoke_root_cause_names_the_worker_exception():
-    from modelyard.pipeline.smoke import root_cause
+    from modelyard.stages.smoke import root_cause
 
     log = ("(Worker pid=1) ERROR [multiproc_executor.py:1063]   File \"x.py\", line 447, in apply\n"
            "(Worker pid=1) ERROR [multiproc_executor.py:1063] AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'\n"
@@ -101,7 +101,7 @@ def test_smoke_root_cause_names_the_worker_exception():
 def test_transformers4_view_keeps_rope_theta_and_dtype(tmp_path, monkeypatch):
     """AutoAWQ runs on transformers 4.51, which ignores the transformers-5 keys: without the rewrite a
     model with rope_theta 500000 would be calibrated with the default 10000."""
-    from modelyard.pipeline import _legacy_runner as runner
+    from modelyard.stages.quantize import _legacy_runner as runner
 
     src = tmp_path / "src"
     src.mkdir()

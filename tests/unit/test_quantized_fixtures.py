@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from modelyard.checks import Target
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.verify import verify_folder
 from tests.fixtures import QUANT_FIXTURE_SCHEMES, make_quantized_fixture, quantization_config_for
 
 #: the tensor that stands in for ``<module>.weight`` in each layout (vLLM's loaders key on it).

@@ -6,7 +6,7 @@ import jsonschema
 
 from modelyard.checks import Target
 from modelyard.checks.report import SCHEMA_PATH
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.verify import verify_folder
 from tests.conftest import run_cli
 from tests.unit.test_checks_defects import copy, edit_json
 
@@ -47,7 +47,7 @@ def test_check_order_does_not_depend_on_import_order():
     import sys
 
     code = ("import modelyard.checks.tokenizer, modelyard.checks.parallelism\n"
-            "from modelyard.checks.registry import registered\n"
+            "from modelyard.checks.suite import registered\n"
             "print(','.join(dict.fromkeys(r.concern for r in registered())))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "files,safetensors,config,architecture,parallelism,quantization,tokenizer"

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from modelyard.checkpoint import MAX_HEADER_BYTES, SafetensorsHeaderError, read_safetensors_header
-from modelyard.pipeline.verify import verify_folder
+from modelyard.model.checkpoint import MAX_HEADER_BYTES, SafetensorsHeaderError, read_safetensors_header
+from modelyard.stages.verify import verify_folder
 from tests.fixtures import write_safetensors
 
 
@@ -99,9 +99,9 @@ def test_offsets_size_dtype(tiny_llama_dir, tmp_path):
         "d": {"dtype": "Q7", "shape": [1], "data_offsets": [20, 21]},
     }
     write_safetensors(d / "model.safetensors", hdr, b"\0" * 12)
-    from modelyard.checkpoint import Checkpoint
-    from modelyard.checks.findings import CheckContext
+    from modelyard.checks.base import CheckContext
     from modelyard.checks.safetensors import headers
+    from modelyard.model.checkpoint import Checkpoint
 
     got = [(f.code, f.field) for f in headers(Checkpoint(d), CheckContext())]
     assert got == [("safetensors.tensor.size_mismatch", "c"), ("safetensors.tensor.unknown_dtype", "d"),

@@ -52,9 +52,9 @@ def test_canary_token_not_in_verify_output(tiny_llama_dir, tmp_path):
 
 def test_endpoint_error_text_has_no_token(monkeypatch, tmp_path):
     from modelyard.errors import ModelyardError
-    from modelyard.pipeline.fetch import fetch
-    from modelyard.pipeline.sources import parse_source
+    from modelyard.model.source import parse_source
     from modelyard.settings import Settings
+    from modelyard.stages.fetch import fetch
 
     monkeypatch.setenv("MODELYARD_HF_TOKEN", CANARY)
     settings = Settings(home=tmp_path, hf_endpoint="http://127.0.0.1:9")

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from modelyard.cli import app
 from modelyard.errors import InvalidTargetError
 from modelyard.flows.ingest import smoke_covers
-from modelyard.pipeline import serve_smoke as ss
-from modelyard.pipeline.modes import DEFAULT_SERVE, judge_answer
-from modelyard.pipeline.options import IngestOptions
-from modelyard.pipeline.smoke import smoke_load
+from modelyard.flows.options import IngestOptions
+from modelyard.model.modes import DEFAULT_SERVE, judge_answer
 from modelyard.settings import Settings
+from modelyard.stages.smoke import server as ss
+from modelyard.stages.smoke import smoke_load
 from tests.conftest import run_cli
 
 

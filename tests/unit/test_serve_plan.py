@@ -16,13 +16,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from modelyard.checkpoint import Checkpoint
 from modelyard.cli import app
 from modelyard.errors import InvalidTargetError, ServePlanError
-from modelyard.pipeline.gpus import GIB, MIB, gpu_spec, spec_for_smi_name
-from modelyard.pipeline.serve import (OVERHEAD_BYTES, ServeTarget, kv_bytes_per_token, llama_param_count,
-                                      plan_serve)
-from modelyard.pipeline.serve_files import compose_config, vllm_config, write_serve_files
+from modelyard.model.checkpoint import Checkpoint
+from modelyard.stages.serve import OVERHEAD_BYTES, ServeTarget, kv_bytes_per_token, llama_param_count, plan_serve
+from modelyard.stages.serve.files import compose_config, vllm_config, write_serve_files
+from modelyard.stages.serve.gpus import GIB, MIB, gpu_spec, spec_for_smi_name
 
 LLAMA31 = {
     "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

@@ -3,12 +3,11 @@ the Markdown of a server result. The server itself is exercised in tests/e2e/tes
 
 from __future__ import annotations
 
-
 import pytest
 
 from modelyard.checks.report import _server_smoke_md
 from modelyard.errors import InvalidTargetError
-from modelyard.pipeline import serve_smoke as ss
+from modelyard.stages.smoke import server as ss
 
 
 def test_default_golden_set_is_for_the_demo_model():

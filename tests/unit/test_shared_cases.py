@@ -11,7 +11,7 @@ import json
 import pytest
 
 from modelyard.checks import Target
-from modelyard.pipeline.verify import verify_folder
+from modelyard.stages.verify import verify_folder
 from tests.conftest import SHARED_CASES, run_cli
 
 pytestmark = pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases is not beside this checkout")

@@ -12,8 +12,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from modelyard.artifacts.signing import SIGNATURE_NAME, sign_artifact, verify_after_unbundle, verify_signature
 from modelyard.errors import PublishError, SignatureError, SigningKeyError
+from modelyard.transport.signing import SIGNATURE_NAME, sign_artifact, verify_after_unbundle, verify_signature
 from tests.conftest import run_cli
 from tests.unit.test_bundle import _build_artifact
 
@@ -100,8 +100,8 @@ def test_key_problems_are_bad_input(artifact, keys, tmp_path):
 
 
 def test_verify_after_unbundle(artifact, keys, tmp_path):
-    from modelyard.artifacts.bundle import bundle_artifact
-    from modelyard.artifacts.unbundle import unbundle
+    from modelyard.transport.bundle import bundle_artifact
+    from modelyard.transport.unbundle import unbundle
 
     sign_artifact(artifact, private_key=keys[0])
     b = bundle_artifact(artifact, tmp_path / "b.tar.zst").path
@@ -153,8 +153,8 @@ def test_list_and_show(store_artifact):
 
 
 def test_parse_targets():
-    from modelyard.artifacts.oci import DOC_RAW, WEIGHT_CONFIG_RAW, WEIGHT_RAW, media_type, parse_oci_ref
-    from modelyard.artifacts.s3 import parse_s3_uri
+    from modelyard.transport.oci import DOC_RAW, WEIGHT_CONFIG_RAW, WEIGHT_RAW, media_type, parse_oci_ref
+    from modelyard.transport.s3 import parse_s3_uri
 
     r = parse_oci_ref("oci://127.0.0.1:5000/models/tiny:v1")
     assert (r.host, r.repo, r.tag, r.digest) == ("127.0.0.1:5000", "models/tiny", "v1", None)
@@ -183,7 +183,7 @@ def test_publish_bad_target_exit_2(store_artifact):
 
 
 def test_unbundle_with_key_keeps_nothing_unless_the_signature_verifies(artifact, keys, tmp_path):
-    from modelyard.artifacts.bundle import bundle_artifact
+    from modelyard.transport.bundle import bundle_artifact
 
     priv, pub = keys
     sign_artifact(artifact, private_key=priv)

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.errors import InvalidSourceError
-from modelyard.pipeline.sources import parse_source, sanitize_name
+from modelyard.model.source import parse_source, sanitize_name
 
 
 def test_hf_with_revision():
@@ -48,7 +48,7 @@ def test_stale_partial_downloads_are_swept_but_live_ones_kept(tmp_path):
     import sys
     import time
 
-    from modelyard.pipeline.fetch import sweep_incomplete
+    from modelyard.stages.fetch import sweep_incomplete
 
     blobs = tmp_path / "models--org--m" / "blobs"
     locks = tmp_path / ".locks" / "models--org--m"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from modelyard.pipeline import stage_cache
-from modelyard.pipeline.verify import listing_digest
+from modelyard.stages import cache as stage_cache
+from modelyard.stages.verify import listing_digest
 
 
 def test_stage_key_is_stable_and_input_sensitive(monkeypatch):

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from modelyard.artifacts.store import Store
+from modelyard.artifact.store import Store
 from modelyard.errors import ArtifactConflictError
 
 

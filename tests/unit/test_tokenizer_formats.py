@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from modelyard.checkpoint import Checkpoint
 from modelyard.checks import Target
-from modelyard.pipeline.verify import verify_folder
+from modelyard.model.checkpoint import Checkpoint
+from modelyard.stages.verify import verify_folder
 from tests.fixtures import make_spm_llama, make_tiktoken_llama, make_tiny_llama
 
 #: builder -> (the tokenizer files it writes, the exact findings (code, severity) a chat target gets).

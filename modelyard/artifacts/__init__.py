@@ -1,1 +1,0 @@
-"""Artifacts: layout and manifest, store."""

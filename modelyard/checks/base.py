@@ -1,0 +1,126 @@
+"""The Finding and Target types every check speaks.
+
+A finding is what a user acts on: a stable dotted ``code``, a ``severity``, a one-line ``message``,
+where it is (``file``, ``field``), the offending ``value``, the ``fix`` and the ``source`` of the
+rule (the runtime behaviour or public issue it comes from). Shape from ``../shared/DESIGN.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from modelyard.checks.versions import parse_version
+from modelyard.errors import InvalidTargetError
+
+if TYPE_CHECKING:
+    from modelyard.model.checkpoint import Checkpoint
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    message: str
+    file: str | None = None
+    field: str | None = None
+    value: Any = None
+    fix: str | None = None
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["severity"] = self.severity.value
+        return d
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the model is judged against (vLLM's own option names).
+
+    ``max_model_len`` in tokens; ``tensor_parallel_size`` ranks; ``dtype`` as vLLM's ``--dtype``;
+    ``serve`` is ``chat``, ``completion`` or None (unspecified); ``vllm_version`` the runtime that will serve it
+    (None: unknown, version-gated rules warn); ``transformers_version`` the transformers beside it;
+    ``gpu_cc`` the GPU's CUDA compute capability (``"8.0"``; below 8.0 there is no bfloat16).
+    """
+
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    dtype: str | None = None
+    serve: str | None = None
+    vllm_version: str | None = None
+    transformers_version: str | None = None
+    gpu_cc: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def create(cls, *, tensor_parallel_size: int = 1, max_model_len: int | None = None, dtype: str | None = None,
+               serve: str | None = None, vllm_version: str | None = None, transformers_version: str | None = None,
+               gpu_cc: str | None = None) -> Target:
+        """Validated constructor for user input; raises :class:`~modelyard.errors.InvalidTargetError`
+        (exit 2) naming the option, the value and the accepted values."""
+
+        if serve not in (None, "chat", "completion"):
+            raise InvalidTargetError(f"--serve {serve!r} is not chat or completion",
+                                     fix="Use --serve chat or --serve completion.")
+        if dtype is not None and dtype not in VLLM_DTYPES:
+            raise InvalidTargetError(f"--dtype {dtype!r} is not a vLLM dtype",
+                                     fix=f"Use one of: {', '.join(VLLM_DTYPES)}.")
+        for opt, v in (("--vllm-version", vllm_version), ("--transformers-version", transformers_version),
+                       ("--gpu-cc", gpu_cc)):
+            if v is not None:
+                try:
+                    parse_version(v)
+                except ValueError as exc:
+                    raise InvalidTargetError(f"{opt}: {exc}", fix=f"Pass {opt} as numbers, e.g. "
+                                             + ("8.0" if opt == "--gpu-cc" else "0.6.3") + ".") from None
+        if tensor_parallel_size < 1 or (max_model_len is not None and max_model_len < 1):
+            raise InvalidTargetError("--tensor-parallel-size and --max-model-len must be positive",
+                                     fix="Pass a positive number of ranks and tokens.")
+        return cls(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype, serve=serve,
+                   vllm_version=vllm_version, transformers_version=transformers_version, gpu_cc=gpu_cc)
+
+
+#: vLLM ``--dtype`` choices (vLLM ``ModelDType``).
+VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Everything a check may look at besides the checkpoint."""
+
+    target: Target = field(default_factory=Target)
+
+
+CheckFn = Callable[["Checkpoint", CheckContext], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class RegisteredCheck:
+    concern: str
+    name: str
+    fn: CheckFn
+
+
+#: every check, in registration order (``checks.suite`` imports the concern modules, which fills it)
+REGISTERED: list[RegisteredCheck] = []
+
+
+def check(concern: str) -> Callable[[CheckFn], CheckFn]:
+    """Decorator registering ``fn`` under ``concern`` (files, safetensors, config, tokenizer, ...)."""
+
+    def deco(fn: CheckFn) -> CheckFn:
+        REGISTERED.append(RegisteredCheck(concern, fn.__name__, fn))
+        return fn
+
+    return deco

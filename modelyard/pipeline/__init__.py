@@ -1,1 +1,0 @@
-"""The stages: plain typed functions, one module each."""

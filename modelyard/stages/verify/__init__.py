@@ -1,0 +1,149 @@
+"""verify: judge a model folder (or an artifact folder) and gate on the result.
+
+``verify_folder`` runs the check registry over a :class:`~modelyard.model.checkpoint.Checkpoint`. Given an
+artifact folder (``manifest.json`` + ``model/``) it judges ``model/`` and also re-hashes every file
+against the manifest (``artifact.file_*`` findings): the custody chain of DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from modelyard.artifact.layout import MANIFEST, PATCHES, is_artifact
+from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
+from modelyard.errors import (
+    InvalidSourceError,
+    InvalidTargetError,
+    SourceNotFoundError,
+    VerificationFailedError,
+)
+from modelyard.model.checkpoint import Checkpoint
+from modelyard.model.digest import file_digest
+from modelyard.settings import Settings
+from modelyard.stages.verify.runtime import OracleRun, reconcile, runtime_findings
+
+
+def listing_digest(path: Path | str) -> str:
+    """SHA256 (hex) over every entry under ``path``: relative path, kind and size in bytes (files
+    through symlinks, as the checks see them). With the tree digest of the files the checks read (their
+    content), this is what a cached verify result depends on: a stray file outside the snapshot's list
+    (a ``.bin`` beside the shards, a new sub-folder) changes the key. Times are left out on purpose, so
+    the same files staged again give the same key. A missing folder hashes as empty."""
+    h = hashlib.sha256()
+    root = Path(path)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for n in sorted(filenames) + [d + "/" for d in dirnames]:
+            p = os.path.join(dirpath, n.rstrip("/"))
+            try:
+                st = os.stat(p)
+                size = 0 if n.endswith("/") else st.st_size  # a folder's own size varies by filesystem
+                h.update(f"{os.path.relpath(p, root)}\0{st.st_mode >> 12}\0{size}\n".encode())
+            except OSError:
+                h.update(f"{os.path.relpath(p, root)}\0broken\n".encode())
+    return h.hexdigest()
+
+
+#: values of ``verify --runtime``: ``none`` (hand rules only) or ``local`` (also ask the runtime venv's vLLM).
+RUNTIME_CHOICES = ("none", "local")
+
+
+def verify_folder(path: Path | str, target: Target | None = None, *, runtime: str | None = None,
+                  settings: Settings | None = None, runtime_answer: Any = None) -> Report:
+    """Judge the model folder ``path`` against ``target``; returns a Report (never raises for
+    findings). ``runtime="local"`` also asks the runtime venv's vLLM (``runtime.*`` findings and the
+    ``runtime.disagrees.*`` comparison, see :mod:`modelyard.stages.verify.runtime`). Raises
+    :class:`SourceNotFoundError` / :class:`InvalidSourceError` (exit 2) when ``path`` is missing or not a
+    folder, :class:`InvalidTargetError` (exit 2) for an unknown ``runtime``, :class:`RuntimeNotFoundError`
+    (exit 2) when ``runtime="local"`` and the runtime interpreter is missing. ``runtime_answer`` (a
+    :class:`~modelyard.stages.verify.runtime.RuntimeAnswer` already asked, e.g. by
+    ``ask_runtime_many`` for many folders) is used instead of asking again."""
+    if runtime not in (None, *RUNTIME_CHOICES):
+        raise InvalidTargetError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}",
+                                 fix="Use --runtime local (ask the installed vLLM) or --runtime none.")
+    root = Path(path)
+    target = target or Target()
+    if not root.exists():
+        raise SourceNotFoundError(f"{root} does not exist", fix="Pass the model folder (the one with config.json).")
+    if not root.is_dir():
+        raise InvalidSourceError(f"{root} is not a folder", fix="Pass the model folder (the one with config.json).")
+    extra: list[Finding] = []
+    if is_artifact(root):
+        extra = _check_against_manifest(root)
+        root = root / "model"
+    elif (root / PATCHES).is_file() and (root / "model").is_dir():  # a `modelyard patch` output
+        root = root / "model"
+    ckpt = Checkpoint(root)
+    if ckpt.special_files:  # reading any of them could block or read a device: judge nothing else
+        special = [Finding("files.not_regular", Severity.ERROR,
+                           f"{rel} is a {kind}, not a regular file; modelyard does not read it (it could block or "
+                           "read a device)", file=rel, value=kind,
+                           fix="Replace it with the real file, or remove it from the model folder.",
+                           source="modelyard: a model folder holds regular files only")
+                   for rel, kind in ckpt.special_files]
+        return Report(findings=tuple(extra + special), target=target)
+    oracle = None
+    if runtime == "local" and runtime_answer is None:  # vLLM imports while the hand rules run
+
+        oracle = OracleRun([(root, target)], settings)
+    try:
+        findings = extra + run_checks(ckpt, CheckContext(target=target))
+    except BaseException:
+        if oracle is not None:
+            oracle.answers(timeout=0.01)  # stop and clean up
+        raise
+    if oracle is not None or runtime_answer is not None:
+
+        answer = runtime_answer or oracle.answers()[0]
+        found = runtime_findings(answer, target)
+        findings += found + reconcile(findings, found, answer.vllm_version)
+    return Report(findings=tuple(findings), target=target)
+
+
+def _check_against_manifest(artifact: Path) -> list[Finding]:
+
+    try:
+        manifest = json.loads((artifact / MANIFEST).read_text())
+        entries = manifest["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return [Finding("artifact.manifest_invalid", Severity.ERROR, f"manifest.json is unreadable: {exc}",
+                        file=MANIFEST, fix="Re-publish the artifact.", source="modelyard artifact format")]
+    out = []
+    listed = set()
+    for e in entries:
+        rel = e["path"]
+        listed.add(rel)
+        p = artifact / rel
+        if not p.is_file():
+            out.append(Finding("artifact.file_missing", Severity.ERROR, f"{rel} is listed in manifest.json but missing",
+                               file=rel, fix="Restore the artifact from its bundle or re-publish it.", source="modelyard manifest"))
+            continue
+        d = file_digest(p)  # no cache: verifying an artifact means reading its bytes again
+        sha, size = d.sha256, d.size
+        if sha != e["sha256"] or size != e["size"]:
+            out.append(Finding("artifact.file_modified", Severity.ERROR,
+                               f"{rel}: expected sha256 {e['sha256']} ({e['size']} bytes), got {sha} ({size} bytes)",
+                               file=rel, value=sha, fix="The artifact was modified or corrupted; restore or re-publish it.",
+                               source="modelyard manifest (per-file sha256)"))
+    for p in sorted((artifact / "model").rglob("*")):
+        rel = p.relative_to(artifact).as_posix()
+        if p.is_file() and rel not in listed:
+            out.append(Finding("artifact.file_unlisted", Severity.ERROR, f"{rel} is not listed in manifest.json",
+                               file=rel, fix="Remove the stray file or re-publish the artifact.", source="modelyard manifest"))
+    return out
+
+
+def gate(report: Report, what: str, ignore: frozenset[str] = frozenset()) -> None:
+    """Raise :class:`VerificationFailedError` (exit 1) when ``report`` has errors whose code is not
+    in ``ignore`` (the codes a patch plan is about to repair)."""
+    errs = tuple(f for f in report.errors if f.code not in ignore)
+    if not errs:
+        return
+    first = "; ".join(f"[{f.code}] {f.message}" for f in errs[:3])
+    more = f" (+{len(errs) - 3} more)" if len(errs) > 3 else ""
+    raise VerificationFailedError(f"verification of {what} found {len(errs)} error(s): {first}{more}", report=report,
+                                  fix="Fix the findings listed in the report (each names its fix) and run again.")

@@ -1,0 +1,268 @@
+"""Runs INSIDE the vLLM runtime interpreter (``MODELYARD_VLLM_PYTHON``), as a script.
+
+Standard library + vLLM only: it must not import modelyard, whose pins clash with vLLM's. It asks
+vLLM the decisions it makes at startup, without weights and without a GPU, and writes one JSON
+object to ``--out`` (each part ``{"ok": bool, ...}`` or ``{"ok": false, "error": "Type: message"}``):
+
+- ``model_config``: ``EngineArgs(...).create_model_config()`` with the target's ``max_model_len`` and
+  ``dtype`` (and, when that is refused, once more without ``max_model_len`` to learn the derived length):
+  derived ``max_model_len``, resolved dtype, quantization method, architectures, runner and convert type,
+  the model registry's ``is_text_generation_model`` / ``is_pooling_model``;
+- ``quant_config``: ``get_quant_config`` (the parsed quantization config, as the loader builds it);
+- ``sampling``: ``ModelConfig.get_diff_sampling_param()`` (the defaults the OpenAI server takes from
+  generation_config.json) and ``try_get_generation_config()``;
+- ``tokenizer``: ``vllm.tokenizers.get_tokenizer``; the chat template as ``resolve_chat_template``
+  resolves it, rendered through ``safe_apply_chat_template`` with and without ``add_generation_prompt``
+  and a system message; the stop set (tokenizer eos + generation config eos ids, as
+  ``SamplingParams.update_from_generation_config`` builds it) and the token that closes a turn;
+- ``weights``: ``DefaultModelLoader._prepare_weights`` (the files the default loader reads) and the
+  tensor names stored in more than one of them (read from the safetensors headers).
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+import time
+import traceback
+
+SENTINEL = "modelyardsentinelreply"
+
+
+def _err(exc: BaseException) -> str:
+    # pydantic's ValidationError puts the reason on the lines after "1 validation error for ...": keep them
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())[:600]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _model_config(a, EngineArgs):
+    kw = dict(model=a.model, trust_remote_code=False, dtype=a.dtype or "auto", seed=0)
+    if a.max_model_len:
+        kw["max_model_len"] = a.max_model_len
+    if a.tokenizer_mode:
+        kw["tokenizer_mode"] = a.tokenizer_mode
+    return EngineArgs(**kw).create_model_config()
+
+
+def _describe(mc) -> dict:
+    reg = mc.registry
+    archs = list(getattr(mc, "architectures", None) or [])
+    out = {"ok": True, "max_model_len": mc.max_model_len, "dtype": str(mc.dtype).replace("torch.", ""),
+           "quantization": mc.quantization, "architectures": archs, "runner_type": mc.runner_type,
+           "convert_type": mc.convert_type}
+    try:
+        out["is_text_generation_model"] = bool(reg.is_text_generation_model(archs, mc))
+        out["is_pooling_model"] = bool(reg.is_pooling_model(archs, mc))
+    except Exception as exc:
+        out["registry_error"] = _err(exc)
+    try:
+        from vllm.model_executor.models import registry as regmod
+
+        gen = set(getattr(regmod, "_TEXT_GENERATION_MODELS", {})) | set(getattr(regmod, "_MULTIMODAL_MODELS", {}))
+        out["pooling_table"] = sorted(a for a in archs if a in getattr(regmod, "_EMBEDDING_MODELS", {}) and a not in gen)
+    except Exception as exc:
+        out["pooling_table_error"] = _err(exc)
+    try:
+        _cls, arch = reg.resolve_model_cls(archs, mc)
+        out["resolved_architecture"] = arch
+    except Exception as exc:
+        out["resolve_error"] = _err(exc)
+    return out
+
+
+def _turn_terminator(tok, rendered: str):
+    idx = rendered.rfind(SENTINEL)
+    if idx < 0:
+        return None
+    rest = rendered[idx + len(SENTINEL):].lstrip(" \t\r\n")
+    if not rest:
+        return None
+    cands = {}
+    for tid, added in (getattr(tok, "added_tokens_decoder", None) or {}).items():
+        cands[getattr(added, "content", str(added))] = tid
+    for t in getattr(tok, "all_special_tokens", []) or []:
+        tid = tok.convert_tokens_to_ids(t)
+        if isinstance(tid, int):
+            cands.setdefault(t, tid)
+    best = max((c for c in cands if c and rest.startswith(c)), key=len, default=None)
+    return [best, cands[best]] if best else None
+
+
+def _tokenizer(a, mc, sampling) -> dict:
+    from vllm.renderers.hf import resolve_chat_template, safe_apply_chat_template
+    from vllm.tokenizers import get_tokenizer
+
+    out: dict = {"ok": False}
+    tok = get_tokenizer(a.model, tokenizer_mode=mc.tokenizer_mode, trust_remote_code=False)
+    out.update(ok=True, cls=type(tok).__name__, eos_token=getattr(tok, "eos_token", None),
+               eos_token_id=getattr(tok, "eos_token_id", None), bos_token=getattr(tok, "bos_token", None),
+               vocab=len(tok))
+    gen_eos = (sampling.get("generation_config") or {}).get("eos_token_id")
+    stop = set()
+    if isinstance(out["eos_token_id"], int):
+        stop.add(out["eos_token_id"])
+    for i in (gen_eos if isinstance(gen_eos, list) else [gen_eos]):
+        if isinstance(i, int):
+            stop.add(i)
+    out["stop_token_ids"] = sorted(stop)
+    try:
+        template = resolve_chat_template(tok, None, None, model_config=mc)
+    except Exception as exc:
+        template, out["template_error"] = None, _err(exc)
+    out["chat_template"] = template is not None
+    if template is None:
+        return out
+    user = {"role": "user", "content": "What is the capital of France?"}
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    reply = {"role": "assistant", "content": SENTINEL}
+    renders = {}
+    for name, conv, gen in (("user", [user], False), ("user+gen", [user], True),
+                            ("system+user", [system, user], False), ("system+user+gen", [system, user], True),
+                            ("user+assistant", [user, reply], False)):
+        try:
+            renders[name] = {"ok": True, "text": safe_apply_chat_template(
+                mc, tok, conv, tokenize=False, add_generation_prompt=gen)}
+        except Exception as exc:
+            renders[name] = {"ok": False, "error": _err(exc)}
+    out["renders"] = renders
+    ua = renders["user+assistant"]
+    out["turn_terminator"] = _turn_terminator(tok, ua["text"]) if ua.get("ok") else None
+    return out
+
+
+def _header_names(path: str) -> list:
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if n > 100_000_000:
+            return []
+        doc = json.loads(fh.read(n))
+    return [k for k in doc if k != "__metadata__"] if isinstance(doc, dict) else []
+
+
+def _weights(a) -> dict:
+    from vllm.config import LoadConfig
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+    loader = DefaultModelLoader(LoadConfig())
+    folder, files, use_st, index = loader._prepare_weights(a.model, None, None, True, None)
+    rel = sorted(os.path.relpath(f, folder) for f in files)
+    out = {"ok": True, "files": rel, "use_safetensors": bool(use_st), "index_file": index,
+           "load_format": "mistral" if index.startswith("consolidated") else "hf"}
+    if use_st:
+        seen: dict = {}
+        dup: dict = {}
+        for f in rel:
+            try:
+                names = _header_names(os.path.join(folder, f))
+            except Exception:
+                continue
+            for n in names:
+                if n in seen:
+                    dup.setdefault(n, [seen[n]]).append(f)
+                else:
+                    seen[n] = f
+        out["tensors_in_several_files"] = dict(sorted(dup.items())[:50])
+        out["tensors_in_several_files_count"] = len(dup)
+    return out
+
+
+def answer(a, EngineArgs) -> dict:
+    """Every decision for one folder (``a``: model, max_model_len, dtype, tokenizer_mode)."""
+    result: dict = {}
+    mc = None
+    try:
+        mc = _model_config(a, EngineArgs)
+        result["model_config"] = _describe(mc)
+        if a.max_model_len:  # accepted: is it above what vLLM derives on its own (an override key)?
+            a2 = argparse.Namespace(**{**vars(a), "max_model_len": None})
+            result["model_config_default_len"] = _describe(_model_config(a2, EngineArgs))
+    except Exception as exc:
+        result["model_config"] = {"ok": False, "error": _err(exc)}
+        if a.max_model_len:  # learn what vLLM would derive on its own
+            try:
+                a2 = argparse.Namespace(**{**vars(a), "max_model_len": None})
+                mc = _model_config(a2, EngineArgs)
+                result["model_config_default_len"] = _describe(mc)
+            except Exception as exc2:
+                result["model_config_default_len"] = {"ok": False, "error": _err(exc2)}
+                mc = None
+    if mc is not None:
+        if mc.quantization:
+            try:
+                from vllm.config import LoadConfig
+                from vllm.model_executor.model_loader.weight_utils import (
+                    get_quant_config,
+                )
+
+                qc = get_quant_config(mc, LoadConfig())
+                result["quant_config"] = {"ok": True, "cls": type(qc).__name__, "name": qc.get_name()}
+            except Exception as exc:
+                result["quant_config"] = {"ok": False, "error": _err(exc)}
+        try:
+            result["sampling"] = {"ok": True, "defaults": mc.get_diff_sampling_param(),
+                                  "generation_config": mc.try_get_generation_config()}
+        except Exception as exc:
+            result["sampling"] = {"ok": False, "error": _err(exc)}
+        try:
+            result["tokenizer"] = _tokenizer(a, mc, result.get("sampling") or {})
+        except Exception as exc:
+            result["tokenizer"] = {"ok": False, "error": _err(exc)}
+    try:
+        result["weights"] = _weights(a)
+    except Exception as exc:
+        result["weights"] = {"ok": False, "error": _err(exc)}
+    result["ok"] = True
+    return result
+
+
+def _write(path: str, result: dict) -> None:
+    with open(path + ".tmp", "w") as fh:
+        json.dump(result, fh, default=str)
+    os.replace(path + ".tmp", path)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model")
+    ap.add_argument("--max-model-len", type=int, default=None)
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--tokenizer-mode", default=None)
+    ap.add_argument("--out")
+    ap.add_argument("--batch", default=None,
+                    help="a JSON list of {model, max_model_len, dtype, out}: one import, many folders")
+    a = ap.parse_args()
+    jobs = [a] if not a.batch else [argparse.Namespace(**{"tokenizer_mode": None, "dtype": None, "max_model_len": None, **j})
+                                    for j in json.load(open(a.batch))]
+    t0 = time.perf_counter()
+    ok = True
+    try:
+        import logging
+
+        import vllm
+        from vllm.engine.arg_utils import EngineArgs
+
+        logging.getLogger("vllm").setLevel(logging.ERROR)
+        imported = round(time.perf_counter() - t0, 2)
+        for job in jobs:
+            t1 = time.perf_counter()
+            try:
+                result = answer(job, EngineArgs)
+            except BaseException as exc:  # report, never hang: the parent reads the JSON
+                result = {"ok": False, "error": _err(exc), "traceback": traceback.format_exc()[-3000:]}
+            result.update(vllm_version=vllm.__version__, import_seconds=imported,
+                          seconds=round(time.perf_counter() - t1 + (imported if job is jobs[0] else 0), 2))
+            ok = ok and result["ok"]
+            _write(job.out, result)
+    except BaseException as exc:
+        for job in jobs:
+            if not os.path.exists(job.out):
+                _write(job.out, {"ok": False, "error": _err(exc), "traceback": traceback.format_exc()[-3000:],
+                                 "seconds": round(time.perf_counter() - t0, 2)})
+        ok = False
+    sys.stdout.flush()
+    os._exit(0 if ok else 3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+"""runtime_check: let the local vLLM judge what it decides at startup (``verify --runtime local``).
+
+A hand-written rule is a guess about what vLLM will do. The runtime venv's own vLLM can answer much of
+it without weights and without a GPU; :func:`ask_runtime` runs ``_vllm_oracle_runner.py`` there (a
+subprocess with a timeout; stdlib + vLLM only) and :func:`runtime_findings` turns its answer into
+``runtime.*`` findings whose ``source`` names the vLLM version and the function that decided:
+
+- ``EngineArgs(...).create_model_config()``: the derived ``max_model_len``, dtype, quantization, and the
+  refusals (a ``--max-model-len`` above the derived length, an unsupported architecture or method);
+- the model registry: text generation, pooling only, or unsupported;
+- ``ModelConfig.get_diff_sampling_param()``: defaults the OpenAI server takes from generation_config.json;
+- the tokenizer and chat template as the OpenAI server resolves them (``resolve_chat_template``,
+  ``safe_apply_chat_template``), the stop set and the token that closes a turn;
+- ``DefaultModelLoader._prepare_weights``: the weight files the default loader reads.
+
+:func:`reconcile` compares the answer with the hand rules and adds a ``runtime.disagrees.*`` finding
+(info) wherever one side fires and the other does not, saying which one and why. Hand rules stay for
+other vLLM versions (``--vllm-version``) and for what the CPU build cannot judge (GPU kernels).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelyard.checks.base import Finding, Severity, Target
+from modelyard.errors import RuntimeNotFoundError
+from modelyard.settings import Settings
+from modelyard.stages.smoke import kill_group, runtime_env
+
+RUNNER = Path(__file__).with_name("_vllm_oracle_runner.py")
+#: seconds the oracle may take (import ~7-15 s on 2 cores, then 0.01-1 s per question).
+ORACLE_TIMEOUT = 180.0
+
+
+@dataclass(frozen=True)
+class RuntimeAnswer:
+    """What the runtime's vLLM decided for one folder: the runner's JSON (``raw``) and the wall time (s)."""
+
+    raw: dict[str, Any]
+    wall_seconds: float
+    vllm_version: str | None = None
+
+
+def ask_runtime(model_dir: Path, target: Target, settings: Settings | None = None,
+                timeout: float = ORACLE_TIMEOUT) -> RuntimeAnswer:
+    """Run the oracle on ``model_dir`` in the runtime interpreter (``settings.vllm_interpreter()``).
+
+    ``target.max_model_len`` (tokens) and ``target.dtype`` are passed as vLLM options. Raises
+    :class:`RuntimeNotFoundError` (exit 2) when the runtime interpreter does not exist. A crash or a
+    timeout is not raised: it becomes a ``runtime.unavailable`` warning, since the hand rules still judge."""
+    return ask_runtime_many([(Path(model_dir), target)], settings, timeout)[0]
+
+
+def ask_runtime_many(items: list[tuple[Path, Target]], settings: Settings | None = None,
+                     timeout: float = ORACLE_TIMEOUT) -> list[RuntimeAnswer]:
+    """:func:`ask_runtime` for many folders in one runtime process (vLLM is imported once, 7-15 s; each
+    folder then takes 0.01-1 s). ``timeout`` (seconds) is for the first folder; each further one adds 30 s."""
+    return OracleRun(items, settings).answers(timeout)
+
+
+class OracleRun:
+    """The oracle started in the background: :meth:`answers` waits for it. Starting it before the hand rules
+    run lets vLLM's import (the bulk of its time) overlap with them. Raises :class:`RuntimeNotFoundError`
+    (exit 2) at construction when the runtime interpreter does not exist."""
+
+    def __init__(self, items: list[tuple[Path, Target]], settings: Settings | None = None) -> None:
+        settings = settings or Settings()
+        python = settings.vllm_interpreter()
+        if not python.exists():
+            raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
+                                       fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or "
+                                           "verify without --runtime local.")
+        self.t0 = time.perf_counter()
+        self.tmp = tempfile.TemporaryDirectory(prefix="modelyard-oracle-")
+        tmp = self.tmp.name
+        self.jobs = [{"model": str(Path(d).resolve()), "max_model_len": t.max_model_len, "dtype": t.dtype,
+                      "out": f"{tmp}/answer-{i}.json"} for i, (d, t) in enumerate(items)]
+        Path(tmp, "batch.json").write_text(json.dumps(self.jobs))
+        self.log = open(Path(tmp) / "log", "wb")
+        self.proc = subprocess.Popen([str(python), str(RUNNER), "--batch", f"{tmp}/batch.json"], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=runtime_env(settings, tmp), start_new_session=True)
+
+    def answers(self, timeout: float = ORACLE_TIMEOUT) -> list[RuntimeAnswer]:
+        """Wait (at most ``timeout`` s, plus 30 s per further folder) and read every answer; cleans up."""
+        try:
+            try:
+                self.proc.wait(timeout + 30 * (len(self.jobs) - 1))
+            except subprocess.TimeoutExpired:
+                kill_group(self.proc)
+            self.log.close()
+            wall = round(time.perf_counter() - self.t0, 2)
+            out = []
+            for job in self.jobs:
+                p = Path(job["out"])
+                if p.is_file():
+                    raw = json.loads(p.read_text())
+                else:
+                    tail = (Path(self.tmp.name) / "log").read_bytes()[-600:].decode("utf-8", "replace").strip()
+                    raw = {"ok": False, "error": f"the runtime exited with code {self.proc.returncode} without an answer"
+                           + (f" after {timeout:.0f} s" if self.proc.returncode in (None, -15, -9) else "")
+                           + f": {tail[-300:]}"}
+                out.append(RuntimeAnswer(raw=raw, wall_seconds=wall if len(self.jobs) == 1 else raw.get("seconds") or 0.0,
+                                         vllm_version=raw.get("vllm_version")))
+            return out
+        finally:
+            if self.proc.poll() is None:
+                kill_group(self.proc)
+            self.tmp.cleanup()
+
+
+def _src(ver: str | None, fn: str) -> str:
+    return f"vLLM {ver or '?'} {fn} (asked in the runtime venv)"
+
+
+def _serve_severity(target: Target) -> Severity:
+    """Chat problems: errors when serving chat, warnings when the mode is unknown, info for completions."""
+    return {"chat": Severity.ERROR, "completion": Severity.INFO}.get(target.serve or "", Severity.WARNING)
+
+
+def _field_of(error: str) -> tuple[str | None, str]:
+    low = error.lower()
+    if "max_model_len" in low or "max_position_embeddings" in low:
+        return "max_position_embeddings", "runtime.model_config.max_model_len_refused"
+    if "architecture" in low:
+        return "architectures", "runtime.model_config.architecture_refused"
+    if "quantiz" in low:
+        return "quantization_config", "runtime.model_config.quantization_refused"
+    if "rope" in low:
+        return "rope_scaling", "runtime.model_config.rope_refused"
+    if "dtype" in low:
+        return "torch_dtype", "runtime.model_config.dtype_refused"
+    return None, "runtime.model_config.refused"
+
+
+def runtime_findings(answer: RuntimeAnswer, target: Target) -> list[Finding]:
+    """Turn the oracle's answer into findings (codes ``runtime.*``). Pure: no I/O."""
+    raw, ver = answer.raw, answer.vllm_version
+    out: list[Finding] = []
+    if not raw.get("ok"):
+        return [Finding("runtime.unavailable", Severity.WARNING,
+                        f"the local vLLM runtime could not be asked: {raw.get('error')}", value=raw.get("error"),
+                        fix="Check the runtime venv (`make setup`); the hand-written rules still judged the folder.",
+                        source="modelyard runtime oracle")]
+    mc = raw.get("model_config") or {}
+    src_mc = _src(ver, "EngineArgs.create_model_config")
+    if not mc.get("ok"):
+        err = str(mc.get("error"))
+        fld, code = _field_of(err)
+        default = raw.get("model_config_default_len") or {}
+        fix = "Fix the config.json field vLLM names, or serve with options it accepts."
+        if code.endswith("max_model_len_refused") and default.get("ok"):
+            fix = f"Serve with --max-model-len {default['max_model_len']} or less (the length vLLM derives)."
+        out.append(Finding(code, Severity.ERROR, f"vLLM {ver} refuses the model config: {err}", file="config.json",
+                           field=fld, value=default.get("max_model_len") if default.get("ok") else None, fix=fix,
+                           source=src_mc))
+        mc = default if default.get("ok") else {}
+    default = raw.get("model_config_default_len") or {}
+    if ((raw.get("model_config") or {}).get("ok") and default.get("ok") and target.max_model_len
+            and default["max_model_len"] < target.max_model_len):
+        out.append(Finding("runtime.model_config.max_model_len_override", Severity.WARNING,
+                           (f"vLLM {ver} accepts --max-model-len {target.max_model_len} although it derives "
+                            f"{default['max_model_len']} from the position keys: a larger config.json model_max_length "
+                            f"permits the override, and positions past {default['max_model_len']} were never trained "
+                            "(NaN or garbage past it)"),
+                           file="config.json", field="max_position_embeddings", value=default["max_model_len"],
+                           fix=f"Serve with --max-model-len {default['max_model_len']} or less, or use a checkpoint with "
+                               "rope scaling for the longer context.", source=_src(ver, "_get_and_verify_max_len")))
+    if mc.get("ok"):
+        out.append(Finding("runtime.model_config.resolved", Severity.INFO,
+                           (f"vLLM {ver} derives max_model_len {mc['max_model_len']}, dtype {mc['dtype']}, "
+                            f"quantization {mc.get('quantization')}, architecture {mc.get('resolved_architecture')} "
+                            f"(runner {mc.get('runner_type')})"), file="config.json",
+                           value={k: mc.get(k) for k in ("max_model_len", "dtype", "quantization", "runner_type",
+                                                          "resolved_architecture")},
+                           fix="None needed.", source=src_mc))
+        archs = mc.get("architectures") or []
+        if mc.get("pooling_table"):
+            out.append(Finding("runtime.architecture.pooling_class", Severity.WARNING,
+                               (f"vLLM {ver} lists {', '.join(mc['pooling_table'])} among its embedding (pooling) "
+                                f"models; for generation it builds {mc.get('resolved_architecture')}, which needs the "
+                                "LM head and the model.* names of a causal-LM export"),
+                               file="config.json", field="architectures", value=archs,
+                               fix="Export with AutoModelForCausalLM (a *ForCausalLM architecture), or serve as an "
+                                   "embedding model (--runner pooling).",
+                               source=_src(ver, "model registry (_EMBEDDING_MODELS)")))
+        if mc.get("is_text_generation_model") is False and mc.get("runner_type") != "pooling":
+            out.append(Finding("runtime.architecture.not_generative", Severity.ERROR,
+                               f"vLLM {ver}'s registry does not run {archs} as a text-generation model",
+                               file="config.json", field="architectures", value=archs,
+                               fix="Use a *ForCausalLM export of the model.",
+                               source=_src(ver, "ModelRegistry.is_text_generation_model")))
+        if mc.get("runner_type") == "pooling":
+            out.append(Finding("runtime.architecture.pooling_only", Severity.ERROR,
+                               f"vLLM {ver} runs {archs} as a pooling (embedding) model only: it cannot generate text",
+                               file="config.json", field="architectures", value=archs,
+                               fix="Use a *ForCausalLM export of the model.",
+                               source=_src(ver, "ModelConfig._get_runner_type")))
+    qc = raw.get("quant_config")
+    if qc and not qc.get("ok"):
+        out.append(Finding("runtime.quantization.config_rejected", Severity.ERROR,
+                           f"vLLM {ver} cannot parse quantization_config: {qc.get('error')}", file="config.json",
+                           field="quantization_config", value=qc.get("error"),
+                           fix="Quantize with an llm-compressor/compressed-tensors release that matches the runtime.",
+                           source=_src(ver, "get_quant_config")))
+    out.extend(_sampling(raw.get("sampling") or {}, ver))
+    out.extend(_tokenizer(raw.get("tokenizer") or {}, ver, target))
+    out.extend(_weights(raw.get("weights") or {}, ver))
+    return out
+
+
+def _sampling(s: dict[str, Any], ver: str | None) -> list[Finding]:
+    if not s.get("ok"):
+        return []
+    d = s.get("defaults") or {}
+    src = _src(ver, "ModelConfig.get_diff_sampling_param")
+    out = []
+    if "max_tokens" in d:
+        out.append(Finding("runtime.sampling.max_tokens_default", Severity.WARNING,
+                           (f"vLLM {ver} takes max_tokens {d['max_tokens']} from generation_config.json "
+                            "(max_new_tokens) as the server default: requests without max_tokens stop there "
+                            "(finish_reason 'length')"),
+                           file="generation_config.json", field="max_new_tokens", value=d["max_tokens"],
+                           fix="Remove max_new_tokens from generation_config.json, or serve with --generation-config vllm.",
+                           source=src))
+    rest = {k: v for k, v in d.items() if k != "max_tokens"}
+    if rest:
+        out.append(Finding("runtime.sampling.defaults", Severity.INFO,
+                           f"vLLM {ver} makes these generation_config.json values the server's sampling defaults: "
+                           + ", ".join(f"{k}={v}" for k, v in sorted(rest.items())),
+                           file="generation_config.json", value=rest,
+                           fix="None needed if intended; --generation-config vllm ignores them.", source=src))
+    return out
+
+
+def _tokenizer(t: dict[str, Any], ver: str | None, target: Target) -> list[Finding]:
+    src = _src(ver, "get_tokenizer / resolve_chat_template / safe_apply_chat_template")
+    if not t:
+        return []
+    if not t.get("ok"):
+        return [Finding("runtime.tokenizer.load_failed", Severity.ERROR,
+                        f"vLLM {ver} cannot build the tokenizer: {t.get('error')}", file="tokenizer_config.json",
+                        value=t.get("error"), fix="Ship the tokenizer files of the same revision (tokenizer.json or "
+                                                  "tokenizer.model).", source=src)]
+    sev = _serve_severity(target)
+    tfile = "tokenizer_config.json"
+    if not t.get("chat_template"):
+        return [Finding("runtime.chat_template.missing", sev,
+                        f"vLLM {ver} resolves no chat template: the chat endpoint rejects every request "
+                        "('default chat template is no longer allowed')", file=tfile, field="chat_template",
+                        fix="Add chat_template.jinja, or serve completions only (--serve completion).", source=src)]
+    r = t.get("renders") or {}
+    out = []
+    failed = {k: v.get("error") for k, v in r.items() if not v.get("ok")}
+    if failed and all(not v.get("ok") for k, v in r.items() if not k.startswith("system")):
+        out.append(Finding("runtime.chat_template.render_failed", sev,
+                           f"vLLM {ver} cannot render a conversation with the chat template: "
+                           f"{next(iter(failed.values()))}", file=tfile, field="chat_template", value=failed,
+                           fix="Fix the template, or replace it with the base model's.", source=src))
+        return out
+    if any(k.startswith("system") for k in failed):
+        out.append(Finding("runtime.chat_template.rejects_system", Severity.INFO if sev == Severity.INFO else Severity.WARNING,
+                           f"vLLM {ver} rejects a conversation with a system message (HTTP 400): "
+                           f"{failed.get('system+user') or failed.get('system+user+gen')}",
+                           file=tfile, field="chat_template", value=failed,
+                           fix="Fold the system text into the first user turn in the template.", source=src))
+    u, ug = r.get("user") or {}, r.get("user+gen") or {}
+    if u.get("ok") and ug.get("ok") and u.get("text") == ug.get("text"):
+        out.append(Finding("runtime.chat_template.no_generation_prompt",
+                           Severity.INFO if sev == Severity.INFO else Severity.WARNING,
+                           (f"vLLM {ver} renders the same prompt with and without add_generation_prompt: the template "
+                            "never opens the assistant's turn, so the model continues the user's text"),
+                           file=tfile, field="chat_template", value=u.get("text", "")[-200:],
+                           fix="Add the {% if add_generation_prompt %} branch that opens the assistant turn.",
+                           source=src))
+    term, stops = t.get("turn_terminator"), t.get("stop_token_ids") or []
+    if term and term[1] not in stops:
+        out.append(Finding("runtime.chat.turn_terminator_not_stop", sev,
+                           (f"vLLM {ver} stops on {stops} (tokenizer eos + generation config eos ids), but the chat "
+                            f"template ends every turn with {term[0]} (id {term[1]}): chat replies never stop"),
+                           file="generation_config.json", field="eos_token_id", value=stops,
+                           fix=f"Add {term[1]} to generation_config.json eos_token_id; `modelyard patch` does this.",
+                           source=_src(ver, "SamplingParams.update_from_generation_config")))
+    return out
+
+
+def _weights(w: dict[str, Any], ver: str | None) -> list[Finding]:
+    src = _src(ver, "DefaultModelLoader._prepare_weights")
+    if not w:
+        return []
+    if not w.get("ok"):
+        return [Finding("runtime.weights.unusable", Severity.ERROR,
+                        f"vLLM {ver}'s default loader cannot pick the weight files: {w.get('error')}",
+                        file="model.safetensors.index.json", value=w.get("error"),
+                        fix="Ship every shard the index names (download again from the same revision).", source=src)]
+    out = []
+    if w.get("load_format") == "mistral":
+        out.append(Finding("runtime.weights.mistral_format", Severity.WARNING,
+                           (f"vLLM {ver} (--load-format auto) sees consolidated*.safetensors and loads the Mistral-"
+                            f"format set ({', '.join(w.get('files') or [])}), not the HF shards beside it: the folder "
+                            "carries two weight sets and the runtime picks by file name"),
+                           file=(w.get("files") or [None])[0], value=w.get("files"),
+                           fix="Ship one weight set: drop consolidated*.safetensors from the serving artifact (or the "
+                               "HF shards, for a Mistral-format model).", source=src))
+    if w.get("tensors_in_several_files_count"):
+        dup = w.get("tensors_in_several_files") or {}
+        name = next(iter(dup), None)
+        out.append(Finding("runtime.weights.tensor_in_several_files", Severity.WARNING,
+                           (f"{w['tensors_in_several_files_count']} tensor name(s) are stored in more than one of the "
+                            f"files vLLM {ver} reads (e.g. {name} in {', '.join(dup.get(name, []))}): the last file "
+                            "read wins, so the served weights depend on read order"),
+                           file=(dup.get(name) or [None])[-1], field=name, value=dup,
+                           fix="Keep each tensor in exactly one shard (regenerate the shards and the index).",
+                           source=src))
+    return out
+
+
+#: (hand-rule codes, runtime codes, what the pair judges): a disagreement is reported when one side fires alone.
+PAIRS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (("config.max_len.exceeds_derived",), ("runtime.model_config.max_model_len_refused",
+                                            "runtime.model_config.max_model_len_override"), "the context length"),
+    (("architecture.no_lm_head",), ("runtime.architecture.pooling_only", "runtime.architecture.not_generative",
+                                    "runtime.architecture.pooling_class"), "whether the architecture generates"),
+    (("config.generation_config.max_new_tokens",), ("runtime.sampling.max_tokens_default",), "the default max_tokens"),
+    (("tokenizer.chat_template.missing",), ("runtime.chat_template.missing",), "the chat template's presence"),
+    (("tokenizer.chat_template.no_system_role",), ("runtime.chat_template.rejects_system",), "system messages"),
+    (("tokenizer.stop_tokens.missing_turn_terminator",), ("runtime.chat.turn_terminator_not_stop",),
+     "whether chat turns stop"),
+    (("tokenizer.load_failed", "tokenizer.files.missing"), ("runtime.tokenizer.load_failed",), "the tokenizer"),
+    (("safetensors.index.missing_shard",), ("runtime.weights.unusable",), "the weight files"),
+    (("safetensors.index.duplicate_weight_set",), ("runtime.weights.mistral_format",), "a second weight set"),
+)
+
+
+def reconcile(hand: list[Finding], runtime: list[Finding], ver: str | None) -> list[Finding]:
+    """``runtime.disagrees.*`` (info) for each :data:`PAIRS` row where exactly one side has a finding above info."""
+    fired = {f.code for f in hand + runtime if f.severity != Severity.INFO}
+    if any(f.code == "runtime.unavailable" for f in runtime):
+        return []
+    out = []
+    for hcodes, rcodes, what in PAIRS:
+        h = sorted(c for c in hcodes if c in fired)
+        r = sorted(c for c in rcodes if c in fired)
+        if bool(h) == bool(r):
+            continue
+        if h:
+            msg = (f"on {what}, the hand rule {h[0]} fires but vLLM {ver} raised nothing at startup: the rule covers "
+                   "what startup does not check (the load, other vLLM versions, other loaders), so both stay in the "
+                   "report; the real-load differential test decides which is right for this version")
+        else:
+            msg = (f"on {what}, vLLM {ver} decides {r[0]} where no hand rule fired: the runtime's decision holds for "
+                   f"vLLM {ver}; the hand rules judge other versions (--vllm-version)")
+        out.append(Finding(f"runtime.disagrees.{(h or r)[0]}", Severity.INFO, msg, value={"hand": h, "runtime": r},
+                           fix="None needed: read the two findings named here.", source="modelyard runtime oracle"))
+    return out

@@ -1,0 +1,1 @@
+"""Moving artifacts: bundles (tar.zst), the HF cache, OCI registries, S3, signatures."""

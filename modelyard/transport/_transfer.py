@@ -1,0 +1,184 @@
+"""Helpers shared by the remote targets (:mod:`.oci`, :mod:`.s3`): what an artifact holds, how a
+pulled artifact is checked, and the temp-folder-then-rename that makes a pull all or nothing.
+
+Reuses the bundle's checks: :func:`bundle.bundle_meta` (the folder matches its ``manifest.json``;
+the files outside it are hashed, they are small) and :func:`unbundle._parse_contents` (a listing
+whose names are safe, whose ``content_digest`` matches its own file list, no duplicates).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable
+
+from modelyard.artifact.layout import MANIFEST
+from modelyard.errors import BundleError, HashMismatchError, PublishError
+from modelyard.transport.bundle import (
+    FORMAT,
+    VERSION,
+    bundle_meta,
+    dump_meta,
+    resolve_artifact,
+)
+from modelyard.transport.unbundle import (
+    BundleContents,
+    FolderSink,
+    _parse_contents,
+    _rmtree,
+    name_problem,
+)
+
+CHUNK = 4 * 1024 * 1024
+INDEX_NAME = "bundle.json"  # the bundle's index, reused by s3:// (files outside manifest.json, with sha256)
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    rel: str  # relative POSIX path inside the artifact
+    size: int  # bytes
+    sha256: str  # hex; for model/ files, manifest.json's entry (the custody chain)
+    path: Path
+
+
+@dataclass(frozen=True)
+class LocalArtifact:
+    root: Path
+    manifest_bytes: bytes
+    manifest: dict[str, Any]
+    files: tuple[LocalFile, ...]  # every file but manifest.json, sorted by path
+    index: dict[str, Any]  # the bundle.json dict: files outside manifest.json, manifest sha256, total
+
+    @property
+    def total_bytes(self) -> int:
+        return len(self.manifest_bytes) + sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    uri: str  # where it went: oci://host/repo@sha256:... or s3://bucket/prefix
+    files: int  # files published, manifest.json included
+    bytes: int
+    content_digest: str
+    digest: str | None = None  # OCI: the image manifest's digest
+    skipped: int = 0  # blobs the registry already held
+
+
+@dataclass(frozen=True)
+class PullResult:
+    path: Path
+    files: int
+    bytes: int
+    content_digest: str
+    signature_verified: bool | None = None  # None: no key given (or no model.sig and none required)
+
+
+def load_artifact(artifact: str | Path, home: Path | None = None) -> LocalArtifact:
+    """The artifact folder (path or store reference ``NAME[@REV]``), checked against its manifest."""
+    try:
+        root = resolve_artifact(artifact, home)
+        manifest_bytes = (root / MANIFEST).read_bytes()
+        meta, _dirs, expect = bundle_meta(root, manifest_bytes)
+    except BundleError as exc:
+        raise PublishError(exc.message, fix=exc.fix) from None
+    if INDEX_NAME in expect:
+        raise PublishError(f"{root} holds a {INDEX_NAME}; that name is reserved", fix="Rename or remove that file.")
+    files = tuple(LocalFile(rel, size, sha, root / rel) for rel, (size, sha) in sorted(expect.items()))
+    return LocalArtifact(root, manifest_bytes, json.loads(manifest_bytes), files, meta)
+
+
+def parse_listing(where: str, manifest_bytes: bytes, extras: Iterable[tuple[str, int, str]]) -> BundleContents:
+    """Check a remote artifact's listing: ``manifest.json`` (model/ files) plus the other files
+    (path, size, sha256). Refuses unsafe names, duplicates and a ``content_digest`` that does not
+    match the manifest's own file list. Returns every expected file (manifest.json excluded)."""
+    extras = sorted(extras)
+    meta = {"format": FORMAT, "version": VERSION, "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+            "files": [{"path": p, "size": s, "sha256": h} for p, s, h in extras], "total_bytes": 0}
+    try:
+        listed = json.loads(manifest_bytes)
+        meta["total_bytes"] = sum(int(f["size"]) for f in listed["files"]) + sum(s for _, s, _ in extras)
+    except (ValueError, KeyError, TypeError):
+        raise PublishError(f"{where}: manifest.json is not a modelyard manifest (files[] of path, size, sha256)",
+                           fix="Pull an artifact published by `modelyard publish`.") from None
+    return check_index(where, manifest_bytes, dump_meta(meta))
+
+
+def check_index(where: str, manifest_bytes: bytes, index_bytes: bytes) -> BundleContents:
+    try:
+        return _parse_contents(where, manifest_bytes, index_bytes)
+    except BundleError as exc:
+        raise PublishError(exc.message, fix="Do not use this copy: publish the artifact again with "
+                                            "`modelyard publish`, then pull again.") from None
+
+
+def check_rel(where: str, rel: str) -> str:
+    problem = name_problem(rel)
+    if problem or rel in (MANIFEST, INDEX_NAME):
+        raise PublishError(f"{where}: refused the path {rel!r}: {problem or 'a reserved name'}",
+                           fix="Do not use this copy; it is not a safe modelyard artifact.")
+    return rel
+
+
+class Staging:
+    """A temp folder beside ``into`` (which must not exist), renamed to ``into`` by :meth:`commit`;
+    removed on any failure (use as a context manager)."""
+
+    def __init__(self, into: Path) -> None:
+        self.into = Path(into).expanduser().absolute()
+        if self.into.exists():
+            raise PublishError(f"{self.into} already exists", fix="Pass --into a folder that does not exist yet.")
+        try:
+            self.into.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.into.name}.pull-", dir=self.into.parent))
+        except OSError as exc:
+            raise PublishError(f"cannot create a folder beside {self.into}: {exc.strerror or exc}",
+                               fix="Check the permissions and free space of --into's parent.") from None
+        self.sink = FolderSink(self.tmp)
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:  # noqa: ANN001
+        if et is not None and self.tmp.exists():
+            _rmtree(self.tmp)
+
+    def put(self, rel: str, data: bytes) -> None:
+        dst = self.tmp / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        self.sink.put(rel, data)
+
+    def write(self, rel: str, chunks: Iterable[bytes], size: int, sha256: str, where: str) -> None:
+        """Stream ``chunks`` into ``rel``, hashing as it goes; the file is kept only when its size
+        and sha256 match (:class:`HashMismatchError` names the file otherwise)."""
+        h = hashlib.sha256()
+        n = 0
+        fh: BinaryIO = self.sink.open(rel)
+        try:
+            for chunk in chunks:
+                h.update(chunk)
+                fh.write(chunk)
+                n += len(chunk)
+                if n > size:
+                    break
+        except BaseException:
+            fh.close()
+            raise
+        if n != size or h.hexdigest() != sha256:
+            fh.close()
+            got = f"{n} bytes" if n != size else f"sha256 {h.hexdigest()}"
+            raise HashMismatchError(f"{where}: {rel} differs from what the artifact records: got {got}, expected "
+                                    f"{size} bytes with sha256 {sha256}; nothing was written to {self.into}",
+                                    fix="The remote copy is corrupt or was tampered with: publish the artifact again "
+                                        "from a trusted store, then pull again.")
+        self.sink.commit(rel, fh, sha256, None)
+
+    def commit(self) -> Path:
+        os.chmod(self.tmp, 0o755)
+        os.rename(self.tmp, self.into)
+        return self.into
+
+

@@ -1,0 +1,259 @@
+"""bundle: an artifact as one deterministic ``.tar.zst``, for sites without a network.
+
+The format (version 1), which :mod:`modelyard.transport.unbundle` reads back:
+
+- **tar, PAX format** (``tarfile.PAX_FORMAT``: plain ustar headers, plus a PAX record only for a
+  path longer than 100 bytes or a file over 8 GiB). Every member has ``mtime`` 0, uid/gid 0, empty
+  uname/gname, mode 0644 (files) or 0755 (directories). No links, devices or FIFOs, ever.
+- **members in this order**: ``manifest.json`` (the artifact's manifest, byte for byte), then
+  ``bundle.json`` (below), then every directory and file of the artifact sorted by path.
+- **``bundle.json``**, compact JSON with sorted keys: ``format`` ("modelyard-bundle"), ``version``
+  (1), ``manifest_sha256``, ``files`` (path, size, sha256 of every file that ``manifest.json`` does
+  not list: report.json, report.md, serve/..., patches.json, ...), and ``total_bytes`` (the bytes of
+  every file member after ``bundle.json``). With the manifest's per-file entries for ``model/``,
+  every extracted byte has a SHA256 to match.
+- **zstd**: one frame, multithreaded (the output of zstd's multithreaded mode does not depend on
+  the number of threads), with a content checksum, so a flipped byte anywhere in the stream
+  (tar headers and padding included) fails.
+
+The bundle is written to ``.<name>.<random>.partial`` beside the output and renamed at the end; each
+file is read once, streamed through tarfile headers into the zstd writer, and its SHA256 computed on
+the way and compared with the manifest (a changed file fails the bundle instead of shipping it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import zstandard
+
+from modelyard import progress
+from modelyard.artifact.layout import MANIFEST
+from modelyard.errors import BundleError, StoreError
+from modelyard.settings import Settings
+
+FORMAT = "modelyard-bundle"
+VERSION = 1
+TAR_FORMAT = tarfile.PAX_FORMAT
+BLOCK = tarfile.BLOCKSIZE  # 512
+RECORD = tarfile.RECORDSIZE  # 20 blocks: the archive is padded to a multiple of this
+CHUNK = 4 * 1024 * 1024  # bytes per read
+DEFAULT_LEVEL = 3
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    path: Path
+    bytes_in: int  # bytes of every file member (manifest.json and bundle.json included)
+    bytes_out: int  # size of the .tar.zst
+    files: int
+    content_digest: str
+
+
+def resolve_artifact(ref: str | Path, home: Path | None = None) -> Path:
+    """An artifact folder from a path (a folder holding ``manifest.json``) or a store reference
+    ``NAME[@REVISION]`` under ``home`` (default: ``MODELYARD_HOME``). Raises :class:`BundleError`."""
+    p = Path(ref).expanduser()
+    if (p / MANIFEST).is_file():
+        return p.absolute()
+    if p.exists():
+        raise BundleError(f"{p} is not an artifact folder (no manifest.json)",
+                          fix="Point at <store>/<name>/<revision>, the folder that holds manifest.json and model/.")
+
+    store = Path(home) if home is not None else Settings().store_dir()
+    name, _, rev = str(ref).partition("@")
+    if not name or "/" in name:
+        raise BundleError(f"{ref!r} is neither an artifact folder nor a store reference NAME[@REVISION]",
+                          fix="Pass the artifact folder's path, or NAME@REVISION of an artifact in MODELYARD_HOME.")
+    if rev:
+        cand = store / name / rev
+        if (cand / MANIFEST).is_file():
+            return cand
+        raise BundleError(f"the store {store} holds no artifact {name}@{rev}",
+                          fix="List <store>/<name>/ for its revisions, or set MODELYARD_HOME.")
+    revs = sorted(d.name for d in (store / name).glob("*") if (d / MANIFEST).is_file())
+    if len(revs) == 1:
+        return store / name / revs[0]
+    if not revs:
+        raise BundleError(f"the store {store} holds no artifact named {name!r}",
+                          fix="Check the name (a folder under MODELYARD_HOME) or pass the artifact folder's path.")
+    raise BundleError(f"the store {store} holds {len(revs)} revisions of {name}: {', '.join(revs)}",
+                      fix=f"Pick one: {name}@{revs[0]}.")
+
+
+def header(name: str, size: int = 0, *, is_dir: bool = False) -> bytes:
+    """The tar header block(s) of one member, with the fixed metadata of the format."""
+    ti = tarfile.TarInfo(name)
+    ti.type = tarfile.DIRTYPE if is_dir else tarfile.REGTYPE
+    ti.size = 0 if is_dir else size
+    ti.mode = 0o755 if is_dir else 0o644
+    ti.mtime = 0
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    return ti.tobuf(TAR_FORMAT, "utf-8", "strict")
+
+
+def _pad(n: int) -> bytes:
+    return b"\0" * (-n % BLOCK)
+
+
+def _scan(root: Path) -> tuple[list[str], dict[str, int]]:
+    """Directories and files (relative POSIX paths, sizes in bytes) of ``root``; refuses links and
+    special files, which a bundle never carries."""
+    dirs: list[str] = []
+    files: dict[str, int] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in sorted(dirnames + filenames):
+            full = Path(dirpath, n)
+            rel = full.relative_to(root).as_posix()
+            st = full.lstat()
+            if full.is_symlink():
+                raise BundleError(f"{root}: {rel} is a symbolic link; a bundle carries regular files only",
+                                  fix="Replace the link with the file it points to, or remove it.")
+            if n in dirnames:
+                dirs.append(rel)
+            elif full.is_file():
+                files[rel] = st.st_size
+            else:
+                raise BundleError(f"{root}: {rel} is not a regular file (a FIFO, socket or device)",
+                                  fix="Remove it from the artifact folder.")
+    return dirs, files
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def bundle_meta(root: Path, manifest_bytes: bytes) -> tuple[dict[str, Any], list[str], dict[str, tuple[int, str]]]:
+    """(bundle.json dict, directories, {file: (size, expected sha256)}) for the artifact ``root``.
+
+    Checks the folder against its manifest: every ``manifest.json`` file present with its size,
+    every ``model/`` file listed. Files outside the manifest are hashed here (they are small)."""
+    try:
+        manifest = json.loads(manifest_bytes)
+        listed = {f["path"]: (int(f["size"]), str(f["sha256"])) for f in manifest["files"]}
+    except (ValueError, KeyError, TypeError):
+        raise BundleError(f"{root}/manifest.json is not a modelyard manifest (no files[] with path, size, sha256)",
+                          fix="Bundle an artifact written by modelyard ingest.") from None
+    dirs, files = _scan(root)
+    if "bundle.json" in files:
+        raise BundleError(f"{root} holds a bundle.json; that name is reserved for the bundle's index",
+                          fix="Rename or remove that file.")
+    problems = [f"{p} is listed in manifest.json but missing" for p in listed if p not in files]
+    problems += [f"{p} has {files[p]} bytes, manifest.json says {size}"
+                 for p, (size, _) in listed.items() if p in files and files[p] != size]
+    problems += [f"{p} is in model/ but not listed in manifest.json" for p in files
+                 if p.startswith("model/") and p not in listed]
+    if problems:
+        raise BundleError(f"{root} does not match its manifest.json: " + "; ".join(problems[:5]),
+                          fix=f"Run `modelyard verify {root}`; re-ingest the model if the artifact was changed.")
+    expect = {p: listed[p] for p in files if p in listed}
+    extras = []
+    for p in sorted(files):
+        if p in listed or p == MANIFEST:
+            continue
+        sha = _sha256(root / p)
+        extras.append({"path": p, "size": files[p], "sha256": sha})
+        expect[p] = (files[p], sha)
+    meta = {"format": FORMAT, "version": VERSION, "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+            "files": extras, "total_bytes": sum(s for s, _ in expect.values())}
+    return meta, dirs, expect
+
+
+def dump_meta(meta: dict[str, Any]) -> bytes:
+    """The canonical bytes of ``bundle.json`` (a reader re-serializes and compares)."""
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def bundle_artifact(artifact: str | Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: int = -1,
+                    home: Path | None = None) -> BundleResult:
+    """Write the artifact (folder or store reference ``NAME[@REV]``) as the bundle ``out``.
+
+    ``threads``: zstd workers (-1: one per CPU; always multithreaded mode, so that the output does
+    not depend on the machine). Raises :class:`BundleError` when the folder does not match its
+    manifest (a file changed, added or missing), :class:`StoreError` when writing fails."""
+    root = resolve_artifact(artifact, home)
+    out = Path(out).expanduser().absolute()
+    manifest_bytes = (root / MANIFEST).read_bytes()
+    meta, dirs, expect = bundle_meta(root, manifest_bytes)
+    meta_bytes = dump_meta(meta)
+    members = sorted([(d, True) for d in dirs] + [(f, False) for f in expect])
+
+    tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.partial"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "xb") as fh:
+            cctx = zstandard.ZstdCompressor(level=level, threads=max(threads, 1) if threads != -1 else -1,
+                                            write_checksum=True)
+            with cctx.stream_writer(fh, closefd=False) as zw, \
+                    progress.task(f"bundling {root.name}", total=meta["total_bytes"]) as adv:
+                n = _write_member(zw, MANIFEST, manifest_bytes)
+                n += _write_member(zw, "bundle.json", meta_bytes)
+                buf = bytearray(CHUNK)
+                for rel, is_dir in members:
+                    if is_dir:
+                        n += _write_member(zw, rel, b"", is_dir=True)
+                    else:
+                        size, sha = expect[rel]
+                        n += _stream_file(zw, root, rel, size, sha, buf, adv)
+                zw.write(b"\0" * (2 * BLOCK))  # end of archive
+                n += 2 * BLOCK
+                zw.write(b"\0" * (-n % RECORD))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write the bundle {out}: {exc.strerror or exc}",
+                         fix="Check the output folder's permissions and free space.") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return BundleResult(out, len(manifest_bytes) + len(meta_bytes) + meta["total_bytes"], out.stat().st_size,
+                        len(expect) + 2, json.loads(manifest_bytes).get("content_digest", ""))
+
+
+def _write_member(zw: BinaryIO, name: str, data: bytes, *, is_dir: bool = False) -> int:
+    hdr = header(name, len(data), is_dir=is_dir)
+    pad = _pad(len(data))
+    zw.write(hdr + data + pad)
+    return len(hdr) + len(data) + len(pad)
+
+
+def _stream_file(zw: BinaryIO, root: Path, rel: str, size: int, sha: str, buf: bytearray, adv) -> int:  # noqa: ANN001
+    """Header, then the file in 4 MiB reads, each hashed and compressed once; then padding."""
+    hdr = header(rel, size)
+    zw.write(hdr)
+    h = hashlib.sha256()
+    mv = memoryview(buf)
+    left = size
+    with open(root / rel, "rb", buffering=0) as fh:
+        while left:
+            k = fh.readinto(mv[:min(CHUNK, left)])
+            if not k:
+                break
+            zw.write(mv[:k])
+            h.update(mv[:k])
+            left -= k
+            adv(k)
+        grew = bool(fh.read(1))
+    if left or grew:
+        raise BundleError(f"{root / rel} changed size while bundling (expected {size} bytes)",
+                          fix="Do not modify the artifact while bundling it; bundle again.")
+    if h.hexdigest() != sha:
+        raise BundleError(f"{root / rel}: sha256 {h.hexdigest()} differs from {sha}, the digest the artifact records",
+                          fix=f"The artifact is corrupt: run `modelyard verify {root}` and re-ingest the model.")
+    pad = _pad(size)
+    zw.write(pad)
+    return len(hdr) + size + len(pad)

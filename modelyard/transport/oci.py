@@ -1,0 +1,463 @@
+"""oci: push an artifact to an OCI registry as a CNCF ModelPack artifact, and pull it back.
+
+One **raw layer per file** (no tar, no compression), so each layer's digest is the file's SHA256:
+``manifest.json``'s sha256 for ``model/x`` = the layer digest of ``model/x`` (the custody chain of
+DESIGN.md). The registry checks every blob's digest on upload, so a file that changed since it was
+hashed is refused there, and each byte is read once (never hashed again here).
+
+- ``artifactType`` ``application/vnd.cncf.model.manifest.v1+json``; config blob
+  ``application/vnd.cncf.model.config.v1+json`` (ModelPack config schema: descriptor, config with
+  architecture/format/paramSize/precision/quantization, modelfs.diffIds = the layer digests);
+- layers: ``application/vnd.cncf.model.weight.v1.raw`` (weights: ``*.safetensors``, ...),
+  ``application/vnd.cncf.model.weight.config.v1.raw`` (the rest of ``model/``: config, tokenizer,
+  chat template, safetensors index), ``application/vnd.cncf.model.doc.v1.raw`` (``manifest.json``,
+  reports, ``serve/``, ``model.sig``, patches, ...); each annotated with
+  ``org.opencontainers.image.title`` (and ModelPack's ``org.cncf.model.filepath``) = the relative path;
+- manifest annotations: ``org.opencontainers.image.{title,version,revision,source,created}`` and
+  ``dev.modelyard.{content-digest,source.commit,quantization}``.
+
+Files over ``chunk_size`` (16 MiB) go up in chunks (POST, PATCH per chunk, PUT), the rest in one
+PUT. Pull fetches the manifest, checks every layer title (no ``..``, no absolute path) and that the
+layers are exactly manifest.json's files (same sha256) plus the others, streams each blob to a temp
+folder while hashing it and renames the folder into place when everything matched.
+
+Registries on 127.0.0.1/localhost are spoken to in plain HTTP (``insecure``); others over HTTPS.
+Credentials come from ``MODELYARD_REGISTRY_USER``/``MODELYARD_REGISTRY_PASSWORD`` and never appear
+in messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelyard import progress
+from modelyard.artifact.layout import MANIFEST
+from modelyard.errors import HashMismatchError, PublishError
+from modelyard.model.checkpoint import read_safetensors_header
+from modelyard.settings import Settings
+from modelyard.transport._transfer import (
+    LocalArtifact,
+    PublishResult,
+    PullResult,
+    Staging,
+    check_rel,
+    load_artifact,
+    parse_listing,
+)
+from modelyard.transport.signing import verify_signature
+
+ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
+CONFIG_MEDIA_TYPE = "application/vnd.cncf.model.config.v1+json"
+WEIGHT_RAW = "application/vnd.cncf.model.weight.v1.raw"
+WEIGHT_CONFIG_RAW = "application/vnd.cncf.model.weight.config.v1.raw"
+DOC_RAW = "application/vnd.cncf.model.doc.v1.raw"
+MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+TITLE = "org.opencontainers.image.title"
+FILEPATH = "org.cncf.model.filepath"
+DEFAULT_CHUNK = 16 * 1024 * 1024
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+_REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_FIX_REF = "Write it as oci://HOST[:PORT]/REPO[:TAG] (or @sha256:DIGEST to pull), e.g. oci://127.0.0.1:5000/models/tiny:v1."
+
+
+@dataclass(frozen=True)
+class OciRef:
+    host: str  # host[:port]
+    repo: str
+    tag: str | None
+    digest: str | None
+
+    @property
+    def reference(self) -> str | None:
+        return self.digest or self.tag
+
+    def __str__(self) -> str:
+        ref = f"@{self.digest}" if self.digest else f":{self.tag}" if self.tag else ""
+        return f"oci://{self.host}/{self.repo}{ref}"
+
+
+def parse_oci_ref(uri: str) -> OciRef:
+    """``oci://host[:port]/repo[:tag|@sha256:...]`` → :class:`OciRef`; raises :class:`PublishError`."""
+    if not uri.startswith("oci://"):
+        raise PublishError(f"{uri!r} is not an oci:// reference", fix=_FIX_REF)
+    rest = uri[len("oci://"):]
+    host, _, path = rest.partition("/")
+    if not host or not path or "@" in host:
+        raise PublishError(f"{uri!r} has no registry host or repository (credentials do not belong in the URI)",
+                           fix=_FIX_REF)
+    digest = tag = None
+    if "@" in path:
+        path, _, digest = path.partition("@")
+        if not _DIGEST_RE.match(digest):
+            raise PublishError(f"{uri!r}: {digest!r} is not a sha256 digest", fix=_FIX_REF)
+    last = path.rsplit("/", 1)[-1]
+    if ":" in last:
+        path, _, tag = path.rpartition(":")
+        if not _TAG_RE.match(tag):
+            raise PublishError(f"{uri!r}: {tag!r} is not a valid tag (letters, digits, . _ -; up to 128)", fix=_FIX_REF)
+    if not _REPO_RE.match(path):
+        raise PublishError(f"{uri!r}: {path!r} is not a valid repository name (lowercase letters, digits, "
+                           "separators . _ - and /)", fix=_FIX_REF)
+    return OciRef(host, path, tag, digest)
+
+
+def media_type(rel: str) -> str:
+    """The ModelPack layer media type of the artifact file ``rel``."""
+    if rel.startswith("model/"):
+        return WEIGHT_RAW if rel.endswith(WEIGHT_SUFFIXES) else WEIGHT_CONFIG_RAW
+    return DOC_RAW
+
+
+def _is_loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    return name in ("localhost", "[::1]") or name.startswith("127.")
+
+
+def _client(ref: OciRef, insecure: bool | None, settings: Any):  # noqa: ANN202
+    import oras.client  # noqa: PLC0415 - heavy: oras, imported on first use
+    import requests  # noqa: PLC0415 - heavy: requests, imported on first use
+
+    insecure = _is_loopback(ref.host) if insecure is None else insecure
+    client = oras.client.OrasClient(hostname=ref.host, insecure=insecure)
+    creds = settings.registry_credentials() if settings is not None else None
+    if creds is not None:
+        client.auth.set_basic_auth(*creds)
+    scheme = "http" if insecure else "https"
+    try:  # fail fast: oras retries a refused connection for about two minutes
+        r = client.session.get(f"{scheme}://{ref.host}/v2/", timeout=10)
+    except requests.exceptions.SSLError:
+        raise PublishError(f"oci://{ref.host}: TLS handshake failed",
+                           fix="Use a registry with a valid certificate (plain HTTP is used for 127.0.0.1 and localhost "
+                               "only).") from None
+    except requests.exceptions.RequestException as exc:
+        raise PublishError(f"oci://{ref.host}: the registry cannot be reached ({type(exc).__name__})",
+                           fix="Check the host and port, and that the registry is running.") from None
+    if r.status_code not in (200, 401):
+        raise PublishError(f"oci://{ref.host}/v2/ answered HTTP {r.status_code}; it does not look like an OCI registry",
+                           fix="Point at the registry's host:port (the one that serves /v2/).")
+    return client
+
+
+def _check(r, what: str, ref: OciRef, *, fix: str | None = None) -> None:  # noqa: ANN001
+    if r.status_code in (200, 201, 202):
+        return
+    codes = ""
+    try:
+        errs = r.json().get("errors") or []
+        codes = ", ".join(f"{e.get('code')}: {e.get('message')}" for e in errs if isinstance(e, dict))
+    except ValueError:
+        pass
+    if r.status_code in (401, 403):
+        fix = fix or "Set MODELYARD_REGISTRY_USER and MODELYARD_REGISTRY_PASSWORD for this registry."
+    raise PublishError(f"{ref}: the registry refused {what}: HTTP {r.status_code}" + (f" ({codes})" if codes else ""),
+                       fix=fix or "Check the registry's logs and free space, then publish again.")
+
+
+def model_config(art: LocalArtifact, diff_ids: list[str]) -> dict[str, Any]:
+    """The ModelPack config (``application/vnd.cncf.model.config.v1+json``) of the artifact."""
+    m = art.manifest
+    cfg: dict[str, Any] = {}
+    try:
+        cfg = json.loads((art.root / "model" / "config.json").read_text())
+    except (OSError, ValueError):
+        pass
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    quant = (m.get("quantization") or {}).get("scheme") or _hf_quant(cfg)
+    precision = text.get("dtype") or text.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype")
+    params = _param_count(art)
+    descriptor = {"name": m.get("name") or art.root.parent.name, "version": str(m.get("revision") or ""),
+                  "revision": str((m.get("source") or {}).get("commit") or m.get("revision") or "")}
+    if m.get("created_at"):
+        descriptor["createdAt"] = m["created_at"].replace("+00:00", "Z")
+    if cfg.get("model_type"):
+        descriptor["family"] = str(cfg["model_type"])
+    src = (m.get("source") or {}).get("uri")
+    if isinstance(src, str) and src.startswith(("https://", "http://", "hf://")):
+        descriptor["sourceURL"] = src
+    config: dict[str, Any] = {"architecture": "transformer", "format": "safetensors"}
+    if params:
+        config["paramSize"] = _param_size(params)
+    if precision:
+        config["precision"] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(str(precision), str(precision))
+    if quant:
+        config["quantization"] = str(quant)
+    tc = {k: v for k, v in (("numLayers", text.get("num_hidden_layers")),
+                             ("numAttentionHeads", text.get("num_attention_heads")),
+                             ("numKVHeads", text.get("num_key_value_heads") or text.get("num_attention_heads")),
+                             ("hiddenSize", text.get("hidden_size")),
+                             ("intermediateSize", text.get("intermediate_size"))) if isinstance(v, int) and v > 0}
+    if tc:
+        heads, kv = tc.get("numAttentionHeads"), tc.get("numKVHeads")
+        if heads and kv:
+            tc["attentionType"] = "mha" if heads == kv else "gqa"
+        tc["mlpType"] = "moe" if any(k in text for k in ("num_experts", "num_local_experts", "n_routed_experts")) else "dense"
+        config["transformerConfig"] = tc
+    return {"descriptor": descriptor, "config": config, "modelfs": {"type": "layers", "diffIds": diff_ids}}
+
+
+def _hf_quant(cfg: dict[str, Any]) -> str | None:
+    q = cfg.get("quantization_config")
+    if isinstance(q, dict):
+        return str(q.get("quant_method") or q.get("format") or "") or None
+    return None
+
+
+def _param_count(art: LocalArtifact) -> int | None:
+    """Parameters from the safetensors headers (header only, no weight bytes read)."""
+
+    total = 0
+    for f in art.files:
+        if f.rel.startswith("model/") and f.rel.endswith(".safetensors"):
+            try:
+                for t in read_safetensors_header(f.path).tensors.values():
+                    n = 1
+                    for d in t.shape:
+                        n *= d
+                    total += n
+            except (ValueError, OSError):
+                return None
+    return total or None
+
+
+def _param_size(n: int) -> str:
+    for scale, letter in ((10**15, "Q"), (10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if n >= scale:
+            return f"{n / scale:.1f}".rstrip("0").rstrip(".") + letter
+    return str(n)
+
+
+def _annotations(art: LocalArtifact) -> dict[str, str]:
+    m = art.manifest
+    src = m.get("source") or {}
+    quant = (m.get("quantization") or {}).get("scheme")
+    out = {TITLE: str(m.get("name") or ""), "org.opencontainers.image.version": str(m.get("revision") or ""),
+           "org.opencontainers.image.revision": str(src.get("commit") or m.get("revision") or ""),
+           "org.opencontainers.image.source": str(src.get("uri") or ""),
+           "org.opencontainers.image.created": str(m.get("created_at") or ""),
+           "dev.modelyard.content-digest": str(m.get("content_digest") or ""),
+           "dev.modelyard.source.commit": str(src.get("commit") or ""),
+           "dev.modelyard.quantization": str(quant or "none")}
+    return {k: v for k, v in out.items() if v}
+
+
+def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
+                chunk_size: int = DEFAULT_CHUNK, home: Path | None = None) -> PublishResult:
+    """Push the artifact (folder or store reference ``NAME[@REV]``) to ``ref``
+    (``oci://host[:port]/repo[:tag]``; the tag defaults to the artifact's revision).
+
+    Raises :class:`PublishError` (exit 2) when the reference is malformed, the registry is unreachable
+    or refuses a blob (a file whose bytes no longer match its sha256 is refused by the registry's
+    digest check and named in the message)."""
+    if settings is None:
+
+        settings = Settings()
+    target = parse_oci_ref(ref)
+    if target.digest:
+        raise PublishError(f"{ref}: a push needs a tag, not a digest", fix=_FIX_REF)
+    art = load_artifact(artifact_dir, home)
+    if target.tag is None:
+        rev = str(art.manifest.get("revision") or "latest")
+        target = OciRef(target.host, target.repo, rev if _TAG_RE.match(rev) else "latest", None)
+    client = _client(target, insecure, settings)
+    container = client.get_container(f"{target.repo}:{target.tag}")
+    entries = [(MANIFEST, len(art.manifest_bytes), _sha(art.manifest_bytes), None)]
+    entries += [(f.rel, f.size, f.sha256, f.path) for f in art.files]
+    layers = [{"mediaType": media_type(rel), "digest": f"sha256:{sha}", "size": size,
+               "annotations": {TITLE: rel, FILEPATH: rel}} for rel, size, sha, _ in entries]
+    config_bytes = json.dumps(model_config(art, [lay["digest"] for lay in layers]), sort_keys=True,
+                              separators=(",", ":")).encode()
+    skipped = 0
+    with tempfile.TemporaryDirectory(prefix="modelyard-oci-") as td:
+        small = Path(td)
+        (small / MANIFEST).write_bytes(art.manifest_bytes)
+        (small / "config.json").write_bytes(config_bytes)
+        with progress.task(f"pushing to {target}", total=art.total_bytes + len(config_bytes)) as adv:
+            config_layer = {"mediaType": CONFIG_MEDIA_TYPE, "digest": f"sha256:{_sha(config_bytes)}",
+                            "size": len(config_bytes)}
+            skipped += _upload(client, container, small / "config.json", config_layer, "the ModelPack config blob",
+                               target, chunk_size)
+            adv(len(config_bytes))
+            for (rel, size, _sha256, path), layer in zip(entries, layers):
+                skipped += _upload(client, container, path or small / MANIFEST, layer, rel, target, chunk_size)
+                adv(size)
+        manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE, "artifactType": ARTIFACT_TYPE,
+                    "config": config_layer, "layers": layers, "annotations": _annotations(art)}
+        r = client.upload_manifest(manifest, container)
+        _check(r, "the image manifest", target)
+    digest = r.headers.get("Docker-Content-Digest") or ""
+    return PublishResult(uri=f"oci://{target.host}/{target.repo}:{target.tag}", files=len(entries),
+                         bytes=art.total_bytes, content_digest=str(art.manifest.get("content_digest", "")),
+                         digest=digest or None, skipped=skipped)
+
+
+def _upload(client, container, path: Path, layer: dict, what: str, ref: OciRef, chunk_size: int) -> int:  # noqa: ANN001
+    """Upload one blob unless the registry has it (returns 1 then). The registry checks the digest."""
+    import requests  # noqa: PLC0415 - heavy: requests, imported on first use
+
+    try:
+        if client.blob_exists(layer, container):
+            return 1
+        big = layer["size"] > chunk_size
+        r = (client.chunked_upload(str(path), container, layer, chunk_size=chunk_size) if big
+             else client.put_upload(str(path), container, layer))
+    except OSError as exc:
+        raise PublishError(f"{ref}: cannot read {what} ({exc.strerror or exc})",
+                           fix="Check that the artifact folder is readable.") from None
+    except (requests.exceptions.RequestException, ValueError) as exc:
+        raise PublishError(f"{ref}: uploading {what} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                           fix="Check the registry (running, free space), then publish again.") from None
+    if r.status_code == 400 and "DIGEST_INVALID" in r.text:
+        raise HashMismatchError(f"{ref}: the registry refused {what}: its bytes do not match sha256 "
+                                f"{layer['digest'][7:]} recorded in manifest.json",
+                                fix="The artifact changed after it was made: run `modelyard verify` on it and "
+                                    "re-ingest the model.")
+    _check(r, what, ref)
+    return 0
+
+
+def _sha(data: bytes) -> str:
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
+             insecure: bool | None = None) -> PullResult:
+    """Pull ``ref`` (``oci://host/repo:tag`` or ``@sha256:...``) into the new folder ``into``, checking
+    every blob's digest while streaming it; the folder appears only when everything matched.
+
+    With ``public_key`` the artifact's ``model.sig`` is verified after the download (and required).
+    Raises :class:`PublishError` (exit 2) for an unreachable registry, a missing tag, a manifest that is
+    not a modelyard ModelPack artifact or an unsafe layer title; :class:`HashMismatchError` (exit 1)
+    naming the file whose blob differs; :class:`~modelyard.errors.SignatureError` (exit 1)."""
+    if settings is None:
+
+        settings = Settings()
+    src = parse_oci_ref(ref)
+    if src.reference is None:
+        raise PublishError(f"{ref}: say which version to pull", fix=_FIX_REF)
+    client = _client(src, insecure, settings)
+    container = client.get_container(f"{src.repo}@{src.digest}" if src.digest else f"{src.repo}:{src.tag}")
+    manifest = _get_manifest(client, container, src)
+    layers = _check_layers(manifest, src)
+    by_rel = {lay[TITLE]: lay for lay in layers}
+    if MANIFEST not in by_rel:
+        raise PublishError(f"{src}: no layer titled manifest.json; not a modelyard artifact",
+                           fix="Pull an artifact pushed by `modelyard publish`.")
+    total = sum(lay["size"] for lay in layers)
+    with Staging(into) as st, progress.task(f"pulling {src}", total=total) as adv:
+        mlay = by_rel[MANIFEST]
+        manifest_bytes = b"".join(_blob_chunks(client, container, mlay, MANIFEST, src))
+        if _sha(manifest_bytes) != mlay["digest"][7:] or len(manifest_bytes) != mlay["size"]:
+            raise HashMismatchError(f"{src}: manifest.json's blob differs from its layer digest {mlay['digest']}",
+                                    fix="The registry's copy is corrupt: publish the artifact again.")
+        adv(len(manifest_bytes))
+        others = [(rel, lay["size"], lay["digest"][7:]) for rel, lay in by_rel.items()
+                  if rel != MANIFEST and not rel.startswith("model/")]
+        contents = parse_listing(str(src), manifest_bytes, others)
+        expected = contents.files
+        layered = {rel for rel in by_rel if rel != MANIFEST}
+        for rel in sorted(layered | set(expected)):
+            if rel not in expected:
+                raise PublishError(f"{src}: layer {rel!r} is not listed in manifest.json",
+                                   fix="Do not use this copy; publish the artifact again with `modelyard publish`.")
+            if rel not in layered:
+                raise PublishError(f"{src}: {rel} is listed in manifest.json but has no layer",
+                                   fix="The push was incomplete: publish the artifact again.")
+            exp, lay = expected[rel], by_rel[rel]
+            if lay["digest"] != f"sha256:{exp.sha256}" or lay["size"] != exp.size:
+                raise HashMismatchError(f"{src}: the layer of {rel} has digest {lay['digest']} ({lay['size']} bytes), "
+                                        f"manifest.json records sha256:{exp.sha256} ({exp.size} bytes)",
+                                        fix="The registry's copy does not match the artifact's manifest: publish again.")
+        st.put(MANIFEST, manifest_bytes)
+        for rel in sorted(expected):
+            exp = expected[rel]
+
+            def chunks(rel: str = rel):  # noqa: ANN202
+                for c in _blob_chunks(client, container, by_rel[rel], rel, src):
+                    adv(len(c))
+                    yield c
+
+            st.write(rel, chunks(), exp.size, exp.sha256, str(src))
+        verified = _verify_sig(st.tmp, public_key)
+        path = st.commit()
+    return PullResult(path, len(expected) + 1, total, str(contents.manifest.get("content_digest", "")), verified)
+
+
+def _verify_sig(root: Path, public_key: Path | str | None) -> bool | None:
+    if public_key is None:
+        return None
+
+    verify_signature(root, public_key=public_key)
+    return True
+
+
+def _get_manifest(client, container, src: OciRef) -> dict[str, Any]:  # noqa: ANN001
+    import requests  # noqa: PLC0415 - heavy: requests, imported on first use
+
+    url = f"{client.prefix}://{container.manifest_url()}"
+    try:
+        r = client.do_request(url, "GET", headers={"Accept": MANIFEST_MEDIA_TYPE})
+    except (requests.exceptions.RequestException, ValueError) as exc:
+        raise PublishError(f"{src}: cannot read the manifest ({type(exc).__name__})",
+                           fix="Check that the registry is running.") from None
+    if r.status_code == 404:
+        raise PublishError(f"{src}: the registry has no such repository or tag",
+                           fix="Check the repository and tag (`modelyard publish` prints them).")
+    _check(r, "to serve the manifest", src)
+    if src.digest and _sha(r.content) != src.digest[7:]:
+        raise HashMismatchError(f"{src}: the manifest the registry served does not have the digest asked for",
+                                fix="Do not trust this registry's copy.")
+    try:
+        return r.json()
+    except ValueError:
+        raise PublishError(f"{src}: the manifest is not JSON", fix="Pull an artifact pushed by `modelyard publish`.") from None
+
+
+def _check_layers(manifest: dict[str, Any], src: OciRef) -> list[dict[str, Any]]:
+    if manifest.get("artifactType") != ARTIFACT_TYPE and (manifest.get("config") or {}).get("mediaType") != CONFIG_MEDIA_TYPE:
+        raise PublishError(f"{src}: not a ModelPack model artifact (artifactType {manifest.get('artifactType')!r})",
+                           fix="Pull an artifact pushed by `modelyard publish`.")
+    out = []
+    seen: set[str] = set()
+    for i, lay in enumerate(manifest.get("layers") or []):
+        ann = lay.get("annotations") or {}
+        rel = ann.get(TITLE)
+        if not isinstance(rel, str):
+            raise PublishError(f"{src}: layer {i} has no {TITLE} annotation", fix="Pull an artifact pushed by `modelyard publish`.")
+        if rel != MANIFEST:
+            check_rel(str(src), rel)
+        if rel in seen:
+            raise PublishError(f"{src}: two layers are titled {rel!r}", fix="Do not use this copy.")
+        seen.add(rel)
+        digest, size = lay.get("digest"), lay.get("size")
+        if not isinstance(digest, str) or not _DIGEST_RE.match(digest) or not isinstance(size, int) or size < 0:
+            raise PublishError(f"{src}: layer {rel!r} has no sha256 digest or size", fix="Do not use this copy.")
+        out.append({**lay, TITLE: rel})
+    return out
+
+
+def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef):  # noqa: ANN001, ANN202
+    import requests  # noqa: PLC0415 - heavy: requests, imported on first use
+
+    try:
+        with client.get_blob(container, layer["digest"], stream=True) as r:
+            if r.status_code != 200:
+                raise PublishError(f"{src}: the registry has no blob for {rel} ({layer['digest']}): HTTP {r.status_code}",
+                                   fix="The push was incomplete or the blob was deleted: publish the artifact again.")
+            yield from r.iter_content(chunk_size=1 << 20)
+    except requests.exceptions.RequestException as exc:
+        raise PublishError(f"{src}: downloading {rel} failed ({type(exc).__name__})",
+                           fix="Check the registry and the network, then pull again.") from None
+
+
+__all__ = ["publish_oci", "pull_oci", "parse_oci_ref", "media_type", "model_config", "OciRef",
+           "ARTIFACT_TYPE", "CONFIG_MEDIA_TYPE", "WEIGHT_RAW", "WEIGHT_CONFIG_RAW", "DOC_RAW"]
+

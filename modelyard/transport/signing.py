@@ -1,0 +1,181 @@
+"""signing: an OpenSSF model-signing bundle over an artifact's ``model/`` (``model.sig``).
+
+``model.sig`` sits beside ``model/`` in the artifact (DESIGN.md, "The artifact"). It is a Sigstore
+bundle whose payload is an in-toto statement listing every file of ``model/`` with its SHA256
+(PyPI ``model-signing`` 1.1.1, file serialization). Key-based signing uses an elliptic-curve private
+key (PEM); verification uses the matching public key, or a certificate chain (``trust_root``) for
+certificate-based signatures, or a Sigstore identity + OIDC issuer for keyless signatures (see the
+README). A file changed, added or removed in ``model/`` fails verification with
+:class:`~modelyard.errors.SignatureError` naming it.
+
+The manifest's per-file SHA256 and the signature's digests are computed independently: the
+signature is a second, key-bound opinion on the same bytes, not derived from ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelyard.artifact.layout import SIGNATURE
+from modelyard.errors import SignatureError, SigningKeyError
+
+SIGNATURE_NAME = SIGNATURE
+
+
+@dataclass(frozen=True)
+class SignResult:
+    artifact: Path
+    signature: Path
+    method: str  # "key", "certificate" or "sigstore"
+
+
+@dataclass(frozen=True)
+class VerifySignatureResult:
+    artifact: Path
+    signature: Path
+    method: str
+    files: int  # files of model/ the signature covers
+
+
+def _model_dir(artifact: Path) -> Path:
+    artifact = Path(artifact).expanduser().absolute()
+    model = artifact / "model"
+    if not model.is_dir():
+        raise SigningKeyError(f"{artifact} has no model/ folder to sign or verify",
+                              fix="Pass an artifact folder (manifest.json + model/), or NAME@REVISION from the store.")
+    return model
+
+
+def _key_file(path: Path | str, what: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise SigningKeyError(f"the {what} {p} does not exist (or is not a file)",
+                              fix=f"Pass the path of a PEM {what}.")
+    return p
+
+
+def sign_artifact(artifact: Path, *, private_key: Path | str, password: str | None = None) -> SignResult:
+    """Sign ``artifact/model`` with an elliptic-curve private key (PEM); writes ``artifact/model.sig``
+    (replacing an older one atomically). Raises :class:`SigningKeyError` for a missing or unusable key."""
+    from model_signing import signing  # noqa: PLC0415 - heavy: model-signing, imported on first use
+
+    model = _model_dir(artifact)
+    key = _key_file(private_key, "private key")
+    sig = model.parent / SIGNATURE_NAME
+    tmp = model.parent / f".{SIGNATURE_NAME}.{os.getpid()}.partial"
+    try:
+        cfg = signing.Config().use_elliptic_key_signer(private_key=key, password=password)
+    except (ValueError, TypeError) as exc:
+        raise SigningKeyError(f"{key} is not a usable elliptic-curve private key ({_first_line(exc)})",
+                              fix="Make one with `openssl ecparam -name prime256v1 -genkey -noout -out private.pem` "
+                                  "(give --password if it is encrypted).") from None
+    try:
+        cfg.sign(model, tmp)
+        os.replace(tmp, sig)
+    except OSError as exc:
+        raise SigningKeyError(f"cannot write {sig}: {exc.strerror or exc}",
+                              fix="Check that the artifact folder is writable.") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return SignResult(model.parent, sig, "key")
+
+
+def verify_signature(artifact: Path, *, public_key: Path | str | None = None,
+                     trust_root: Path | str | None = None, identity: str | None = None,
+                     oidc_issuer: str | None = None) -> VerifySignatureResult:
+    """Verify ``artifact/model.sig`` over ``artifact/model``: with an EC ``public_key`` (PEM), with a
+    certificate chain ``trust_root`` (PEM) for certificate signatures, or with a Sigstore ``identity``
+    and ``oidc_issuer`` (keyless; needs the network). Exactly one method.
+
+    Raises :class:`SignatureError` (exit 1) when model/ differs from what was signed or the signature
+    is not from that key; :class:`SigningKeyError` (exit 2) for a missing signature or key."""
+    from model_signing import verifying  # noqa: PLC0415 - heavy: model-signing, imported on first use
+
+    model = _model_dir(artifact)
+    sig = model.parent / SIGNATURE_NAME
+    if not sig.is_file():
+        raise SigningKeyError(f"{model.parent} has no {SIGNATURE_NAME}",
+                              fix=f"Sign it first: `modelyard sign {model.parent} --key private.pem`.")
+    chosen = [m for m, v in (("key", public_key), ("certificate", trust_root), ("sigstore", identity)) if v]
+    if len(chosen) != 1:
+        raise SigningKeyError("pass exactly one of a public key, a trust root (certificate chain) or a Sigstore identity",
+                              fix="e.g. `modelyard verify-signature ARTIFACT --key public.pem`.")
+    method = chosen[0]
+    try:
+        cfg = verifying.Config()
+        if method == "key":
+            cfg = cfg.use_elliptic_key_verifier(public_key=_key_file(public_key, "public key"))  # type: ignore[arg-type]
+        elif method == "certificate":
+            cfg = cfg.use_certificate_verifier(certificate_chain=[_key_file(trust_root, "trust root")])  # type: ignore[arg-type]
+        else:
+            if not oidc_issuer:
+                raise SigningKeyError("a Sigstore identity needs its OIDC issuer",
+                                      fix="Add --issuer, e.g. https://accounts.google.com.")
+            cfg = cfg.use_sigstore_verifier(identity=identity, oidc_issuer=oidc_issuer)  # type: ignore[arg-type]
+    except SigningKeyError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise SigningKeyError(f"cannot use that {method} to verify ({_first_line(exc)})",
+                              fix="Pass the PEM public key that matches the signing key.") from None
+    diffs: list[str] = []
+    _capture_diff(cfg, diffs)
+    try:
+        cfg.verify(model, sig)
+    except ValueError as exc:
+        tampered = str(exc).startswith("Signature mismatch")
+        raise SignatureError(_explain(model, exc, diffs), fix=_FIX_TAMPERED if tampered else _FIX_KEY) from None
+    except Exception as exc:  # noqa: BLE001 - the library raises many kinds for a bad or foreign signature
+        raise SignatureError(f"{sig} does not verify with that {method}: {type(exc).__name__}: {_first_line(exc)}",
+                             fix=_FIX_KEY) from None
+    files = sum(1 for p in model.rglob("*") if p.is_file())
+    return VerifySignatureResult(model.parent, sig, method, files)
+
+
+_FIX_KEY = "Check that the key matches the one that signed, and that model.sig is intact (re-sign if it is not)."
+_FIX_TAMPERED = ("model/ is not what was signed: restore the artifact from the store, a bundle or the registry "
+                 "(each checks every file's sha256), or re-sign it if the change was intended.")
+
+
+def _capture_diff(cfg, into: list[str]) -> None:  # noqa: ANN001
+    """Keep model-signing's list of differences (it raises them as one repr'd string)."""
+    orig = getattr(cfg, "_get_manifest_diff", None)
+    if orig is None:
+        return
+
+    def capture(actual, expected):  # noqa: ANN001, ANN202
+        into[:] = orig(actual, expected)
+        return into
+
+    cfg._get_manifest_diff = capture
+
+
+def _explain(model: Path, exc: ValueError, diffs: list[str]) -> str:
+    """'model/x changed since it was signed; ...' from model-signing's differences."""
+    if not str(exc).startswith("Signature mismatch"):
+        return f"{model.parent / SIGNATURE_NAME} does not verify: {_first_line(exc)}"
+    parts = []
+    for d in diffs:
+        if m := re.match(r"Hash mismatch for '(.+?)': ", d):
+            parts.append(f"model/{m.group(1)} changed since it was signed")
+        elif m := re.match(r"(Extra|Missing) files (?:found )?in model '.*?': (.*)$", d):
+            names = ", ".join(f"model/{n}" for n in m.group(2).split(", "))
+            parts.append(("not signed (added after signing): " if m.group(1) == "Extra" else "signed but missing: ") + names)
+    return f"{model.parent.name}: the signature over model/ does not match: " + ("; ".join(parts) or _first_line(exc))
+
+
+def _first_line(exc: BaseException) -> str:
+    s = str(exc).strip()
+    return s.splitlines()[0] if s else type(exc).__name__
+
+
+def verify_after_unbundle(into: Path, *, public_key: Path | str | None = None,
+                          trust_root: Path | str | None = None) -> VerifySignatureResult | None:
+    """For the unbundle path: verify ``into/model.sig`` when a key or trust root is given. Returns None
+    when none is given; raises :class:`SigningKeyError` when one is given but the artifact has no
+    ``model.sig``, :class:`SignatureError` when it does not verify."""
+    if public_key is None and trust_root is None:
+        return None
+    return verify_signature(into, public_key=public_key, trust_root=trust_root)

@@ -1,0 +1,490 @@
+"""unbundle: read a bundle (:mod:`modelyard.transport.bundle`) back, checking every byte.
+
+The reader trusts nothing in the archive. Before decompressing, it walks the zstd frame headers:
+a truncated file, trailing bytes or a frame without a content checksum are refused. While
+streaming, it refuses:
+
+- a first member that is not ``manifest.json``, a second that is not ``bundle.json`` (canonical
+  bytes, the manifest's sha256), or either over 16 MiB;
+- names that are empty, absolute, contain ``..``/``.``/empty components, backslashes or NUL;
+- links (symbolic or hard), devices, FIFOs, sparse files: any member not a regular file or a directory;
+- duplicate names, files that neither ``manifest.json`` nor ``bundle.json`` lists, directories
+  that hold no listed file, sizes that differ from the listing (before reading the data), and at the
+  end, listed files missing from the bundle;
+- a SHA256 that differs (computed while writing: each byte is read and hashed once);
+- a **decompression bomb**: the bundle's declared bytes (manifest.json + bundle.json + their
+  files) may be at most ``max_ratio`` times the compressed file (checked before any file is
+  written; bundles under 64 MiB of content are exempt), and the decompressed stream may not exceed
+  the declared bytes plus the tar headers' allowance (checked while reading).
+
+Each refusal is a :class:`~modelyard.errors.BundleError` naming the member, the problem and a fix.
+Output goes through a *sink* (a folder for :func:`unbundle`, a Hugging Face cache for
+:mod:`modelyard.transport.hfcache`) that writes into a temp folder the caller removes on failure.
+Memory is bounded: 4 MiB reads, a 128 MiB zstd window at most, extended tar headers ≤ 1 MiB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import zstandard
+
+from modelyard import progress
+from modelyard.artifact.layout import MANIFEST
+from modelyard.errors import BundleError, ModelyardError, StoreError
+from modelyard.model.digest import tree_digest
+from modelyard.model.snapshot import FileEntry
+from modelyard.transport.bundle import BLOCK, CHUNK, FORMAT, RECORD, VERSION, dump_meta
+from modelyard.transport.signing import verify_after_unbundle
+
+DEFAULT_MAX_RATIO = 100.0  # declared bytes / compressed bytes; real checkpoints compress < 2x
+RATIO_FLOOR = 64 * 1024 * 1024  # bundles declaring less than this are not ratio-checked
+META_LIMIT = 16 * 1024 * 1024  # manifest.json and bundle.json, each
+EXT_HEADER_LIMIT = 1024 * 1024  # a PAX or GNU long-name header
+MAX_WINDOW = 1 << 27
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_ZSTD_MAGIC = 0xFD2FB528
+_FIX_CORRUPT = "The bundle is damaged: copy it again and compare its sha256 with the sender's."
+
+
+@dataclass(frozen=True)
+class Expected:
+    size: int
+    sha256: str
+    origin: str | None = None  # the manifest's origin for model/ files (hub-lfs, hub-git, ...)
+
+
+@dataclass(frozen=True)
+class BundleContents:
+    """What a bundle declares: its manifest (bytes and parsed), ``bundle.json`` and the expected files."""
+
+    manifest_bytes: bytes
+    manifest: dict[str, Any]
+    meta: dict[str, Any]
+    files: dict[str, Expected]
+
+    @property
+    def declared_bytes(self) -> int:
+        return len(self.manifest_bytes) + len(dump_meta(self.meta)) + sum(e.size for e in self.files.values())
+
+
+class Sink:
+    """Where verified members go. ``open`` returns a writable file; ``commit`` is called after the
+    member's size and SHA256 matched. The default writes nothing (hash-only)."""
+
+    def start(self, contents: BundleContents) -> None:
+        pass
+
+    def put(self, rel: str, data: bytes) -> None:
+        """A verified member read whole (``manifest.json``)."""
+
+    def wants_git(self, rel: str) -> bool:
+        return False
+
+    def mkdir(self, rel: str) -> None:
+        pass
+
+    def open(self, rel: str) -> BinaryIO:
+        return _Discard()
+
+    def commit(self, rel: str, fh: BinaryIO, sha256: str, git_sha1: str | None) -> None:
+        fh.close()
+
+
+class _Discard(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # noqa: ANN001
+        return len(b)
+
+
+class FolderSink(Sink):
+    """Writes the artifact's files under ``root`` (model/ files read-only, as in the store)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def mkdir(self, rel: str) -> None:
+        (self.root / rel).mkdir(parents=True, exist_ok=True)
+
+    def put(self, rel: str, data: bytes) -> None:
+        with open(self.root / rel, "xb") as fh:
+            fh.write(data)
+
+    def open(self, rel: str) -> BinaryIO:
+        dst = self.root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        return open(dst, "xb")  # noqa: SIM115 - closed in commit() or by the caller's cleanup
+
+    def commit(self, rel: str, fh: BinaryIO, sha256: str, git_sha1: str | None) -> None:
+        fh.close()
+        os.chmod(self.root / rel, 0o444 if rel.startswith("model/") else 0o644)
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a safe relative member path, or None."""
+    if not name:
+        return "an empty name"
+    if "\0" in name or "\\" in name:
+        return "a NUL or backslash in the name"
+    if name.startswith("/"):
+        return "an absolute path"
+    parts = name.split("/")
+    if ".." in parts:
+        return "a path that climbs out of the target ('..')"
+    if any(p in ("", ".") for p in parts):
+        return "an empty or '.' path component"
+    if len(name.encode()) > 4096:
+        return "a name over 4096 bytes"
+    return None
+
+
+def check_frames(path: Path) -> int:
+    """Walk the zstd frames of ``path`` (headers and block headers only); returns the file size.
+    Refuses a truncated file, trailing bytes, skippable frames and frames without a checksum."""
+    size = path.stat().st_size
+    pos = 0
+    with open(path, "rb") as fh:
+        def read(n: int, what: str) -> bytes:
+            b = fh.read(n)
+            if len(b) != n:
+                raise BundleError(f"{path.name} is truncated: it ends inside a zstd {what} at byte {fh.tell()} of {size}",
+                                  fix=_FIX_CORRUPT)
+            return b
+
+        while pos < size:
+            fh.seek(pos)
+            magic = int.from_bytes(read(4, "frame header"), "little")
+            if magic != _ZSTD_MAGIC:
+                raise BundleError(f"{path.name}: no zstd frame at byte {pos} (magic {magic:#010x}); "
+                                  + ("the file is not zstd-compressed" if pos == 0 else "trailing bytes after the last frame"),
+                                  fix="Pass a .tar.zst made by `modelyard bundle`. " + _FIX_CORRUPT)
+            fhd = read(1, "frame header")[0]
+            if fhd & 0x08:
+                raise BundleError(f"{path.name}: zstd frame at byte {pos} has a reserved bit set", fix=_FIX_CORRUPT)
+            if not fhd & 0x04:
+                raise BundleError(f"{path.name}: zstd frame at byte {pos} has no content checksum",
+                                  fix="Make the bundle with `modelyard bundle` (it writes checksums).")
+            single = bool(fhd & 0x20)
+            fcs = {0: 1 if single else 0, 1: 2, 2: 4, 3: 8}[fhd >> 6]
+            hdr_len = (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+            read(hdr_len, "frame header")
+            while True:
+                bh = int.from_bytes(read(3, "block header"), "little")
+                btype, bsize = (bh >> 1) & 3, bh >> 3
+                if btype == 3:
+                    raise BundleError(f"{path.name}: invalid zstd block at byte {fh.tell() - 3}", fix=_FIX_CORRUPT)
+                skip = 1 if btype == 1 else bsize
+                if fh.tell() + skip > size:
+                    raise BundleError(f"{path.name} is truncated: a zstd block at byte {fh.tell() - 3} runs past "
+                                      f"the end ({size} bytes)", fix=_FIX_CORRUPT)
+                fh.seek(skip, os.SEEK_CUR)
+                if bh & 1:
+                    break
+            read(4, "checksum")
+            pos = fh.tell()
+    return size
+
+
+class _Stream(io.RawIOBase):
+    """The decompressed tar: counts bytes, enforces the limit, turns zstd errors into BundleError."""
+
+    def __init__(self, raw: BinaryIO, name: str, compressed: int, limit: int) -> None:
+
+        self._zerr = zstandard.ZstdError
+        self._raw = raw
+        self._z = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).stream_reader(raw, read_size=1 << 20)
+        self.name, self.compressed, self.limit = name, compressed, limit
+        self.pos = 0
+        self.member = "the first tar header"
+        self.declared: int | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # noqa: ANN001
+        try:
+            n = self._z.readinto(b)
+        except self._zerr as exc:
+            raise BundleError(f"{self.name}: the compressed stream is corrupt ({exc}); detected at compressed "
+                              f"byte {self._raw.tell()} of {self.compressed}, {self.pos} bytes into the tar, reading "
+                              f"{self.member}", fix=_FIX_CORRUPT) from None
+        self.pos += n
+        if self.pos > self.limit:
+            declared = f"declared {self.declared} bytes" if self.declared is not None else "declared sizes not read yet"
+            raise BundleError(f"{self.name}: decompresses to more than {self.limit} bytes ({declared}, "
+                              f"{self.compressed} compressed bytes, in {self.member}); refused as a decompression bomb",
+                              fix="Do not use this file; ask the sender for a bundle made by `modelyard bundle`.")
+        return n
+
+
+class _SafeTarInfo(tarfile.TarInfo):
+    """Refuses sparse members and oversized extended headers before tarfile reads them into memory."""
+
+    def _proc_member(self, tf):  # noqa: ANN001, ANN202
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise BundleError(f"bundle member {self.name!r} is a sparse file", fix="Bundles hold regular files only.")
+        ext = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+               tarfile.SOLARIS_XHDTYPE)
+        if self.type in ext and self.size > EXT_HEADER_LIMIT:
+            raise BundleError(f"bundle member {self.name!r}: an extended tar header of {self.size} bytes (limit "
+                              f"{EXT_HEADER_LIMIT})", fix="Do not use this file; it is not a modelyard bundle.")
+        return super()._proc_member(tf)
+
+
+_TYPES = {tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link", tarfile.CHRTYPE: "a character device",
+          tarfile.BLKTYPE: "a block device", tarfile.FIFOTYPE: "a FIFO", tarfile.CONTTYPE: "a contiguous file"}
+
+
+def _kind(ti: tarfile.TarInfo) -> str | None:
+    if ti.type in (tarfile.REGTYPE, tarfile.AREGTYPE) and ti.sparse is None:
+        return "file"
+    if ti.type == tarfile.DIRTYPE:
+        return "dir"
+    return None
+
+
+def _read_small(tf: tarfile.TarFile, ti: tarfile.TarInfo, want: str, bundle: str) -> bytes:
+    if ti.name != want or _kind(ti) != "file":
+        raise BundleError(f"{bundle}: member {ti.name!r} comes where {want} must be",
+                          fix="Pass a bundle made by `modelyard bundle` (manifest.json first, then bundle.json).")
+    if ti.size > META_LIMIT:
+        raise BundleError(f"{bundle}: {want} is {ti.size} bytes (limit {META_LIMIT})", fix="Do not use this file.")
+    f = tf.extractfile(ti)
+    assert f is not None
+    data = f.read()
+    if len(data) != ti.size:
+        raise BundleError(f"{bundle} is truncated inside {want}", fix=_FIX_CORRUPT)
+    return data
+
+
+def _parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> BundleContents:
+    bad = BundleError(f"{bundle}: manifest.json is not a modelyard manifest (files[] of path, size, sha256)",
+                      fix="Pass a bundle made by `modelyard bundle`. " + _FIX_CORRUPT)
+    try:
+        manifest = json.loads(manifest_bytes)
+        meta = json.loads(meta_bytes)
+    except ValueError:
+        raise BundleError(f"{bundle}: manifest.json or bundle.json is not valid JSON", fix=_FIX_CORRUPT) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise BundleError(f"{bundle}: bundle.json is not a {FORMAT} version {VERSION} index",
+                          fix="Use the modelyard version that made the bundle, or re-bundle with this one.")
+    if dump_meta(meta) != meta_bytes:
+        raise BundleError(f"{bundle}: bundle.json is not in canonical form (it was edited or is damaged)",
+                          fix=_FIX_CORRUPT)
+    if meta.get("manifest_sha256") != hashlib.sha256(manifest_bytes).hexdigest():
+        raise BundleError(f"{bundle}: manifest.json's sha256 differs from the one bundle.json records",
+                          fix=_FIX_CORRUPT)
+    files: dict[str, Expected] = {}
+    try:
+        listed = [(f["path"], f["size"], f["sha256"], f.get("origin")) for f in manifest["files"]]
+        listed += [(f["path"], f["size"], f["sha256"], None) for f in meta["files"]]
+        for path, size, sha, origin in listed:
+            if not isinstance(path, str) or not isinstance(size, int) or size < 0 or not _SHA_RE.match(str(sha)):
+                raise bad
+            problem = name_problem(path)
+            if problem or path in (MANIFEST, "bundle.json"):
+                raise BundleError(f"{bundle}: the listing names {path!r}: {problem or 'a reserved name'}",
+                                  fix="Do not use this file; it is not a safe bundle.")
+            if path in files:
+                raise BundleError(f"{bundle}: {path!r} is listed twice", fix=_FIX_CORRUPT)
+            files[path] = Expected(size, sha, origin)
+        model = tuple(FileEntry(path=p, size=s, sha256=h) for p, s, h, _ in listed if p.startswith("model/"))
+        model = tuple(FileEntry(path=f.path[len("model/"):], size=f.size, sha256=f.sha256) for f in model)
+        digest = manifest.get("content_digest")
+        total = meta["total_bytes"]
+    except (KeyError, TypeError, AttributeError):
+        raise bad from None
+    if digest != "sha256:" + tree_digest(model):
+        raise BundleError(f"{bundle}: manifest.json's content_digest does not match its own file list",
+                          fix="The manifest was edited; ask the sender for a fresh bundle.")
+    if total != sum(e.size for e in files.values()):
+        raise BundleError(f"{bundle}: bundle.json's total_bytes ({total}) is not the sum of the listed sizes",
+                          fix=_FIX_CORRUPT)
+    return BundleContents(manifest_bytes, manifest, meta, files)
+
+
+def read_bundle(bundle: Path, sink: Sink, *, max_ratio: float = DEFAULT_MAX_RATIO) -> BundleContents:
+    """Stream ``bundle`` into ``sink``, verifying everything (see the module doc). Returns what it declares."""
+    bundle = Path(bundle)
+    if not bundle.is_file():
+        raise BundleError(f"bundle {bundle} does not exist (or is not a file)", fix="Check the path.")
+    name = bundle.name
+    compressed = check_frames(bundle)
+    with open(bundle, "rb") as raw:
+        stream = _Stream(raw, name, compressed, limit=2 * META_LIMIT + 8 * BLOCK)
+        try:
+            return _read(stream, name, compressed, sink, max_ratio)
+        except (tarfile.TarError, EOFError) as exc:
+            raise BundleError(f"{name}: not a valid tar near byte {stream.pos} (in {stream.member}): {exc}",
+                              fix=_FIX_CORRUPT) from None
+
+
+def _read(stream: _Stream, name: str, compressed: int, sink: Sink, max_ratio: float) -> BundleContents:
+    tf = tarfile.open(fileobj=stream, mode="r|", tarinfo=_SafeTarInfo, bufsize=1 << 20)  # type: ignore[call-overload]
+    members = iter(tf)
+    first = next(members, None)
+    if first is None:
+        raise BundleError(f"{name} holds no members", fix=_FIX_CORRUPT)
+    stream.member = MANIFEST
+    manifest_bytes = _read_small(tf, first, MANIFEST, name)
+    stream.member = "the header after manifest.json"
+    second = next(members, None)
+    if second is None:
+        raise BundleError(f"{name} ends after manifest.json (no bundle.json)", fix=_FIX_CORRUPT)
+    stream.member = "bundle.json"
+    contents = _parse_contents(name, manifest_bytes, _read_small(tf, second, "bundle.json", name))
+    declared = contents.declared_bytes
+    if declared > RATIO_FLOOR and declared > max_ratio * compressed:
+        raise BundleError(f"{name} declares {declared} bytes in {compressed} compressed bytes (ratio "
+                          f"{declared / compressed:.0f}, limit {max_ratio:g}); refused as a decompression bomb",
+                          fix="Do not use this file; if it is genuine (e.g. mostly zeros), pass a larger --max-ratio.")
+    expected = contents.files
+    dirs = {"/".join(p.split("/")[:i]) for p in expected for i in range(1, p.count("/") + 1)}
+    stream.limit = declared + (len(expected) + len(dirs) + 4) * 4 * BLOCK + 2 * sum(map(len, expected)) + 2 * RECORD
+    stream.declared = declared
+    sink.start(contents)
+    sink.put(MANIFEST, manifest_bytes)
+    seen: set[str] = set()
+    buf = bytearray(CHUNK)
+    last = "bundle.json"
+    with progress.task(f"unbundling {name}", total=declared) as adv:
+        while True:
+            stream.member = f"the tar header after {last!r}"
+            ti = next(members, None)
+            if ti is None:
+                break
+            stream.member = repr(ti.name)
+            kind = _kind(ti)
+            problem = name_problem(ti.name) or (None if kind else _TYPES.get(ti.type, f"a member of tar type {ti.type!r}"))
+            if problem is None and ti.name in seen | {MANIFEST, "bundle.json"}:
+                problem = "a duplicate name"
+            if problem is None and kind == "dir" and ti.name not in dirs:
+                problem = "a directory that holds no listed file"
+            if problem is None and kind == "file" and ti.name not in expected:
+                problem = "a file that neither manifest.json nor bundle.json lists"
+            if problem is None and kind == "file" and ti.size != expected[ti.name].size:
+                problem = f"{ti.size} bytes in the tar header, {expected[ti.name].size} in the listing"
+            if problem:
+                raise BundleError(f"{name}: member {ti.name!r} is {problem}; nothing was extracted",
+                                  fix="Do not use this bundle; make it again with `modelyard bundle` from the artifact.")
+            seen.add(ti.name)
+            last = ti.name
+            if kind == "dir":
+                sink.mkdir(ti.name)
+                continue
+            _copy_member(tf, ti, expected[ti.name], sink, buf, name, adv)
+        missing = sorted(set(expected) - seen)
+        if missing:
+            raise BundleError(f"{name}: {len(missing)} listed file(s) missing from the bundle: {', '.join(missing[:5])}",
+                              fix="The bundle is incomplete: make it again with `modelyard bundle`.")
+        stream.member = "the padding after the last member"
+        while n := stream.readinto(buf):  # the rest of the tar, to the zstd checksum
+            if any(memoryview(buf)[:n]):
+                raise BundleError(f"{name}: non-zero bytes after the end of the tar near byte {stream.pos}",
+                                  fix=_FIX_CORRUPT)
+    return contents
+
+
+def _copy_member(tf: tarfile.TarFile, ti: tarfile.TarInfo, exp: Expected, sink: Sink, buf: bytearray, name: str,
+                 adv) -> None:  # noqa: ANN001
+    src = tf.extractfile(ti)
+    assert src is not None
+    h = hashlib.sha256()
+    g = hashlib.sha1(f"blob {exp.size}\0".encode()) if sink.wants_git(ti.name) else None
+    dst = sink.open(ti.name)
+    try:
+        left = exp.size
+        while left:
+            chunk = src.read(min(CHUNK, left))
+            if not chunk:
+                raise BundleError(f"{name} is truncated inside {ti.name!r} ({left} of {exp.size} bytes missing)",
+                                  fix=_FIX_CORRUPT)
+            h.update(chunk)
+            if g is not None:
+                g.update(chunk)
+            dst.write(chunk)
+            left -= len(chunk)
+            adv(len(chunk))
+        if h.hexdigest() != exp.sha256:
+            raise BundleError(f"{name}: {ti.name} has sha256 {h.hexdigest()}, the listing says {exp.sha256}",
+                              fix=_FIX_CORRUPT)
+    except BaseException:
+        dst.close()
+        raise
+    sink.commit(ti.name, dst, h.hexdigest(), g.hexdigest() if g else None)
+
+
+def read_manifest(bundle: Path) -> tuple[bytes, dict[str, Any]]:
+    """The first member (``manifest.json``) of ``bundle``, bytes and parsed, without reading further.
+    Unchecked: use it to decide where to extract, then extract with :func:`read_bundle`."""
+    bundle = Path(bundle)
+    if not bundle.is_file():
+        raise BundleError(f"bundle {bundle} does not exist (or is not a file)", fix="Check the path.")
+    with open(bundle, "rb") as raw:
+        stream = _Stream(raw, bundle.name, bundle.stat().st_size, limit=META_LIMIT + 8 * BLOCK)
+        try:
+            tf = tarfile.open(fileobj=stream, mode="r|", tarinfo=_SafeTarInfo)  # type: ignore[call-overload]
+            first = next(iter(tf), None)
+            if first is None:
+                raise BundleError(f"{bundle.name} holds no members", fix=_FIX_CORRUPT)
+            data = _read_small(tf, first, MANIFEST, bundle.name)
+            return data, json.loads(data)
+        except (tarfile.TarError, EOFError, ValueError) as exc:
+            if isinstance(exc, BundleError):
+                raise
+            raise BundleError(f"{bundle.name}: cannot read manifest.json: {exc}", fix=_FIX_CORRUPT) from None
+
+
+def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, public_key: Path | None = None,
+             trust_root: Path | None = None) -> BundleContents:
+    """Extract ``bundle`` as the artifact folder ``into`` (which must not exist), all or nothing:
+    into a temp folder beside it, renamed at the end; removed on any failure. With ``public_key`` or
+    ``trust_root``, ``model.sig`` must be present and verify over the extracted ``model/`` before
+    the rename (``signing.verify_after_unbundle``: SigningKeyError / SignatureError otherwise)."""
+    into = Path(into).expanduser().absolute()
+    if into.exists():
+        raise BundleError(f"{into} already exists", fix="Pass --into a folder that does not exist yet.")
+    into.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{into.name}.unbundle-", dir=into.parent))
+    try:
+        contents = read_bundle(bundle, FolderSink(tmp), max_ratio=max_ratio)
+        if public_key is not None or trust_root is not None:
+
+            verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root)
+        os.chmod(tmp, 0o755)
+        os.rename(tmp, into)
+    except ModelyardError:
+        _rmtree(tmp)
+        raise
+    except OSError as exc:  # disk full, permissions, ...: a typed error, nothing left behind
+        _rmtree(tmp)
+        raise StoreError(f"cannot extract {Path(bundle).name} into {into}: {exc.strerror or exc}",
+                         fix="Free disk space there (the bundle's total size is in its manifest) or pass "
+                             "another --into.") from None
+    except BaseException:
+        _rmtree(tmp)
+        raise
+    return contents
+
+
+def _rmtree(p: Path) -> None:
+    def onerror(func, path, exc):  # noqa: ANN001, ANN202 - read-only files in a writable folder
+        try:
+            os.chmod(os.path.dirname(path), 0o755)
+            func(path)
+        except OSError:
+            pass
+
+    shutil.rmtree(p, onerror=onerror)
