@@ -170,3 +170,7 @@ class PromotionRejectedError(ModelyardError, PermissionError):
     """An operator rejected the promotion (or it was never approved in time)."""
 
     exit_code = 1
+
+
+class ManifestError(ModelyardError, ValueError):
+    """``manifest.json`` is not a modelyard manifest (not JSON, or a key of the wrong type): exit 2."""

@@ -31,6 +31,7 @@ from modelyard.model.patchplan import apply_plan
 from modelyard.model.snapshot import FileEntry, Snapshot
 
 if TYPE_CHECKING:
+    from modelyard.artifact.manifest import Manifest
     from modelyard.model.patchplan import PatchPlan
 
 
@@ -80,14 +81,14 @@ def _link(src: Path, dst: Path, roots: tuple[Path, ...]) -> bool:
     return True
 
 
-def write_metadata(staging: Path, manifest: dict[str, Any], report: Report, report_json: bytes, title: str) -> None:
+def write_metadata(staging: Path, manifest: Manifest, report: Report, report_json: bytes, title: str) -> None:
     """Write report.json, report.md and (last) manifest.json into ``staging``, each fsynced."""
     with progress.task("writing report and manifest", total=3, unit="files") as adv:
         _write(staging / REPORT_JSON, report_json)
         adv(1)
         _write(staging / REPORT_MD, report.to_markdown(title).encode())
         adv(1)
-        _write(staging / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        _write(staging / MANIFEST, manifest.to_bytes())
         adv(1)
 
 

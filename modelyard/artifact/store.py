@@ -12,16 +12,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.manifest import Manifest
 from modelyard.errors import ArtifactConflictError, StoreError
 
 _STALE_STAGING_S = 24 * 3600
@@ -98,13 +98,36 @@ class Store:
         finally:
             os.close(fd)  # releases the lock
 
+    def promote(self, artifact: Path, name: str, revision: str, promotion: dict[str, Any]) -> Path:
+        """Place the artifact folder ``artifact`` (from another store) at ``<home>/<name>/<revision>``
+        with ``promotion`` recorded in its manifest (an earlier one moves to ``promotions``), under
+        this store's lock. Files are hard-linked where the filesystem allows, else copied; the
+        manifest is written last. Promoted before: only the manifest is replaced (atomically).
+        Returns the artifact's path. Raises ``OSError`` on a filesystem error."""
+        final = self.path_for(name, revision)
+        manifest = Manifest.load(artifact).with_promotion(promotion)
+        with self.lock(name, revision):
+            staged = self.new_staging()
+            try:
+                shutil.copytree(artifact, staged, copy_function=_link_or_copy, dirs_exist_ok=True,
+                                ignore=lambda d, names: [MANIFEST] if Path(d) == artifact else [])
+                manifest.save(staged)
+                if final.exists():  # promoted before: replace its manifest atomically, keep the files
+                    manifest.save(final)
+                else:
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(staged, final)
+            finally:
+                shutil.rmtree(staged, ignore_errors=True)
+        return final
+
     def get(self, name: str, revision: str) -> Artifact | None:
         p = self.path_for(name, revision)
         try:
-            m = json.loads((p / MANIFEST).read_text())
+            m = Manifest.load(p)
         except (OSError, ValueError):
             return None
-        return Artifact(name, revision, p, m.get("content_digest", ""), reused=True)
+        return Artifact(name, revision, p, m.content_digest, reused=True)
 
     def publish(self, staged: Path, name: str, revision: str, content_digest: str) -> Artifact:
         """Move ``staged`` to ``<home>/<name>/<revision>``. Idempotent for equal content.
@@ -137,6 +160,13 @@ class Store:
                 f"({existing.content_digest} != {content_digest})",
                 fix="Publish under another --name, or remove the old artifact if it is wrong.")
         return existing
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _owner_alive(staging_name: str) -> bool:

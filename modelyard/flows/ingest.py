@@ -34,8 +34,8 @@ from modelyard.artifact.draft import (
     write_patch_records,
     write_quantization_records,
 )
-from modelyard.artifact.layout import MANIFEST, REPORT_JSON, REPORT_MD
-from modelyard.artifact.manifest import build_manifest
+from modelyard.artifact.layout import REPORT_JSON, REPORT_MD
+from modelyard.artifact.manifest import Manifest, build_manifest
 from modelyard.artifact.store import Artifact, Store
 from modelyard.checks import Report, Target
 from modelyard.errors import EndpointUnreachableError, ServePlanError, SmokeFailedError
@@ -344,16 +344,16 @@ def _ingest(src: Source, options: IngestOptions, settings: Settings, name: str, 
     with store.lock(name, revision):  # concurrent identical ingests: one builds, the others reuse
         existing = store.get(name, revision)
         if existing is not None and (existing.content_digest == digest or options.quantize):
-            prev = json.loads((existing.path / MANIFEST).read_text())
-            if not options.smoke or smoke_covers(prev.get("smoke") or {}, options):
+            prev = Manifest.load(existing.path)
+            if not options.smoke or smoke_covers(prev.smoke or {}, options):
                 prev_report = json.loads((existing.path / REPORT_JSON).read_text())
                 if not plan.empty or options.quantize:
                     report = run(verify_task, existing.path / "model", target, existing.content_digest.removeprefix("sha256:"))
-                    if prev.get("quantization"):
-                        report = report.with_quantization(prev["quantization"])
+                    if prev.quantization:
+                        report = report.with_quantization(prev.quantization)
                 _attach(existing.path / REPORT_MD, report)
                 return result(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
-                              prev.get("smoke"))
+                              prev.smoke)
         staging = store.new_staging()
         try:
             model_dir = package_task(snap, staging, plan, settings, precopy / "model" if precopy else None)

@@ -17,11 +17,7 @@ In this first version a target is a store home (a folder); registries come later
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import sys
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,7 +27,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.input import RunInput
 
-from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.store import Store
 from modelyard.errors import (
     InvalidSourceError,
@@ -62,17 +58,16 @@ def parse_ref(ref: str) -> tuple[str, str]:
 @task(name="check-gates", cache_policy=NO_CACHE)
 def check_gates(artifact: Path) -> dict[str, Any]:
     """The evidence for the approver; raises :class:`PromotionGateError` when a gate failed."""
-    mf = artifact / MANIFEST
     try:
-        m = json.loads(mf.read_text())
-    except OSError:
+        m = Manifest.load(artifact)
+    except OSError as exc:
         raise SourceNotFoundError(f"no artifact at {artifact} (manifest.json missing)",
-                                  fix="Check NAME@REVISION and --from (the staging store).") from None
-    v = m.get("verification") or {}
+                                  fix="Check NAME@REVISION and --from (the staging store).") from exc
+    v = m.verification
     if not v.get("passed"):
         raise PromotionGateError(f"{artifact}: verification did not pass ({v.get('errors', '?')} errors)",
                                  fix="Fix the findings in report.md and ingest again.")
-    smoke = m.get("smoke")
+    smoke = m.smoke
     if smoke is not None and not smoke.get("passed"):
         raise PromotionGateError(f"{artifact}: the vLLM smoke test failed ({smoke.get('error')})",
                                  fix="See the smoke block of manifest.json; ingest again once it passes.")
@@ -81,55 +76,14 @@ def check_gates(artifact: Path) -> dict[str, Any]:
         summary = {k: smoke.get(k) for k in ("passed", "level", "vllm_version", "finish_reason", "load_seconds",
                                              "tokens_per_second") if k in smoke}
     return {"report_sha256": v.get("report_sha256"), "verification": {k: v.get(k) for k in ("passed", "errors", "warnings")},
-            "smoke": summary, "content_digest": m.get("content_digest")}
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            "smoke": summary, "content_digest": m.content_digest if "content_digest" in m.present else None}
 
 
 @task(name="promote-copy", cache_policy=NO_CACHE)
 def copy_to_target(artifact: Path, target: Path, name: str, revision: str, promotion: dict[str, Any]) -> str:
     """Place the artifact (with the promotion block in its manifest) at ``<target>/<name>/<revision>``."""
 
-    store = Store(target)
-    final = store.path_for(name, revision)
-    staged = store.new_staging()
-    try:
-        shutil.copytree(artifact, staged, copy_function=_link_or_copy, dirs_exist_ok=True,
-                        ignore=lambda d, names: [MANIFEST] if Path(d) == artifact else [])
-        m = json.loads((artifact / MANIFEST).read_text())
-        history = [*(m.get("promotions") or []), promotion] if m.get("promotion") else []
-        m["promotion"] = promotion
-        if history:
-            m["promotions"] = history
-        _write_json_atomic(staged / MANIFEST, m)
-        if final.exists():  # promoted before: replace its manifest atomically, keep the files
-            _write_json_atomic(final / MANIFEST, m)
-        else:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(staged, final)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
-    return str(final)
+    return str(Store(target).promote(artifact, name, revision, promotion))
 
 
 def _announce(run_id: UUID, ref: str, timeout: int) -> None:

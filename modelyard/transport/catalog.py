@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
+from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, StoreError
 from modelyard.transport.bundle import resolve_artifact
 
@@ -31,12 +32,10 @@ class ArtifactSummary:
         return {**asdict(self), "path": str(self.path)}
 
 
-def _summary(path: Path, m: dict[str, Any]) -> ArtifactSummary:
-    files = m.get("files") or []
-    return ArtifactSummary(name=str(m.get("name") or path.parent.name), revision=str(m.get("revision") or path.name),
-                           content_digest=str(m.get("content_digest") or ""), created_at=m.get("created_at"),
-                           quantization=(m.get("quantization") or {}).get("scheme"),
-                           size=sum(int(f.get("size") or 0) for f in files if isinstance(f, dict)), path=path)
+def _summary(path: Path, m: Manifest) -> ArtifactSummary:
+    return ArtifactSummary(name=m.name or path.parent.name, revision=m.revision or path.name,
+                           content_digest=m.content_digest, created_at=m.created_at, quantization=m.scheme,
+                           size=m.model_bytes, path=path)
 
 
 def list_artifacts(home: Path) -> list[ArtifactSummary]:
@@ -46,11 +45,11 @@ def list_artifacts(home: Path) -> list[ArtifactSummary]:
         return []
     out = []
     try:
-        for mf in home.glob("*/*/manifest.json"):
+        for mf in home.glob(f"*/*/{MANIFEST}"):
             if mf.parent.parent.name.startswith("."):
                 continue
             try:
-                out.append(_summary(mf.parent, json.loads(mf.read_text())))
+                out.append(_summary(mf.parent, Manifest.load(mf.parent)))
             except (OSError, ValueError):
                 continue
     except OSError as exc:
@@ -63,7 +62,7 @@ def show_artifact(ref: str | Path, home: Path | None = None) -> dict[str, Any]:
     files, quantization, verification and smoke, signature presence, and the report's counts."""
     try:
         root = resolve_artifact(ref, home)
-        m = json.loads((root / MANIFEST).read_text())
+        m = Manifest.load(root)
     except BundleError as exc:
         raise StoreError(exc.message, fix=exc.fix) from None
     except (OSError, ValueError) as exc:
@@ -78,11 +77,11 @@ def show_artifact(ref: str | Path, home: Path | None = None) -> dict[str, Any]:
                                for f in findings if f.get("severity") in ("error", "warning")]}
     except (OSError, ValueError, AttributeError):
         pass
-    src = m.get("source") or {}
-    smoke = m.get("smoke") or None
+    src = m.source
+    smoke = m.smoke or None
     return {**s.to_dict(), "source": {k: src.get(k) for k in ("uri", "kind", "repo_id", "revision", "commit")},
-            "files": len(m.get("files") or []), "verification": m.get("verification"),
+            "files": len(m.files), "verification": m.verification if "verification" in m.present else None,
             "smoke": None if not smoke else {k: smoke.get(k) for k in ("vllm_version", "load_seconds",
                                                                           "tokens_per_second", "finish_reason")},
-            "patches": (m.get("patches") or {}).get("count", 0), "signed": (root / SIGNATURE).is_file(),
+            "patches": (m.patches or {}).get("count", 0), "signed": (root / SIGNATURE).is_file(),
             "report": report}

@@ -8,12 +8,12 @@ against the manifest (``artifact.file_*`` findings): the custody chain of DESIGN
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from modelyard.artifact.layout import MANIFEST, PATCHES, is_artifact
+from modelyard.artifact.manifest import Manifest
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
 from modelyard.errors import (
     InvalidSourceError,
@@ -107,15 +107,17 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
 def _check_against_manifest(artifact: Path) -> list[Finding]:
 
     try:
-        manifest = json.loads((artifact / MANIFEST).read_text())
-        entries = manifest["files"]
-    except (ValueError, KeyError, TypeError) as exc:
+        manifest = Manifest.load(artifact)
+        if "files" not in manifest.present:
+            raise KeyError("files")
+        entries = manifest.files
+    except (ValueError, KeyError) as exc:
         return [Finding("artifact.manifest_invalid", Severity.ERROR, f"manifest.json is unreadable: {exc}",
                         file=MANIFEST, fix="Re-publish the artifact.", source="modelyard artifact format")]
     out = []
     listed = set()
     for e in entries:
-        rel = e["path"]
+        rel = e.path
         listed.add(rel)
         p = artifact / rel
         if not p.is_file():
@@ -124,9 +126,9 @@ def _check_against_manifest(artifact: Path) -> list[Finding]:
             continue
         d = file_digest(p)  # no cache: verifying an artifact means reading its bytes again
         sha, size = d.sha256, d.size
-        if sha != e["sha256"] or size != e["size"]:
+        if sha != e.sha256 or size != e.size:
             out.append(Finding("artifact.file_modified", Severity.ERROR,
-                               f"{rel}: expected sha256 {e['sha256']} ({e['size']} bytes), got {sha} ({size} bytes)",
+                               f"{rel}: expected sha256 {e.sha256} ({e.size} bytes), got {sha} ({size} bytes)",
                                file=rel, value=sha, fix="The artifact was modified or corrupted; restore or re-publish it.",
                                source="modelyard manifest (per-file sha256)"))
     for p in sorted((artifact / "model").rglob("*")):
