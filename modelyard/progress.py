@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+from modelyard.settings import env_value
+
 
 class Reporter(Protocol):
     def start(self, description: str, total: float | None, unit: str) -> object: ...
@@ -52,7 +54,7 @@ _jsonl_lock = threading.RLock()  # re-entrant: a tqdm garbage-collected inside _
 
 
 def _event(event: str, description: str, **fields: object) -> None:
-    path = os.environ.get("MODELYARD_PROGRESS_JSONL")
+    path = env_value("progress_jsonl")
     if not path:
         return
     line = json.dumps({"t": round(time.time(), 4), "pid": os.getpid(), "event": event, "task": description, **fields})

@@ -1,4 +1,4 @@
-"""package: assemble the artifact folder of DESIGN.md in a staging folder.
+"""draft: assemble the artifact folder (:mod:`modelyard.artifact.layout`) in a staging folder.
 
 ``model/`` receives the snapshot's files, read-only: hard-linked from modelyard's own caches (no
 bytes copied), copied from a user's folder (the source is never modified, not even its mode). Patched files are then
@@ -65,7 +65,7 @@ def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] =
     except StoreError:
         raise
     except OSError as exc:
-        raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
+        raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
     return model
 
 
@@ -99,7 +99,7 @@ def _write(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:
-        raise StoreError(f"cannot write {path}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
+        raise StoreError(f"cannot write {path}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
 
 
 def patched_files(snapshot: Snapshot, plan: PatchPlan) -> tuple[FileEntry, ...]:
@@ -118,7 +118,7 @@ def write_patch_records(staging: Path, plan: PatchPlan, model: Path) -> None:
     try:
         apply_plan(plan, model)
     except OSError as exc:
-        raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
+        raise StoreError(f"cannot write {model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
     _write(staging / PATCHES, plan.to_json())
     _write(staging / PATCH_DIFF, plan.diff.encode())
 

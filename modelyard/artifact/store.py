@@ -55,7 +55,7 @@ class Store:
             return staged
         except OSError as exc:
             raise StoreError(f"cannot create a staging folder under {self.staging}: {exc.strerror}",
-                             fix="Check MODELYARD_HOME's permissions and free space.") from None
+                             fix="Check MODELYARD_HOME's permissions and free space.") from exc
 
     def sweep_staging(self) -> None:
         """Remove staging folders of runs that died (their pid is gone) or are older than a day."""
@@ -72,7 +72,7 @@ class Store:
     def lock(self, name: str, revision: str, timeout: float = 6 * 3600) -> Iterator[None]:
         """Hold the exclusive lock of ``name@revision`` (``<home>/.locks/``, ``fcntl.flock``) for
         the duration: concurrent ingests of the same source and options run one at a time, so the
-        later ones find the finished artifact and reuse it instead of doing the work again (issue 10).
+        later ones find the finished artifact and reuse it instead of doing the work again.
         The kernel drops the lock when its holder dies, so a killed run never blocks the next.
         Raises :class:`StoreError` after ``timeout`` seconds of waiting."""
 
@@ -82,17 +82,17 @@ class Store:
             fd = os.open(locks / f"{name}@{revision}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StoreError(f"cannot create a lock under {locks}: {exc.strerror}",
-                             fix="Check MODELYARD_HOME's permissions and free space.") from None
+                             fix="Check MODELYARD_HOME's permissions and free space.") from exc
         try:
             deadline = time.monotonic() + timeout
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
-                except BlockingIOError:
+                except BlockingIOError as exc:
                     if time.monotonic() > deadline:
                         raise StoreError(f"{name}@{revision} stayed locked by another ingest for {timeout:.0f} s",
-                                         fix="Wait for the other run to finish, or stop it.") from None
+                                         fix="Wait for the other run to finish, or stop it.") from exc
                     time.sleep(0.5)
             yield
         finally:
@@ -149,10 +149,10 @@ class Store:
             except OSError as exc:
                 if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                     raise StoreError(f"cannot publish into {final}: {exc.strerror}",
-                                     fix="Check MODELYARD_HOME's permissions and free space.") from None
+                                     fix="Check MODELYARD_HOME's permissions and free space.") from exc
                 existing = self.get(name, revision)  # lost a race with a concurrent publisher
                 if existing is None:
-                    raise StoreError(f"{final} appeared while publishing but has no manifest") from None
+                    raise StoreError(f"{final} appeared while publishing but has no manifest") from exc
         shutil.rmtree(staged, ignore_errors=True)
         if existing.content_digest != content_digest:
             raise ArtifactConflictError(

@@ -2,7 +2,7 @@
 
 A finding is what a user acts on: a stable dotted ``code``, a ``severity``, a one-line ``message``,
 where it is (``file``, ``field``), the offending ``value``, the ``fix`` and the ``source`` of the
-rule (the runtime behaviour or public issue it comes from). Shape from ``../shared/DESIGN.md``.
+rule (the runtime behaviour or public issue it comes from).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Target:
                     parse_version(v)
                 except ValueError as exc:
                     raise InvalidTargetError(f"{opt}: {exc}", fix=f"Pass {opt} as numbers, e.g. "
-                                             + ("8.0" if opt == "--gpu-cc" else "0.6.3") + ".") from None
+                                             + ("8.0" if opt == "--gpu-cc" else "0.6.3") + ".") from exc
         if tensor_parallel_size < 1 or (max_model_len is not None and max_model_len < 1):
             raise InvalidTargetError("--tensor-parallel-size and --max-model-len must be positive",
                                      fix="Pass a positive number of ranks and tokens.")

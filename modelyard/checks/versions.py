@@ -9,8 +9,8 @@ def parse_version(v: str) -> Version:
     """Parse ``v`` (e.g. ``"0.5.3.post1"``, ``"v0.6.3"``); raises ``ValueError`` when it is not a version."""
     try:
         return Version(v.strip().lstrip("v"))
-    except InvalidVersion:
-        raise ValueError(f"{v!r} is not a version number (expected e.g. 0.6.3)") from None
+    except InvalidVersion as exc:
+        raise ValueError(f"{v!r} is not a version number (expected e.g. 0.6.3)") from exc
 
 
 def version_lt(a: str, b: str) -> bool:

@@ -1,5 +1,5 @@
 """bundle, unbundle, publish, pull, sign, verify-signature, list and show: moving, signing and
-inspecting stored artifacts (issue 7)."""
+inspecting stored artifacts."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def _signing_root(artifact: str) -> Path:
     try:
         return resolve_artifact(artifact)
     except BundleError as exc:
-        raise SigningKeyError(exc.message, fix=exc.fix) from None
+        raise SigningKeyError(exc.message, fix=exc.fix) from exc
 
 
 def sign_cmd(

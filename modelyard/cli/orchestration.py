@@ -1,4 +1,4 @@
-"""watch, promote, approve and deploy: Prefect orchestration (issue 8)."""
+"""watch, promote, approve and deploy: Prefect orchestration."""
 
 from __future__ import annotations
 
@@ -92,9 +92,9 @@ def promote(
         parse_ref(ref)
         try:
             result = promote_flow(ref, [str(t) for t in to], str(from_dir) if from_dir else None, timeout)
-        except FlowPauseTimeout:
+        except FlowPauseTimeout as exc:
             raise PromotionRejectedError(f"nobody approved the promotion of {ref} within {timeout} s; nothing was promoted",
-                                         fix="Start it again and answer with `modelyard approve RUN_ID --by NAME`.") from None
+                                         fix="Start it again and answer with `modelyard approve RUN_ID --by NAME`.") from exc
     except typer.Exit:
         raise
     except BaseException as exc:  # noqa: BLE001

@@ -33,7 +33,7 @@ def deploy_watch(config: Path, *, work_pool: str, cron: str, name: str = "watch"
         CronSchedule(cron=cron, timezone=timezone or "UTC")
     except ValueError as exc:
 
-        raise InvalidTargetError(f"--cron {cron!r} is not a valid cron expression: {exc}") from None
+        raise InvalidTargetError(f"--cron {cron!r} is not a valid cron expression: {exc}") from exc
     params: dict[str, Any] = {"config": str(config)}
     if home:
         params["home"] = str(Path(home).absolute())
@@ -53,4 +53,4 @@ def deploy_watch(config: Path, *, work_pool: str, cron: str, name: str = "watch"
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DeployError(f"cannot create the deployment watch/{name} on work pool {work_pool!r}: {msg}",
                           fix=f"Check PREFECT_API_URL, and create the pool first: prefect work-pool create {work_pool} "
-                              "--type process") from None
+                              "--type process") from exc

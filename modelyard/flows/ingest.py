@@ -5,9 +5,9 @@ Orchestration only: every task calls one stage function. Prefect's ephemeral API
 ``PREFECT_API_URL`` points at a server. Fetch retries (twice, with backoff) only on network
 errors: a missing repo or a bad folder fails at once. The Markdown report and a findings table are
 attached to the run as Prefect artifacts (keys ``ingest-report``, ``ingest-findings``); the run is
-named ``repo@shortsha`` once the commit is known (issue 8).
+named ``repo@shortsha`` once the commit is known.
 
-Caching and resume (issue 8): ``fetch`` of a hub repo pinned to a full commit and every ``verify`` are
+Caching and resume: ``fetch`` of a hub repo pinned to a full commit and every ``verify`` are
 Prefect-cached by input digest (:mod:`modelyard.stages.cache`): re-running an ingest of the
 same content with the same options reuses them, and a run killed or failed after verify (during
 quantize, smoke or packaging) resumes after verify. Hashing reuses the digest cache; the stored
@@ -128,7 +128,7 @@ def fetch_task(source: Source, settings: Settings, options: IngestOptions) -> Sn
 @task(name="hash", cache_policy=NO_CACHE)
 def hash_task(snapshot: Snapshot, settings: Settings, copy_to: Path | None = None) -> tuple[Snapshot, int]:
     """Hash every file once; unchanged files (same device, inode, size, mtime, ctime) hashed by an
-    earlier run come from the digest cache under MODELYARD_HOME (issue 9: hash each byte once).
+    earlier run come from the digest cache under MODELYARD_HOME (hash each byte once).
     With ``copy_to``, a user's file that must be read is copied there while it is hashed, so that
     packaging does not read it again. Returns the hashed snapshot and the bytes read."""
     return hashing.hash_snapshot_counted(snapshot, cache=hashing.DigestCache.under(settings), copy_to=copy_to,
@@ -308,7 +308,7 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
         run.cached.remove("fetch")
         snap = fetch_task.with_options(refresh_cache=True, result_storage=run.storage)(src, settings, options)
     store = Store(settings.store_dir())
-    # A user's folder is copied into the artifact while it is hashed: each byte read once (issue 9).
+    # A user's folder is copied into the artifact while it is hashed: each byte read once.
     precopy = store.new_staging() if src.kind == "file" else None
     try:
         return _ingest(src, options, settings, name, target, snap, store, precopy, run)

@@ -133,16 +133,16 @@ def approve(run_id: str, *, by: str, approved: bool = True, note: str = "") -> N
 
     try:
         uid = UUID(run_id)
-    except ValueError:
-        raise InvalidSourceError(f"{run_id!r} is not a flow run id", fix="Copy the id that `modelyard promote` printed.") from None
+    except ValueError as exc:
+        raise InvalidSourceError(f"{run_id!r} is not a flow run id", fix="Copy the id that `modelyard promote` printed.") from exc
     try:
         resume_flow_run(uid, run_input={"approved": approved, "by": by, "note": note})
-    except ObjectNotFound:
+    except ObjectNotFound as exc:
         raise SourceNotFoundError(f"no flow run {run_id} on the Prefect API",
-                                  fix="Point PREFECT_API_URL at the server the promote run uses.") from None
-    except NotPausedError:
+                                  fix="Point PREFECT_API_URL at the server the promote run uses.") from exc
+    except NotPausedError as exc:
         raise PromotionRejectedError(f"flow run {run_id} is not waiting for approval (already answered, timed out or not "
-                                     "a promote run)", fix="Check it with `prefect flow-run inspect`.") from None
-    except FlowPauseTimeout:
+                                     "a promote run)", fix="Check it with `prefect flow-run inspect`.") from exc
+    except FlowPauseTimeout as exc:
         raise PromotionRejectedError(f"flow run {run_id} timed out waiting for approval; nothing was promoted",
-                                     fix="Start `modelyard promote` again.") from None
+                                     fix="Start `modelyard promote` again.") from exc

@@ -93,9 +93,9 @@ def load_config(path: Path) -> list[WatchEntry]:
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as exc:
-        raise SourceNotFoundError(f"cannot read watch config {path}: {exc.strerror}", fix="Check the --config path.") from None
+        raise SourceNotFoundError(f"cannot read watch config {path}: {exc.strerror}", fix="Check the --config path.") from exc
     except yaml.YAMLError as exc:
-        raise InvalidTargetError(f"watch config {path} is not valid YAML: {exc}") from None
+        raise InvalidTargetError(f"watch config {path} is not valid YAML: {exc}") from exc
     repos = data.get("repos") if isinstance(data, dict) else None
     if not isinstance(repos, list) or not repos:
         raise InvalidTargetError(f"watch config {path} has no `repos:` list", fix="See README, section Orchestration.")
@@ -119,7 +119,7 @@ def load_config(path: Path) -> list[WatchEntry]:
         try:
             e.ingest_options()
         except ValueError as exc:
-            raise InvalidTargetError(f"watch config {path}: repos[{i}] ({e.repo}) has bad ingest options: {exc}") from None
+            raise InvalidTargetError(f"watch config {path}: repos[{i}] ({e.repo}) has bad ingest options: {exc}") from exc
         entries.append(e)
     return entries
 
@@ -176,15 +176,15 @@ def _hub_call(settings: Settings, repo: str, rev: str, fn):  # noqa: ANN001, ANN
     where = settings.endpoint() or "https://huggingface.co"
     try:
         return fn(_api(settings))
-    except (RevisionNotFoundError, RepositoryNotFoundError):
+    except (RevisionNotFoundError, RepositoryNotFoundError) as exc:
         raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where}",
-                                  fix="Check the repo and branch in the watch config (and the token).") from None
+                                  fix="Check the repo and branch in the watch config (and the token).") from exc
     except (httpx.TransportError, ConnectionError) as exc:
         raise EndpointUnreachableError(f"cannot reach the hub endpoint {where} ({type(exc).__name__})",
-                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from None
+                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
-        raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}") from None
+        raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}") from exc
 
 
 @task(name="resolve-head", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,

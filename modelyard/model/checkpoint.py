@@ -78,7 +78,7 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise SafetensorsHeaderError(path, "bad_json", f"header is not valid JSON ({exc.__class__.__name__})") from None
+        raise SafetensorsHeaderError(path, "bad_json", f"header is not valid JSON ({exc.__class__.__name__})") from exc
     if not isinstance(doc, dict):
         raise SafetensorsHeaderError(path, "not_object", "header JSON is not an object")
     meta = doc.pop("__metadata__", None) or {}
@@ -94,8 +94,8 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
                 raise TypeError
             if type(begin) is not int or type(end) is not int:
                 raise TypeError
-        except (KeyError, TypeError, ValueError):
-            raise SafetensorsHeaderError(path, "bad_entry", f"tensor entry {name!r} lacks a valid dtype, shape or data_offsets") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SafetensorsHeaderError(path, "bad_entry", f"tensor entry {name!r} lacks a valid dtype, shape or data_offsets") from exc
         tensors[name] = TensorInfo(name, dtype, shape, begin, end)
     return SafetensorsHeader(path, size, n, size - 8 - n, tensors, meta)
 

@@ -1,6 +1,6 @@
 """hashing: SHA256 and size of every file, compared with what the source promised.
 
-The whole-file SHA256 is the custody chain's identity (DESIGN.md): the hub's LFS sha256, the
+The whole-file SHA256 is the custody chain's identity (docs/architecture.md): the hub's LFS sha256, the
 manifest entry, the OCI layer digest. Non-LFS files on the hub are identified by their git blob
 id, ``sha1(b"blob <size>\\0" + content)`` (git's object format). Files are hashed in a thread
 pool (hashlib releases the GIL on large updates), largest first, with 4 MiB ``readinto`` reads into
@@ -183,7 +183,7 @@ def _open_copy(dst: Path) -> int:
         dst.parent.mkdir(parents=True, exist_ok=True)
         return os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     except OSError as exc:
-        raise StoreError(f"cannot write {dst}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
+        raise StoreError(f"cannot write {dst}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
 
 
 def _write_all(fd: int, data: memoryview, dst: Path) -> None:
@@ -192,7 +192,7 @@ def _write_all(fd: int, data: memoryview, dst: Path) -> None:
         while data:
             data = data[os.write(fd, data):]
     except OSError as exc:
-        raise StoreError(f"cannot write {dst}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from None
+        raise StoreError(f"cannot write {dst}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
 
 
 def copy_with_digest(src: Path, dst: Path, expected_sha256: str | None = None,
@@ -246,7 +246,7 @@ def hash_snapshot_counted(snapshot: Snapshot, workers: int | None = None, cache:
     With ``copy_to`` (a folder), each file that is read and does not lie under one of ``link_from``
     (the caches that packaging hard-links from) is copied to ``copy_to/<path>`` while it is hashed, so
     that packaging (:func:`modelyard.artifact.draft.stage_model` with ``precopied``) moves the copy
-    instead of reading the file a second time (issue 9: bytes read per byte of model <= 1.05).
+    instead of reading the file a second time (bytes read per byte of model <= 1.05).
     """
     workers = workers or min(32, 2 * usable_cpus(), max(1, len(snapshot.files)))
     entries = snapshot.files

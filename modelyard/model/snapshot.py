@@ -1,4 +1,4 @@
-"""Snapshot: a local read-only model folder plus its provenance (DESIGN.md, "Snapshot").
+"""Snapshot: a local read-only model folder plus its provenance (docs/architecture.md).
 
 For each file: size and SHA256 (filled by the hashing stage) and what the source promised
 (``expected_sha256`` from the hub's LFS metadata, ``expected_git_oid`` for non-LFS files).

@@ -1,6 +1,6 @@
 """Parse a SOURCE URI into a typed :class:`Source`.
 
-Forms (from DESIGN.md): ``hf://org/name[@revision]`` (revision defaults to ``main``),
+Forms: ``hf://org/name[@revision]`` (revision defaults to ``main``),
 ``file:///abs/path`` (a local folder), ``gguf:///abs/path/model.gguf``, ``tar:///abs/path/bundle.tar.zst``
 (a bundle made by ``modelyard bundle``). A bare existing path is taken as ``file://`` (or ``gguf://`` for
 a ``.gguf`` file) for convenience.

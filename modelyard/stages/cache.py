@@ -1,4 +1,4 @@
-"""Stage cache keys: what a cached stage result depends on, hashed into one key (issue 8).
+"""Stage cache keys: what a cached stage result depends on, hashed into one key.
 
 The cache itself is Prefect's task cache: a task with a ``cache_key_fn`` and ``persist_result=True``
 stores its result under the key in its result storage; a later run whose key matches gets the stored

@@ -86,7 +86,7 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
                 docs[rel] = json.loads(texts[rel]) if texts[rel] is not None else {}
             except ValueError as exc:
                 raise PatchError(f"{rel} is not valid JSON ({exc}); it cannot be patched",
-                                 fix=f"Restore {rel} from the source model first.") from None
+                                 fix=f"Restore {rel} from the source model first.") from exc
             if not isinstance(docs[rel], dict):
                 raise PatchError(f"{rel} is not a JSON object; it cannot be patched",
                                  fix=f"Restore {rel} from the source model first.")
@@ -127,7 +127,7 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
             tpl = Path(chat_template).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise PatchError(f"--chat-template {chat_template}: cannot read it ({exc})",
-                             fix="Pass a readable UTF-8 Jinja file.") from None
+                             fix="Pass a readable UTF-8 Jinja file.") from exc
         if ckpt.chat_template() != tpl:
             old = (root / "chat_template.jinja").read_text(encoding="utf-8") if (root / "chat_template.jinja").is_file() else None
             texts["chat_template.jinja"] = old
@@ -367,7 +367,7 @@ def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as exc:
         raise PatchError(f"--out {out}: cannot create it ({exc.strerror or exc})",
-                         fix="Pass --out a new folder under a writable directory.") from None
+                         fix="Pass --out a new folder under a writable directory.") from exc
     try:
         ckpt = Checkpoint(root)
         files = tuple(FileEntry(rel, (root / rel).stat().st_size) for rel in ckpt.files)
@@ -379,7 +379,7 @@ def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run:
         os.chmod(tmp, 0o755)
         os.rename(tmp, out)
     except OSError as exc:
-        raise StoreError(f"cannot write {out}: {exc.strerror or exc}", fix="Check the free space and permissions there.") from None
+        raise StoreError(f"cannot write {out}: {exc.strerror or exc}", fix="Check the free space and permissions there.") from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable
 
 from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, HashMismatchError, PublishError
 from modelyard.transport.bundle import (
     FORMAT,
@@ -49,7 +50,7 @@ class LocalFile:
 class LocalArtifact:
     root: Path
     manifest_bytes: bytes
-    manifest: dict[str, Any]
+    manifest: Manifest
     files: tuple[LocalFile, ...]  # every file but manifest.json, sorted by path
     index: dict[str, Any]  # the bundle.json dict: files outside manifest.json, manifest sha256, total
 
@@ -84,11 +85,11 @@ def load_artifact(artifact: str | Path, home: Path | None = None) -> LocalArtifa
         manifest_bytes = (root / MANIFEST).read_bytes()
         meta, _dirs, expect = bundle_meta(root, manifest_bytes)
     except BundleError as exc:
-        raise PublishError(exc.message, fix=exc.fix) from None
+        raise PublishError(exc.message, fix=exc.fix) from exc
     if INDEX_NAME in expect:
         raise PublishError(f"{root} holds a {INDEX_NAME}; that name is reserved", fix="Rename or remove that file.")
     files = tuple(LocalFile(rel, size, sha, root / rel) for rel, (size, sha) in sorted(expect.items()))
-    return LocalArtifact(root, manifest_bytes, json.loads(manifest_bytes), files, meta)
+    return LocalArtifact(root, manifest_bytes, Manifest.from_bytes(manifest_bytes), files, meta)
 
 
 def parse_listing(where: str, manifest_bytes: bytes, extras: Iterable[tuple[str, int, str]]) -> BundleContents:
@@ -101,9 +102,9 @@ def parse_listing(where: str, manifest_bytes: bytes, extras: Iterable[tuple[str,
     try:
         listed = json.loads(manifest_bytes)
         meta["total_bytes"] = sum(int(f["size"]) for f in listed["files"]) + sum(s for _, s, _ in extras)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError) as exc:
         raise PublishError(f"{where}: manifest.json is not a modelyard manifest (files[] of path, size, sha256)",
-                           fix="Pull an artifact published by `modelyard publish`.") from None
+                           fix="Pull an artifact published by `modelyard publish`.") from exc
     return check_index(where, manifest_bytes, dump_meta(meta))
 
 
@@ -112,7 +113,7 @@ def check_index(where: str, manifest_bytes: bytes, index_bytes: bytes) -> Bundle
         return _parse_contents(where, manifest_bytes, index_bytes)
     except BundleError as exc:
         raise PublishError(exc.message, fix="Do not use this copy: publish the artifact again with "
-                                            "`modelyard publish`, then pull again.") from None
+                                            "`modelyard publish`, then pull again.") from exc
 
 
 def check_rel(where: str, rel: str) -> str:
@@ -136,7 +137,7 @@ class Staging:
             self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.into.name}.pull-", dir=self.into.parent))
         except OSError as exc:
             raise PublishError(f"cannot create a folder beside {self.into}: {exc.strerror or exc}",
-                               fix="Check the permissions and free space of --into's parent.") from None
+                               fix="Check the permissions and free space of --into's parent.") from exc
         self.sink = FolderSink(self.tmp)
 
     def __enter__(self) -> Staging:

@@ -143,9 +143,9 @@ def bundle_meta(root: Path, manifest_bytes: bytes) -> tuple[dict[str, Any], list
     try:
         manifest = json.loads(manifest_bytes)
         listed = {f["path"]: (int(f["size"]), str(f["sha256"])) for f in manifest["files"]}
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError) as exc:
         raise BundleError(f"{root}/manifest.json is not a modelyard manifest (no files[] with path, size, sha256)",
-                          fix="Bundle an artifact written by modelyard ingest.") from None
+                          fix="Bundle an artifact written by modelyard ingest.") from exc
     dirs, files = _scan(root)
     if "bundle.json" in files:
         raise BundleError(f"{root} holds a bundle.json; that name is reserved for the bundle's index",
@@ -216,7 +216,7 @@ def bundle_artifact(artifact: str | Path, out: Path, *, level: int = DEFAULT_LEV
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise StoreError(f"cannot write the bundle {out}: {exc.strerror or exc}",
-                         fix="Check the output folder's permissions and free space.") from None
+                         fix="Check the output folder's permissions and free space.") from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -53,7 +53,7 @@ def list_artifacts(home: Path) -> list[ArtifactSummary]:
             except (OSError, ValueError):
                 continue
     except OSError as exc:
-        raise StoreError(f"cannot read the store {home}: {exc.strerror or exc}", fix="Check MODELYARD_HOME.") from None
+        raise StoreError(f"cannot read the store {home}: {exc.strerror or exc}", fix="Check MODELYARD_HOME.") from exc
     return sorted(out, key=lambda a: (a.name, a.created_at or "", a.revision))
 
 
@@ -64,9 +64,9 @@ def show_artifact(ref: str | Path, home: Path | None = None) -> dict[str, Any]:
         root = resolve_artifact(ref, home)
         m = Manifest.load(root)
     except BundleError as exc:
-        raise StoreError(exc.message, fix=exc.fix) from None
+        raise StoreError(exc.message, fix=exc.fix) from exc
     except (OSError, ValueError) as exc:
-        raise StoreError(f"cannot read {ref}/manifest.json: {exc}", fix="Re-ingest the model.") from None
+        raise StoreError(f"cannot read {ref}/manifest.json: {exc}", fix="Re-ingest the model.") from exc
     s = _summary(root, m)
     report: dict[str, Any] | None = None
     try:

@@ -2,7 +2,7 @@
 
 One **raw layer per file** (no tar, no compression), so each layer's digest is the file's SHA256:
 ``manifest.json``'s sha256 for ``model/x`` = the layer digest of ``model/x`` (the custody chain of
-DESIGN.md). The registry checks every blob's digest on upload, so a file that changed since it was
+docs/architecture.md). The registry checks every blob's digest on upload, so a file that changed since it was
 hashed is refused there, and each byte is read once (never hashed again here).
 
 - ``artifactType`` ``application/vnd.cncf.model.manifest.v1+json``; config blob
@@ -133,13 +133,13 @@ def _client(ref: OciRef, insecure: bool | None, settings: Any):  # noqa: ANN202
     scheme = "http" if insecure else "https"
     try:  # fail fast: oras retries a refused connection for about two minutes
         r = client.session.get(f"{scheme}://{ref.host}/v2/", timeout=10)
-    except requests.exceptions.SSLError:
+    except requests.exceptions.SSLError as exc:
         raise PublishError(f"oci://{ref.host}: TLS handshake failed",
                            fix="Use a registry with a valid certificate (plain HTTP is used for 127.0.0.1 and localhost "
-                               "only).") from None
+                               "only).") from exc
     except requests.exceptions.RequestException as exc:
         raise PublishError(f"oci://{ref.host}: the registry cannot be reached ({type(exc).__name__})",
-                           fix="Check the host and port, and that the registry is running.") from None
+                           fix="Check the host and port, and that the registry is running.") from exc
     if r.status_code not in (200, 401):
         raise PublishError(f"oci://{ref.host}/v2/ answered HTTP {r.status_code}; it does not look like an OCI registry",
                            fix="Point at the registry's host:port (the one that serves /v2/).")
@@ -170,16 +170,16 @@ def model_config(art: LocalArtifact, diff_ids: list[str]) -> dict[str, Any]:
     except (OSError, ValueError):
         pass
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
-    quant = (m.get("quantization") or {}).get("scheme") or _hf_quant(cfg)
+    quant = m.scheme or _hf_quant(cfg)
     precision = text.get("dtype") or text.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype")
     params = _param_count(art)
-    descriptor = {"name": m.get("name") or art.root.parent.name, "version": str(m.get("revision") or ""),
-                  "revision": str((m.get("source") or {}).get("commit") or m.get("revision") or "")}
-    if m.get("created_at"):
-        descriptor["createdAt"] = m["created_at"].replace("+00:00", "Z")
+    descriptor = {"name": m.name or art.root.parent.name, "version": m.revision,
+                  "revision": str(m.source.get("commit") or m.revision)}
+    if m.created_at:
+        descriptor["createdAt"] = m.created_at.replace("+00:00", "Z")
     if cfg.get("model_type"):
         descriptor["family"] = str(cfg["model_type"])
-    src = (m.get("source") or {}).get("uri")
+    src = m.source.get("uri")
     if isinstance(src, str) and src.startswith(("https://", "http://", "hf://")):
         descriptor["sourceURL"] = src
     config: dict[str, Any] = {"architecture": "transformer", "format": "safetensors"}
@@ -236,13 +236,13 @@ def _param_size(n: int) -> str:
 
 def _annotations(art: LocalArtifact) -> dict[str, str]:
     m = art.manifest
-    src = m.get("source") or {}
-    quant = (m.get("quantization") or {}).get("scheme")
-    out = {TITLE: str(m.get("name") or ""), "org.opencontainers.image.version": str(m.get("revision") or ""),
-           "org.opencontainers.image.revision": str(src.get("commit") or m.get("revision") or ""),
+    src = m.source
+    quant = m.scheme
+    out = {TITLE: m.name, "org.opencontainers.image.version": m.revision,
+           "org.opencontainers.image.revision": str(src.get("commit") or m.revision),
            "org.opencontainers.image.source": str(src.get("uri") or ""),
-           "org.opencontainers.image.created": str(m.get("created_at") or ""),
-           "dev.modelyard.content-digest": str(m.get("content_digest") or ""),
+           "org.opencontainers.image.created": m.created_at or "",
+           "dev.modelyard.content-digest": m.content_digest,
            "dev.modelyard.source.commit": str(src.get("commit") or ""),
            "dev.modelyard.quantization": str(quant or "none")}
     return {k: v for k, v in out.items() if v}
@@ -264,7 +264,7 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
         raise PublishError(f"{ref}: a push needs a tag, not a digest", fix=_FIX_REF)
     art = load_artifact(artifact_dir, home)
     if target.tag is None:
-        rev = str(art.manifest.get("revision") or "latest")
+        rev = art.manifest.revision or "latest"
         target = OciRef(target.host, target.repo, rev if _TAG_RE.match(rev) else "latest", None)
     client = _client(target, insecure, settings)
     container = client.get_container(f"{target.repo}:{target.tag}")
@@ -294,7 +294,7 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
         _check(r, "the image manifest", target)
     digest = r.headers.get("Docker-Content-Digest") or ""
     return PublishResult(uri=f"oci://{target.host}/{target.repo}:{target.tag}", files=len(entries),
-                         bytes=art.total_bytes, content_digest=str(art.manifest.get("content_digest", "")),
+                         bytes=art.total_bytes, content_digest=art.manifest.content_digest,
                          digest=digest or None, skipped=skipped)
 
 
@@ -310,10 +310,10 @@ def _upload(client, container, path: Path, layer: dict, what: str, ref: OciRef, 
              else client.put_upload(str(path), container, layer))
     except OSError as exc:
         raise PublishError(f"{ref}: cannot read {what} ({exc.strerror or exc})",
-                           fix="Check that the artifact folder is readable.") from None
+                           fix="Check that the artifact folder is readable.") from exc
     except (requests.exceptions.RequestException, ValueError) as exc:
         raise PublishError(f"{ref}: uploading {what} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
-                           fix="Check the registry (running, free space), then publish again.") from None
+                           fix="Check the registry (running, free space), then publish again.") from exc
     if r.status_code == 400 and "DIGEST_INVALID" in r.text:
         raise HashMismatchError(f"{ref}: the registry refused {what}: its bytes do not match sha256 "
                                 f"{layer['digest'][7:]} recorded in manifest.json",
@@ -407,7 +407,7 @@ def _get_manifest(client, container, src: OciRef) -> dict[str, Any]:  # noqa: AN
         r = client.do_request(url, "GET", headers={"Accept": MANIFEST_MEDIA_TYPE})
     except (requests.exceptions.RequestException, ValueError) as exc:
         raise PublishError(f"{src}: cannot read the manifest ({type(exc).__name__})",
-                           fix="Check that the registry is running.") from None
+                           fix="Check that the registry is running.") from exc
     if r.status_code == 404:
         raise PublishError(f"{src}: the registry has no such repository or tag",
                            fix="Check the repository and tag (`modelyard publish` prints them).")
@@ -417,8 +417,8 @@ def _get_manifest(client, container, src: OciRef) -> dict[str, Any]:  # noqa: AN
                                 fix="Do not trust this registry's copy.")
     try:
         return r.json()
-    except ValueError:
-        raise PublishError(f"{src}: the manifest is not JSON", fix="Pull an artifact pushed by `modelyard publish`.") from None
+    except ValueError as exc:
+        raise PublishError(f"{src}: the manifest is not JSON", fix="Pull an artifact pushed by `modelyard publish`.") from exc
 
 
 def _check_layers(manifest: dict[str, Any], src: OciRef) -> list[dict[str, Any]]:
@@ -455,7 +455,7 @@ def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef
             yield from r.iter_content(chunk_size=1 << 20)
     except requests.exceptions.RequestException as exc:
         raise PublishError(f"{src}: downloading {rel} failed ({type(exc).__name__})",
-                           fix="Check the registry and the network, then pull again.") from None
+                           fix="Check the registry and the network, then pull again.") from exc
 
 
 __all__ = ["publish_oci", "pull_oci", "parse_oci_ref", "media_type", "model_config", "OciRef",

@@ -98,7 +98,7 @@ def publish_s3(artifact_dir: str | Path, uri: str, *, settings: Any = None, home
     try:
         existing = fs.cat_file(f"{base}/manifest.json") if fs.exists(f"{base}/manifest.json") else None
     except Exception as exc:  # noqa: BLE001 - botocore/aiohttp raise many kinds
-        raise _s3_error(exc, "reading the prefix", uri) from None
+        raise _s3_error(exc, "reading the prefix", uri) from exc
     if existing is not None and existing != art.manifest_bytes:
 
         other = json.loads(existing).get("content_digest") if existing.strip().startswith(b"{") else None
@@ -114,7 +114,7 @@ def publish_s3(artifact_dir: str | Path, uri: str, *, settings: Any = None, home
             _put_bytes(fs, bucket, f"{prefix}/{name}", data, sha, uri, name)
             adv(len(data))
     return PublishResult(uri=f"s3://{base}", files=len(art.files) + 2, bytes=art.total_bytes + len(index_bytes),
-                         content_digest=str(art.manifest.get("content_digest", "")))
+                         content_digest=art.manifest.content_digest)
 
 
 def _put_bytes(fs, bucket: str, key: str, data: bytes, sha: str, uri: str, rel: str) -> None:  # noqa: ANN001
@@ -126,8 +126,8 @@ def _put_bytes(fs, bucket: str, key: str, data: bytes, sha: str, uri: str, rel: 
                 and "checksum" in str(exc).lower():
             raise HashMismatchError(f"{uri}: S3 refused {rel}: its bytes do not match sha256 {sha} recorded in the "
                                     "artifact", fix="The artifact changed after it was made: run `modelyard verify` "
-                                                    "on it and re-ingest the model.") from None
-        raise _s3_error(exc, f"uploading {rel}", uri) from None
+                                                    "on it and re-ingest the model.") from exc
+        raise _s3_error(exc, f"uploading {rel}", uri) from exc
     finally:
         fs.invalidate_cache()
 
@@ -143,7 +143,7 @@ def _put_one(fs, bucket: str, key: str, f: LocalFile, threshold: int, uri: str) 
     except OSError as exc:
         if isinstance(exc, PublishError):
             raise
-        raise PublishError(f"cannot read {f.path}: {exc.strerror or exc}", fix="Check that the artifact is readable.") from None
+        raise PublishError(f"cannot read {f.path}: {exc.strerror or exc}", fix="Check that the artifact is readable.") from exc
 
 
 def _put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str) -> None:  # noqa: ANN001
@@ -152,7 +152,7 @@ def _put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str)
     try:
         mpu = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key, Metadata={"sha256": f.sha256})
     except Exception as exc:  # noqa: BLE001
-        raise _s3_error(exc, f"starting the upload of {f.rel}", uri) from None
+        raise _s3_error(exc, f"starting the upload of {f.rel}", uri) from exc
     upload_id = mpu["UploadId"]
     h = hashlib.sha256()
     parts = []
@@ -164,7 +164,7 @@ def _put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str)
                 try:
                     out = fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk)
                 except Exception as exc:  # noqa: BLE001
-                    raise _s3_error(exc, f"uploading part {n} of {f.rel}", uri) from None
+                    raise _s3_error(exc, f"uploading part {n} of {f.rel}", uri) from exc
                 parts.append({"PartNumber": n, "ETag": out["ETag"]})
                 n += 1
         if h.hexdigest() != f.sha256:
@@ -176,7 +176,7 @@ def _put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str)
             fs.call_s3("complete_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id,
                        MultipartUpload={"Parts": parts})
         except Exception as exc:  # noqa: BLE001
-            raise _s3_error(exc, f"completing the upload of {f.rel}", uri) from None
+            raise _s3_error(exc, f"completing the upload of {f.rel}", uri) from exc
     except BaseException:
         try:
             fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
@@ -201,7 +201,7 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
     try:
         has_manifest = fs.exists(f"{base}/manifest.json")
     except Exception as exc:  # noqa: BLE001
-        raise _s3_error(exc, "reading the prefix", uri) from None
+        raise _s3_error(exc, "reading the prefix", uri) from exc
     if not has_manifest:
         raise PublishError(f"{uri} has no manifest.json: nothing was published there, or the publish did not finish "
                            "(manifest.json is written last)",
@@ -209,11 +209,11 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
     try:
         manifest_bytes = fs.cat_file(f"{base}/manifest.json")
         index_bytes = fs.cat_file(f"{base}/{INDEX_NAME}")
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         raise PublishError(f"{uri} has manifest.json but no {INDEX_NAME}",
-                           fix="Publish the artifact again with `modelyard publish`.") from None
+                           fix="Publish the artifact again with `modelyard publish`.") from exc
     except Exception as exc:  # noqa: BLE001
-        raise _s3_error(exc, "reading manifest.json", uri) from None
+        raise _s3_error(exc, "reading manifest.json", uri) from exc
     contents = check_index(uri, manifest_bytes, index_bytes)
     total = sum(e.size for e in contents.files.values())
     with Staging(into) as st, progress.task(f"downloading {uri}", total=total) as adv:
@@ -237,12 +237,12 @@ def _chunks(fs, path: str, rel: str, uri: str, adv):  # noqa: ANN001, ANN202
             while chunk := fh.read(CHUNK):
                 adv(len(chunk))
                 yield chunk
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         raise PublishError(f"{uri}: {rel} is listed in the artifact but missing from the bucket",
-                           fix="The publish was incomplete or the object was deleted: publish again.") from None
+                           fix="The publish was incomplete or the object was deleted: publish again.") from exc
     except PublishError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise _s3_error(exc, f"downloading {rel}", uri) from None
+        raise _s3_error(exc, f"downloading {rel}", uri) from exc
 
 

@@ -1,6 +1,6 @@
 """signing: an OpenSSF model-signing bundle over an artifact's ``model/`` (``model.sig``).
 
-``model.sig`` sits beside ``model/`` in the artifact (DESIGN.md, "The artifact"). It is a Sigstore
+``model.sig`` sits beside ``model/`` in the artifact (see :mod:`modelyard.artifact.layout`). It is a Sigstore
 bundle whose payload is an in-toto statement listing every file of ``model/`` with its SHA256
 (PyPI ``model-signing`` 1.1.1, file serialization). Key-based signing uses an elliptic-curve private
 key (PEM); verification uses the matching public key, or a certificate chain (``trust_root``) for
@@ -71,13 +71,13 @@ def sign_artifact(artifact: Path, *, private_key: Path | str, password: str | No
     except (ValueError, TypeError) as exc:
         raise SigningKeyError(f"{key} is not a usable elliptic-curve private key ({_first_line(exc)})",
                               fix="Make one with `openssl ecparam -name prime256v1 -genkey -noout -out private.pem` "
-                                  "(give --password if it is encrypted).") from None
+                                  "(give --password if it is encrypted).") from exc
     try:
         cfg.sign(model, tmp)
         os.replace(tmp, sig)
     except OSError as exc:
         raise SigningKeyError(f"cannot write {sig}: {exc.strerror or exc}",
-                              fix="Check that the artifact folder is writable.") from None
+                              fix="Check that the artifact folder is writable.") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return SignResult(model.parent, sig, "key")
@@ -119,17 +119,17 @@ def verify_signature(artifact: Path, *, public_key: Path | str | None = None,
         raise
     except (ValueError, TypeError) as exc:
         raise SigningKeyError(f"cannot use that {method} to verify ({_first_line(exc)})",
-                              fix="Pass the PEM public key that matches the signing key.") from None
+                              fix="Pass the PEM public key that matches the signing key.") from exc
     diffs: list[str] = []
     _capture_diff(cfg, diffs)
     try:
         cfg.verify(model, sig)
     except ValueError as exc:
         tampered = str(exc).startswith("Signature mismatch")
-        raise SignatureError(_explain(model, exc, diffs), fix=_FIX_TAMPERED if tampered else _FIX_KEY) from None
+        raise SignatureError(_explain(model, exc, diffs), fix=_FIX_TAMPERED if tampered else _FIX_KEY) from exc
     except Exception as exc:  # noqa: BLE001 - the library raises many kinds for a bad or foreign signature
         raise SignatureError(f"{sig} does not verify with that {method}: {type(exc).__name__}: {_first_line(exc)}",
-                             fix=_FIX_KEY) from None
+                             fix=_FIX_KEY) from exc
     files = sum(1 for p in model.rglob("*") if p.is_file())
     return VerifySignatureResult(model.parent, sig, method, files)
 

@@ -219,7 +219,7 @@ class _Stream(io.RawIOBase):
         except self._zerr as exc:
             raise BundleError(f"{self.name}: the compressed stream is corrupt ({exc}); detected at compressed "
                               f"byte {self._raw.tell()} of {self.compressed}, {self.pos} bytes into the tar, reading "
-                              f"{self.member}", fix=_FIX_CORRUPT) from None
+                              f"{self.member}", fix=_FIX_CORRUPT) from exc
         self.pos += n
         if self.pos > self.limit:
             declared = f"declared {self.declared} bytes" if self.declared is not None else "declared sizes not read yet"
@@ -275,8 +275,8 @@ def _parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bu
     try:
         manifest = json.loads(manifest_bytes)
         meta = json.loads(meta_bytes)
-    except ValueError:
-        raise BundleError(f"{bundle}: manifest.json or bundle.json is not valid JSON", fix=_FIX_CORRUPT) from None
+    except ValueError as exc:
+        raise BundleError(f"{bundle}: manifest.json or bundle.json is not valid JSON", fix=_FIX_CORRUPT) from exc
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise BundleError(f"{bundle}: bundle.json is not a {FORMAT} version {VERSION} index",
                           fix="Use the modelyard version that made the bundle, or re-bundle with this one.")
@@ -304,8 +304,8 @@ def _parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bu
         model = tuple(FileEntry(path=f.path[len("model/"):], size=f.size, sha256=f.sha256) for f in model)
         digest = manifest.get("content_digest")
         total = meta["total_bytes"]
-    except (KeyError, TypeError, AttributeError):
-        raise bad from None
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise bad from exc
     if digest != "sha256:" + tree_digest(model):
         raise BundleError(f"{bundle}: manifest.json's content_digest does not match its own file list",
                           fix="The manifest was edited; ask the sender for a fresh bundle.")
@@ -328,7 +328,7 @@ def read_bundle(bundle: Path, sink: Sink, *, max_ratio: float = DEFAULT_MAX_RATI
             return _read(stream, name, compressed, sink, max_ratio)
         except (tarfile.TarError, EOFError) as exc:
             raise BundleError(f"{name}: not a valid tar near byte {stream.pos} (in {stream.member}): {exc}",
-                              fix=_FIX_CORRUPT) from None
+                              fix=_FIX_CORRUPT) from exc
 
 
 def _read(stream: _Stream, name: str, compressed: int, sink: Sink, max_ratio: float) -> BundleContents:
@@ -444,7 +444,7 @@ def read_manifest(bundle: Path) -> tuple[bytes, dict[str, Any]]:
         except (tarfile.TarError, EOFError, ValueError) as exc:
             if isinstance(exc, BundleError):
                 raise
-            raise BundleError(f"{bundle.name}: cannot read manifest.json: {exc}", fix=_FIX_CORRUPT) from None
+            raise BundleError(f"{bundle.name}: cannot read manifest.json: {exc}", fix=_FIX_CORRUPT) from exc
 
 
 def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, public_key: Path | None = None,
@@ -472,7 +472,7 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, 
         _rmtree(tmp)
         raise StoreError(f"cannot extract {Path(bundle).name} into {into}: {exc.strerror or exc}",
                          fix="Free disk space there (the bundle's total size is in its manifest) or pass "
-                             "another --into.") from None
+                             "another --into.") from exc
     except BaseException:
         _rmtree(tmp)
         raise

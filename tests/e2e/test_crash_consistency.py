@@ -1,4 +1,4 @@
-"""Crash consistency and concurrency (issue 10), for real: `modelyard ingest` runs as a subprocess and
+"""Crash consistency and concurrency, for real: `modelyard ingest` runs as a subprocess and
 is SIGKILLed (its whole process group, Prefect's server included) at 20+ points: during start-up, while
 hashing, while packaging, while writing the metadata, right after the store rename, and while
 publishing to a real OCI registry and a real S3 endpoint. After every kill the store must hold only

@@ -1,4 +1,4 @@
-"""Disk full (issue 10): ingest, bundle and unbundle into a real 8 MiB tmpfs made by the test fail
+"""Disk full: ingest, bundle and unbundle into a real 8 MiB tmpfs made by the test fail
 with a clear error (exit code, the path, "No space left on device", a fix) and leave nothing partial.
 
 Mounting a tmpfs needs root (CAP_SYS_ADMIN), which this project's machines and CI have."""

@@ -1,6 +1,6 @@
 """The ingest flow runs in Prefect (ephemeral API): one task run per stage, named ``name@revision``,
 the Markdown report and the findings table attached as artifacts; an identical re-run takes verify
-from Prefect's cache and says so (issue 8)."""
+from Prefect's cache and says so."""
 
 from __future__ import annotations
 

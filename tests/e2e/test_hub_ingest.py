@@ -62,7 +62,7 @@ def test_ingest_records_resolved_commit(hub, tmp_path):
     assert json.loads(again.stdout)["reused"] is True
     assert json.loads(again.stdout)["cached_stages"] == ["verify"]  # same files: the report is reused
     assert store_artifacts(tmp_path) == [art]
-    # a pinned commit's fetch is cached too (issue 8), unless the hub cache lost its files since
+    # a pinned commit's fetch is cached too, unless the hub cache lost its files since
     third = run_cli("ingest", f"hf://org/tiny@{head}", "--no-smoke", "--json", env=_env(hub, tmp_path))
     assert json.loads(third.stdout)["cached_stages"] == ["fetch", "verify"], third.stderr
     import shutil

@@ -1,4 +1,4 @@
-"""Real-model proof of the patch stage (issue 4): SmolLM2-135M-Instruct broken the Llama 3 way runs
+"""Real-model proof of the patch stage: SmolLM2-135M-Instruct broken the Llama 3 way runs
 past its end-of-turn token in real vLLM; after `modelyard patch` it stops right there.
 
 The broken copy: generation_config and config `eos_token_id` and the tokenizer's `eos_token` are

@@ -1,4 +1,4 @@
-"""OCI publish (issue 7) against a real Debian docker-registry (distribution 2.8) on 127.0.0.1:
+"""OCI publish against a real Debian docker-registry (distribution 2.8) on 127.0.0.1:
 push → pull bit-identical, layer digests = manifest.json's sha256, ModelPack media types and
 annotations, chunked upload, tampered and unsafe registry content refused, signature on pull."""
 

@@ -1,4 +1,4 @@
-"""S3 publish (issue 7) against a real moto_server on 127.0.0.1: put → get bit-identical,
+"""S3 publish against a real moto_server on 127.0.0.1: put → get bit-identical,
 manifest.json last (an interrupted publish leaves no manifest.json and cannot be pulled), sha256
 metadata on every object, multipart for big files, a tampered object fails the pull naming the file."""
 

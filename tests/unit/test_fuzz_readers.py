@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 10): property-based fuzzing of the readers and checks that see untrusted bytes.
+"""Hostile inputs: property-based fuzzing of the readers and checks that see untrusted bytes.
 
 The property, for every generated folder: ``verify_folder`` returns a Report (findings only) or raises a
 typed :class:`~modelyard.errors.ModelyardError`; never another exception, never an

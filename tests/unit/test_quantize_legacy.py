@@ -1,4 +1,4 @@
-"""Legacy checkpoint formats (issue #5): GPTQ through gptqmodel, AutoAWQ GEMM through autoawq, each
+"""Legacy checkpoint formats: GPTQ through gptqmodel, AutoAWQ GEMM through autoawq, each
 run for real in its own venv (.venv-gptq, .venv-awq) on the tiny model; outputs verified, loaded
 back with transformers for the quality gate, and judged against the runtime table."""
 

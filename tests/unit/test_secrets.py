@@ -1,4 +1,4 @@
-"""Secrets (issue 10): a canary hub token must never reach stdout, stderr, the store (manifest,
+"""Secrets: a canary hub token must never reach stdout, stderr, the store (manifest,
 reports, serve files), Prefect's own database and logs, or exception text."""
 
 from __future__ import annotations

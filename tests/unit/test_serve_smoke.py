@@ -1,4 +1,4 @@
-"""The pure parts of the server smoke (issue #6): golden prompt files, their verdicts, CPU overrides,
+"""The pure parts of the server smoke: golden prompt files, their verdicts, CPU overrides,
 the Markdown of a server result. The server itself is exercised in tests/e2e/test_serve_smoke_vllm.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Signing (issue 7): model-signing over model/ with an EC key made here; list/show over the store;
+"""Signing: model-signing over model/ with an EC key made here; list/show over the store;
 publish target parsing (no server needed)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage cache keys (issue 8): equal inputs give equal keys; any input, the code or a library
+"""Stage cache keys: equal inputs give equal keys; any input, the code or a library
 version changes the key; the verify listing sees stray files but not times."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 - ``tar://``: a bundle (``modelyard bundle``), verified and extracted once into
   ``<home>/.cache/bundles/<content digest>/``; the expected sizes and sha256 come from its manifest.
 
-Default allow patterns (issue #2): safetensors, their index, json, tokenizer files, ``*.jinja``,
+Default allow patterns: safetensors, their index, json, tokenizer files, ``*.jinja``,
 ``*.txt``, ``*.md``. Pickle formats and ``*.gguf`` are not fetched unless asked.
 """
 
@@ -55,7 +55,7 @@ def _filter(paths: Sequence[str], allow: Sequence[str] | None, ignore: Sequence[
 
 
 def _require_model_files(where: str, selected: Sequence[str], everything: Sequence[str]) -> None:
-    """Raise the input errors of issue #2 point 11 before any byte is downloaded."""
+    """Raise the input errors (bad repo id, revision or patterns) before any byte is downloaded."""
     if "config.json" not in selected:
         raise MissingConfigError(f"{where} has no config.json", fix="Point SOURCE at a transformers model folder (with config.json).")
     if not any(p.endswith(".safetensors") for p in selected):
@@ -137,7 +137,7 @@ def sweep_incomplete(cache_dir: Path, repo_id: str) -> int:
     (huggingface_hub PR 4228) and never resumes or removes another process's file, so a SIGKILLed
     download leaves one behind for good. A file is removed only while its blob lock
     (``<cache>/.locks/<repo folder>/<etag>.lock``, the lock huggingface_hub holds while downloading)
-    can be taken at once: a download in progress elsewhere keeps its file (issue 10)."""
+    can be taken at once: a download in progress elsewhere keeps its file."""
     from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
 
     folder = repo_folder_name(repo_id=repo_id, repo_type="model")
@@ -211,16 +211,16 @@ def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: 
                                   allow_patterns=selected, endpoint=endpoint, token=token or False,
                                   tqdm_class=_HubProgress)  # type: ignore[arg-type]
         sweep_incomplete(settings.cache_dir() / "hf", repo)
-    except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError):
+    except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError) as exc:
         raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where} (or needs a token)",
-                                  fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from None
+                                  fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from exc
     except (httpx.TransportError, LocalEntryNotFoundError, ConnectionError) as exc:
         raise EndpointUnreachableError(f"cannot reach the hub endpoint {where} ({type(exc).__name__})",
-                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from None
+                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from exc
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}",
-                                       fix="Retry later, or check the endpoint and token.") from None
+                                       fix="Retry later, or check the endpoint and token.") from exc
     if commit is None:
         raise SourceNotFoundError(f"{where} did not resolve {repo}@{rev} to a commit")
     by_path = {e.path: e for e in tree}

@@ -122,7 +122,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Non
         tok.save_pretrained(str(out_dir))
     except Exception as exc:
         raise ConversionError(f"cannot convert {gguf_path.name} to safetensors: {type(exc).__name__}: {str(exc)[:300]}",
-                              fix="Check that the GGUF's architecture is one transformers' GGUF loader supports.") from None
+                              fix="Check that the GGUF's architecture is one transformers' GGUF loader supports.") from exc
 
 
 def fetch_gguf(source: Source, settings: Settings) -> Snapshot:

@@ -38,6 +38,7 @@ import yaml
 from modelyard import paths, progress
 from modelyard.errors import InsufficientResourcesError, QualityGateError, QuantizeError
 from modelyard.model.checkpoint import Checkpoint
+from modelyard.settings import Settings
 from modelyard.stages.quantize import legacy
 from modelyard.stages.quantize import quality as _quality
 
@@ -154,9 +155,9 @@ def scheme(name: str) -> Scheme:
     """The :class:`Scheme` called ``name``; raises :class:`QuantizeError` listing the valid names."""
     try:
         return ALL_SCHEMES[name]
-    except KeyError:
+    except KeyError as exc:
         raise QuantizeError(f"--quantize/--scheme {name!r} is not a scheme modelyard knows",
-                            fix=f"Use one of: {', '.join(ALL_SCHEMES)}.") from None
+                            fix=f"Use one of: {', '.join(ALL_SCHEMES)}.") from exc
 
 
 def load_recipe(name: str, recipe_file: Path | None = None) -> tuple[dict[str, Any], str]:
@@ -167,7 +168,7 @@ def load_recipe(name: str, recipe_file: Path | None = None) -> tuple[dict[str, A
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise QuantizeError(f"recipe {path}: cannot read it as YAML ({exc})",
-                            fix="Pass an llm-compressor recipe YAML file.") from None
+                            fix="Pass an llm-compressor recipe YAML file.") from exc
     if not isinstance(data, dict):
         raise QuantizeError(f"recipe {path} is not a YAML mapping of stages", fix="See modelyard/recipes/*.yaml.")
     return data, (f"modelyard/recipes/{name}.yaml" if recipe_file is None else str(path))
@@ -278,7 +279,7 @@ def load_calibration(path: Path | None, *, num_samples: int, max_seq_len: int, t
         raise
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise QuantizeError(f"--calibration {path}: cannot read it ({exc})",
-                            fix="Pass a UTF-8 text or JSONL file, or a datasets folder.") from None
+                            fix="Pass a UTF-8 text or JSONL file, or a datasets folder.") from exc
     if not texts:
         raise QuantizeError(f"--calibration {path} holds no samples", fix="Pass a file with text in it.")
     return Calibration(tuple(texts[:num_samples]), h.hexdigest(), str(path), max_seq_len)
@@ -438,13 +439,13 @@ def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Reci
     try:
         backend, qc = legacy.quantize_config(yaml.safe_load(recipe.text), sch.name)
     except ValueError as exc:
-        raise QuantizeError(f"recipe {recipe.source}: {exc}", fix="See modelyard/recipes/gptq.yaml.") from None
+        raise QuantizeError(f"recipe {recipe.source}: {exc}", fix="See modelyard/recipes/gptq.yaml.") from exc
     if backend != sch.backend:
         raise QuantizeError(f"recipe {recipe.source} names backend {backend!r}; scheme {sch.name} uses {sch.backend!r}",
                             fix=f"Set 'backend: {sch.backend}' in the recipe.")
     legacy.interpreter(backend)  # fail before any work when the venv is missing
     calib = load_calibration(calibration, num_samples=num_samples, max_seq_len=max_seq_len)
-    timeout = float(os.environ.get("MODELYARD_QUANTIZE_TIMEOUT", 4 * 3600))
+    timeout = Settings().quantize_timeout
     t0 = time.perf_counter()
     with _staged_output(model_dir, out_model) as tmp:
         r = legacy.quantize(model_dir, tmp, backend, qc, list(calib.texts), max_seq_len=max_seq_len, timeout=timeout)
@@ -473,7 +474,7 @@ class _quiet_libraries:
     def __enter__(self) -> None:
 
         self._stack = contextlib.ExitStack()
-        if os.environ.get("MODELYARD_VERBOSE"):
+        if Settings().verbose:
             return
         self._stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
@@ -536,7 +537,7 @@ def data_digest(path: Path | None) -> str:
             h.update(path.read_bytes())
     except OSError as exc:
         raise QuantizeError(f"--calibration {path}: cannot read it ({exc.strerror})",
-                            fix="Pass a readable file or folder.") from None
+                            fix="Pass a readable file or folder.") from exc
     return h.hexdigest()
 
 

@@ -31,7 +31,7 @@ import time
 import traceback
 from pathlib import Path
 
-os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel 7.6 on a 2-core host stalls with fewer (issue #5)
+os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")  # gptqmodel 7.6 on a 2-core host stalls with fewer
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

@@ -1,4 +1,4 @@
-"""legacy: the GPTQ and AutoAWQ checkpoint formats, for runtimes that want them (issue #5).
+"""legacy: the GPTQ and AutoAWQ checkpoint formats, for runtimes that want them.
 
 The compressed-tensors output of llm-compressor (``pipeline/quantize.py``) is what vLLM loads
 natively; these two older formats are optional extras, each made by its own library in its own venv
@@ -31,6 +31,7 @@ from typing import Any
 from modelyard import progress
 from modelyard.errors import LegacyBackendError, RuntimeNotFoundError
 from modelyard.paths import CHECKOUT
+from modelyard.settings import Settings
 
 RUNNER = Path(__file__).with_name("_legacy_runner.py")
 _CHECKOUT = CHECKOUT
@@ -47,7 +48,8 @@ class Backend:
 
     def python(self) -> Path:
         """The backend's interpreter: ``$<env>`` or ``<checkout>/<venv>/bin/python`` (may not exist)."""
-        return Path(os.environ[self.env]).expanduser() if os.environ.get(self.env) else _CHECKOUT / self.venv / "bin" / "python"
+        configured = getattr(Settings(), self.env.removeprefix("MODELYARD_").lower())
+        return Path(configured).expanduser() if configured else _CHECKOUT / self.venv / "bin" / "python"
 
 
 BACKENDS = {
@@ -84,9 +86,9 @@ def _run(backend: str, mode: str, model: Path, out: Path, spec: dict[str, Any], 
                                     start_new_session=True)
             try:
                 proc.wait(timeout)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as exc:
                 raise LegacyBackendError(f"{label} did not finish within {timeout:.0f} s",
-                                         fix="Raise MODELYARD_QUANTIZE_TIMEOUT or use a larger host.") from None
+                                         fix="Raise MODELYARD_QUANTIZE_TIMEOUT or use a larger host.") from exc
             finally:
                 if proc.poll() is None:
                     try:
@@ -100,7 +102,7 @@ def _run(backend: str, mode: str, model: Path, out: Path, spec: dict[str, Any], 
                                      f"without a result; log tail:\n{tail}")
         r = json.loads(result.read_text())
     if not r.get("ok"):
-        detail = f"\n{r.get('traceback')}" if os.environ.get("MODELYARD_VERBOSE") else ""
+        detail = f"\n{r.get('traceback')}" if Settings().verbose else ""
         raise LegacyBackendError(f"{label} failed: {r.get('error')}{detail}",
                                  fix="Run with MODELYARD_VERBOSE=1 to see the backend's traceback; check that the "
                                      "backend supports the model's architecture.")

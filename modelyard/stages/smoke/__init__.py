@@ -140,10 +140,10 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
             proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
                 proc.wait(timeout)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as exc:
                 kill_group(proc)
                 raise SmokeFailedError(f"vLLM did not load and answer within {timeout:.0f} s",
-                                       fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.") from None
+                                       fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.") from exc
             finally:
                 if proc.poll() is None:
                     kill_group(proc)

@@ -130,7 +130,7 @@ def load_golden(path: Path | None, mode: str = DEFAULT_SERVE) -> tuple[list[Gold
         data = yaml.safe_load(raw)
     except (OSError, yaml.YAMLError) as exc:
         raise InvalidTargetError(f"--golden {path}: cannot read it as YAML ({exc})",
-                                 fix="Pass a YAML file with a 'prompts' list.") from None
+                                 fix="Pass a YAML file with a 'prompts' list.") from exc
     items = data.get("prompts") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise InvalidTargetError(f"--golden {path}: no 'prompts' list", fix="Write prompts: [{prompt: ..., expect: [...]}].")
@@ -146,7 +146,7 @@ def load_golden(path: Path | None, mode: str = DEFAULT_SERVE) -> tuple[list[Gold
                 re.compile(regex)
             except re.error as exc:
                 raise InvalidTargetError(f"--golden {path}: prompts[{n}].regex {regex!r} is invalid ({exc})",
-                                         fix="Fix the regular expression.") from None
+                                         fix="Fix the regular expression.") from exc
         if not expect and regex is None:
             raise InvalidTargetError(f"--golden {path}: prompts[{n}] has neither 'expect' nor 'regex'",
                                      fix="Say what the answer must contain.")
@@ -355,7 +355,7 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                     bench_res = _run_bench(python, base, name, model_dir, bench, env, tmp, mode)
         except httpx.HTTPError as exc:
             raise SmokeFailedError(f"the vLLM server failed a request: {exc}",
-                                   fix="See the server's error; `modelyard verify` on the folder may name the cause.") from None
+                                   fix="See the server's error; `modelyard verify` on the folder may name the cause.") from exc
         finally:
             if proc.poll() is None:
                 kill_group(proc)

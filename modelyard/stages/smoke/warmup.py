@@ -1,4 +1,4 @@
-"""Warm-up: import what the verify stage needs while the run waits on something else (issue 9).
+"""Warm-up: import what the verify stage needs while the run waits on something else.
 
 The first ``verify`` in a process spends 3 to 9 s importing transformers (torch, its config and
 tokenizer machinery), whatever the model's size; the checks themselves take about 1 s. An ingest
@@ -15,8 +15,9 @@ The thread starts only after the flow module, and so Prefect and pydantic, are i
 
 from __future__ import annotations
 
-import os
 import threading
+
+from modelyard.settings import Settings
 
 _started: threading.Thread | None = None
 _lock = threading.Lock()
@@ -44,7 +45,7 @@ def start() -> threading.Thread | None:
     """Start the warm-up thread once per process; returns it (None when disabled by
     ``MODELYARD_NO_WARMUP``). Calling it again returns the same thread."""
     global _started
-    if os.environ.get("MODELYARD_NO_WARMUP"):
+    if Settings().no_warmup:
         return None
     with _lock:
         if _started is None:

@@ -2,7 +2,7 @@
 
 ``verify_folder`` runs the check registry over a :class:`~modelyard.model.checkpoint.Checkpoint`. Given an
 artifact folder (``manifest.json`` + ``model/``) it judges ``model/`` and also re-hashes every file
-against the manifest (``artifact.file_*`` findings): the custody chain of DESIGN.md.
+against the manifest (``artifact.file_*`` findings): the custody chain (docs/architecture.md).
 """
 
 from __future__ import annotations
