@@ -2,8 +2,10 @@
 
 ``model/`` receives the snapshot's files, read-only: hard-linked from modelyard's own caches (no
 bytes copied), copied from a user's folder (the source is never modified, not even its mode). Patched files are then
-replaced by rename (``pipeline.patch.apply_plan``), which never writes through a link. ``report.json``, ``report.md``
-and ``manifest.json`` are written by :func:`write_metadata` once the smoke result is known.
+replaced by rename (:func:`modelyard.model.patchplan.apply_plan`), which never writes through a link. ``report.json``,
+``report.md`` and ``manifest.json`` are written by :func:`write_metadata` once the smoke result is known.
+:class:`Draft` is the one way the ingest flow writes an artifact: a staging folder every stage writes
+through, committed into the :class:`~modelyard.artifact.store.Store` with one rename.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelyard import progress
 from modelyard.artifact.layout import (
     MANIFEST,
+    MODEL_DIR,
     PATCH_DIFF,
     PATCHES,
     QUANTIZATION,
@@ -24,6 +28,7 @@ from modelyard.artifact.layout import (
     REPORT_JSON,
     REPORT_MD,
 )
+from modelyard.artifact.store import Artifact, Store
 from modelyard.checks import Report
 from modelyard.errors import StoreError
 from modelyard.model.digest import copy_with_digest, hash_snapshot
@@ -48,7 +53,7 @@ def stage_model(snapshot: Snapshot, staging: Path, link_from: tuple[Path, ...] =
     :class:`StoreError` on a filesystem error (e.g. disk full), :class:`HashMismatchError` when a
     file changed after it was hashed."""
 
-    model = staging / "model"
+    model = staging / MODEL_DIR
     roots = tuple(r.resolve() for r in link_from)
     try:
         with progress.task("packaging model/", total=snapshot.total_bytes) as adv:
@@ -139,3 +144,57 @@ def write_quantization_records(staging: Path, record: dict[str, Any]) -> None:
     """``quantization.json`` (the record) and ``recipe.yaml`` (the effective recipe) beside model/."""
     _write(staging / RECIPE, record["recipe"]["text"].encode())
     _write(staging / QUANTIZATION, (json.dumps(record, indent=2) + "\n").encode())
+
+
+class Draft:
+    """An artifact under construction: a private staging folder of ``store`` that every stage writes
+    through, committed to ``<home>/<name>/<revision>`` with one rename (:meth:`commit`) or removed
+    (leaving the ``with`` block, committed or not). ``model`` is ``<staging>/model``.
+
+    Raises :class:`StoreError` when the staging folder cannot be made or written."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.path = store.new_staging()
+        self.model = self.path / MODEL_DIR
+
+    def __enter__(self) -> Draft:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove the staging folder (a no-op once committed: it was renamed into the store)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def add_model(self, snapshot: Snapshot, link_from: tuple[Path, ...] = (), precopied: Path | None = None) -> Path:
+        """:func:`stage_model` into this draft; returns ``model/``."""
+        return stage_model(snapshot, self.path, link_from=link_from, precopied=precopied)
+
+    def add_patches(self, plan: PatchPlan) -> None:
+        """Apply ``plan`` to ``model/`` and write ``patches.json`` and ``patch.diff`` (:func:`write_patch_records`)."""
+        write_patch_records(self.path, plan, self.model)
+
+    def replace_model(self, new_model: Path) -> tuple[FileEntry, ...]:
+        """Swap ``model/`` for ``new_model`` (a folder inside this draft, e.g. a quantizer's output),
+        read-only and hashed; returns its entries (sizes in bytes, sha256, origin "quantized")."""
+        try:
+            shutil.rmtree(self.model)
+            new_model.rename(self.model)
+        except OSError as exc:
+            raise StoreError(f"cannot replace {self.model}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
+        return quantized_files(self.model)
+
+    def add_quantization(self, record: dict[str, Any]) -> None:
+        """``quantization.json`` and ``recipe.yaml`` (:func:`write_quantization_records`)."""
+        write_quantization_records(self.path, record)
+
+    def add_metadata(self, manifest: Manifest, report: Report, report_json: bytes, title: str) -> None:
+        """``report.json``, ``report.md`` and, last, ``manifest.json`` (:func:`write_metadata`)."""
+        write_metadata(self.path, manifest, report, report_json, title)
+
+    def commit(self, name: str, revision: str, content_digest: str) -> Artifact:
+        """Publish into the store (:meth:`Store.publish`): idempotent for equal content; raises
+        :class:`~modelyard.errors.ArtifactConflictError` for different content at that place."""
+        return self.store.publish(self.path, name, revision, content_digest)

@@ -19,35 +19,31 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from modelyard.artifact.draft import (
-    patched_files,
-    quantized_files,
-    stage_model,
-    write_metadata,
-    write_patch_records,
-    write_quantization_records,
-)
-from modelyard.artifact.layout import REPORT_JSON, REPORT_MD
+from modelyard.artifact import identity
+from modelyard.artifact.draft import Draft, patched_files
+from modelyard.artifact.identity import find_reusable, source_revision, variant_revision
+from modelyard.artifact.layout import MODEL_DIR, REPORT_JSON, REPORT_MD
 from modelyard.artifact.manifest import Manifest, build_manifest
 from modelyard.artifact.store import Artifact, Store
 from modelyard.checks import Report, Target
 from modelyard.errors import EndpointUnreachableError, ServePlanError, SmokeFailedError
-from modelyard.flows.options import IngestOptions
+from modelyard.flows.options import FetchOptions, IngestOptions, PatchOptions, QuantizeOptions, ServeOptions, SmokeOptions
 from modelyard.model import digest as hashing
-from modelyard.model.snapshot import Snapshot
+from modelyard.model.digest import tree_digest
+from modelyard.model.patchplan import PatchPlan
+from modelyard.model.snapshot import FileEntry, Snapshot
 from modelyard.model.source import Source, parse_source, sanitize_name
 from modelyard.settings import Settings
 from modelyard.stages import cache as stage_cache
 from modelyard.stages import fetch as fetch_stage
 from modelyard.stages import patch, quantize, serve, smoke, verify
-from modelyard.stages.quantize import compat
 from modelyard.stages.serve.files import vllm_config, write_serve_files
 from modelyard.stages.smoke import server as serve_smoke
 from modelyard.stages.smoke import warmup
@@ -75,19 +71,10 @@ class IngestResult:
                 "hashed_bytes": self.hashed_bytes}
 
 
-#: a stored artifact is reused only when its smoke passed at the level asked for, or a higher one.
-_LEVEL_RANK = {"load": 0, "server": 1, "bench": 2}
-
-
 def smoke_covers(prev: dict[str, Any], options: IngestOptions) -> bool:
-    """Whether a stored artifact's smoke result ``prev`` stands for the smoke ``options`` ask for: it
-    passed, at the level asked for or a higher one, in the serving mode asked for. A chat smoke also
-    stands for a completion one (it loaded and generated, and passed the stricter stop rule); a
-    completion smoke never stands for chat (it did not exercise the chat template). A result
-    without ``mode`` was stored before modes were recorded, when every smoke chatted."""
-    if not prev.get("passed") or _LEVEL_RANK[prev.get("level", "load")] < _LEVEL_RANK[options.smoke_level]:
-        return False
-    return prev.get("mode", "chat") in (options.serve, "chat")
+    """Whether a stored smoke result ``prev`` stands for the smoke ``options`` ask for
+    (:func:`modelyard.artifact.identity.smoke_covers` at ``smoke_level`` in mode ``serve``)."""
+    return identity.smoke_covers(prev, level=options.smoke_level, mode=options.serve)
 
 
 def retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
@@ -109,7 +96,7 @@ def _fetch_key(context: Any, params: dict[str, Any]) -> str | None:
     keyed by endpoint, repo, commit, patterns and the local hub cache it lives in (never the token)."""
     src: Source = params["source"]
     settings: Settings = params["settings"]
-    options: IngestOptions = params["options"]
+    options: FetchOptions = params["options"]
     if src.kind != "hf" or not _COMMIT.fullmatch(src.revision or ""):
         return None
     return stage_cache.stage_key("fetch", endpoint=settings.endpoint(), repo=src.repo_id, revision=src.revision,
@@ -119,7 +106,7 @@ def _fetch_key(context: Any, params: dict[str, Any]) -> str | None:
 
 @task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,
       cache_key_fn=_fetch_key, persist_result=True, result_serializer="pickle")
-def fetch_task(source: Source, settings: Settings, options: IngestOptions) -> Snapshot:
+def fetch_task(source: Source, settings: Settings, options: FetchOptions) -> Snapshot:
     if source.kind == "gguf":
         warmup.wait()  # the GGUF conversion imports transformers
     return fetch_stage.fetch(source, settings, allow_patterns=options.allow_patterns, ignore_patterns=options.ignore_patterns)
@@ -153,9 +140,9 @@ def verify_task(root: Path, target: Target, tree: str) -> Report:
 
 
 @task(name="plan-patches", cache_policy=NO_CACHE)
-def plan_task(snapshot: Snapshot, report: Report, options: IngestOptions) -> patch.PatchPlan:
-    if not options.patch:
-        return patch.PatchPlan()
+def plan_task(snapshot: Snapshot, report: Report, options: PatchOptions) -> PatchPlan:
+    if not options.enabled:
+        return PatchPlan()
     plan = patch.plan_patches(snapshot.root, report, add_special_tokens=options.add_special_tokens,
                               chat_template=Path(options.chat_template) if options.chat_template else None)
     # Errors the plan does not repair block the ingest before anything is staged.
@@ -164,19 +151,19 @@ def plan_task(snapshot: Snapshot, report: Report, options: IngestOptions) -> pat
 
 
 @task(name="package", cache_policy=NO_CACHE)
-def package_task(snapshot: Snapshot, staging: Path, plan: patch.PatchPlan, settings: Settings,
+def package_task(snapshot: Snapshot, draft: Draft, plan: PatchPlan, settings: Settings,
                  precopied: Path | None = None) -> Path:
-    model = stage_model(snapshot, staging, link_from=(settings.cache_dir(),), precopied=precopied)
+    model = draft.add_model(snapshot, link_from=(settings.cache_dir(),), precopied=precopied)
     if not plan.empty:
-        write_patch_records(staging, plan, model)
+        draft.add_patches(plan)
     return model
 
 
 @task(name="smoke", cache_policy=NO_CACHE)
-def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> smoke.SmokeResult:
-    """The ``load`` smoke in the target's serving mode (``options.serve``: chat or completion)."""
-    res = smoke.smoke_load(model_dir, settings, question=options.smoke_prompt(), max_tokens=options.smoke_max_tokens,
-                           max_model_len=options.max_model_len, mode=options.serve)
+def smoke_task(model_dir: Path, settings: Settings, options: SmokeOptions) -> smoke.SmokeResult:
+    """The ``load`` smoke in the target's serving mode (``options.mode``: chat or completion)."""
+    res = smoke.smoke_load(model_dir, settings, question=options.prompt, max_tokens=options.max_tokens,
+                           max_model_len=options.max_model_len, mode=options.mode)
     if not res.passed:
         fix = ("Check generation_config.json eos_token_id against the chat template's turn terminator."
                if res.mode == "chat" else
@@ -188,7 +175,7 @@ def smoke_task(model_dir: Path, settings: Settings, options: IngestOptions) -> s
 
 
 @task(name="serve-plan", cache_policy=NO_CACHE)
-def serve_plan_task(model_dir: Path, options: IngestOptions, name: str) -> serve.ServePlan | None:
+def serve_plan_task(model_dir: Path, options: ServeOptions, name: str) -> serve.ServePlan | None:
     """The serve plan behind serve/. With ``--gpu``/``--gpus`` a plan that cannot fit fails the run
     (exit 2); without, H100-80GB on the fewest of 1, 2, 4, 8 GPUs that fit, or no serve/ at all."""
     mml = options.max_model_len
@@ -204,17 +191,17 @@ def serve_plan_task(model_dir: Path, options: IngestOptions, name: str) -> serve
 
 
 @task(name="smoke-server", cache_policy=NO_CACHE)
-def smoke_server_task(model_dir: Path, settings: Settings, options: IngestOptions,
+def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions,
                       plan: serve.ServePlan | None, name: str) -> serve_smoke.ServerSmokeResult:
     """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides), through
-    the target's serving mode (``options.serve``: the chat or the completions API)."""
+    the target's serving mode (``options.mode``: the chat or the completions API)."""
 
     cfg = vllm_config(plan, model=str(model_dir)) if plan else {"served-model-name": name}
-    golden, src = serve_smoke.load_golden(_path(options.golden), options.serve)
+    golden, src = serve_smoke.load_golden(_path(options.golden), options.mode)
     res = serve_smoke.smoke_server(
-        model_dir, settings, config=cfg, question=options.smoke_prompt(), max_tokens=options.smoke_max_tokens,
-        golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.smoke_level == "bench" else None,
-        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.serve)
+        model_dir, settings, config=cfg, question=options.prompt, max_tokens=options.max_tokens,
+        golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.level == "bench" else None,
+        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.mode)
     if not res.passed:
         raise SmokeFailedError(f"vLLM server smoke failed ({res.error}); answer was {res.text!r}", result=res,
                                fix="See the failed checks in the message; golden misses name the prompt.")
@@ -222,8 +209,8 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: IngestOption
 
 
 @task(name="quantize", cache_policy=NO_CACHE)
-def quantize_task(model_dir: Path, out_model: Path, options: IngestOptions) -> quantize.QuantizeResult:
-    return quantize.quantize_model(model_dir, out_model, options.quantize or "", num_samples=options.num_samples,
+def quantize_task(model_dir: Path, out_model: Path, options: QuantizeOptions) -> quantize.QuantizeResult:
+    return quantize.quantize_model(model_dir, out_model, options.scheme or "", num_samples=options.num_samples,
                                    max_seq_len=options.max_seq_len, recipe_file=_path(options.recipe),
                                    calibration=_path(options.calibration))
 
@@ -233,8 +220,8 @@ def _path(p: str | None) -> Path | None:
 
 
 @task(name="publish", cache_policy=NO_CACHE)
-def publish_task(store: Store, staging: Path, name: str, revision: str, digest: str) -> Artifact:
-    return store.publish(staging, name, revision, digest)
+def publish_task(draft: Draft, name: str, revision: str, digest: str) -> Artifact:
+    return draft.commit(name, revision, digest)
 
 
 @task(name="publish-remote", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE)
@@ -244,10 +231,6 @@ def publish_remote_task(artifact_dir: Path, to: str, settings: Settings) -> dict
 
     r = publish(artifact_dir, to, settings=settings)
     return {"uri": r.uri, "files": r.files, "bytes": r.bytes, "digest": r.digest, "skipped": r.skipped}
-
-
-def _publish_remote(artifact: Artifact, options: IngestOptions, settings: Settings) -> tuple[dict[str, Any], ...]:
-    return tuple(publish_remote_task(artifact.path, to, settings) for to in options.publish)
 
 
 def _run_name() -> str:
@@ -291,110 +274,132 @@ class _Stages:
             self.cached.append(task_.name)
         return value
 
+    def fetch(self, src: Source, settings: Settings, options: FetchOptions) -> Snapshot:
+        snap = self(fetch_task, src, settings, options)
+        if "fetch" in self.cached and not fetch_stage.snapshot_present(snap):  # the hub cache was emptied since
+            self.cached.remove("fetch")
+            snap = fetch_task.with_options(refresh_cache=True, result_storage=self.storage)(src, settings, options)
+        return snap
+
+    def verify(self, root: Path, target: Target, files: tuple[FileEntry, ...]) -> Report:
+        return self(verify_task, root, target, tree_digest(files))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one ingest reads: the options, settings, target, the artifact's name and
+    the stage runner."""
+
+    options: IngestOptions
+    settings: Settings
+    target: Target
+    name: str
+    stages: _Stages
+
 
 @flow(name="ingest", log_prints=False, validate_parameters=False, flow_run_name=_run_name)
 def ingest_flow(source: str, options: IngestOptions | None = None, home: str | None = None) -> IngestResult:
-    """Ingest ``source`` (a SOURCE URI) into the store at ``home`` (default MODELYARD_HOME)."""
+    """Ingest ``source`` (a SOURCE URI) into the store at ``home`` (default MODELYARD_HOME):
+    fetch → hash → verify → patch → package → (verify) → (quantize → verify) → serve plan → smoke →
+    commit into the store → publish. Each arrow is one stage; the policies (revision names, reuse, the
+    artifact's writes) live in :mod:`modelyard.artifact`."""
     warmup.start()  # verify's transformers imports run beside fetch and hash (the CLI starts it earlier)
     options = options or IngestOptions()
     settings = Settings(home=Path(home)) if home else Settings()
     src = parse_source(source)
-    name = sanitize_name(options.name) if options.name else src.default_name
-    target = Target.create(tensor_parallel_size=options.tensor_parallel_size, max_model_len=options.max_model_len,
-                           serve=options.serve, dtype=options.dtype, vllm_version=options.vllm_version)
-    run = _Stages(settings)
-    snap = run(fetch_task, src, settings, options)
-    if "fetch" in run.cached and not fetch_stage.snapshot_present(snap):  # the hub cache was emptied since
-        run.cached.remove("fetch")
-        snap = fetch_task.with_options(refresh_cache=True, result_storage=run.storage)(src, settings, options)
+    r = _Run(options, settings, options.target(), sanitize_name(options.name) if options.name else src.default_name,
+             _Stages(settings))
+    snap = r.stages.fetch(src, settings, options.fetching)
     store = Store(settings.store_dir())
-    # A user's folder is copied into the artifact while it is hashed: each byte read once.
-    precopy = store.new_staging() if src.kind == "file" else None
+    precopy = store.new_staging() if src.kind == "file" else None  # a user's folder is copied while hashed
     try:
-        return _ingest(src, options, settings, name, target, snap, store, precopy, run)
+        snap, hashed_bytes = hash_task(snap, settings, precopy / MODEL_DIR if precopy else None)
+        revision = source_revision(snap.commit, snap.files)
+        _rename_run(f"{src.repo_id if src.kind == 'hf' else r.name}@{revision[:7] if snap.commit else revision[:14]}")
+        report = r.stages.verify(snap.root, r.target, snap.files)
+        plan = plan_task(snap, report, options.patching)
+        if plan.empty:
+            verify.gate(report, snap.source)
+        revision = variant_revision(revision, patch_digest=None if plan.empty else plan.digest, scheme=options.quantize,
+                                    variant_digest=quantize.variant_digest(snap.root, options.quantizing)
+                                    if options.quantize else None)
+        artifact, report, smoke_dict = _store(r, store, revision, snap, plan, report, precopy)
     finally:
         if precopy is not None:
             shutil.rmtree(precopy, ignore_errors=True)
+    published = tuple(publish_remote_task(artifact.path, to, settings) for to in options.publish)
+    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops), published,
+                        tuple(r.stages.cached), hashed_bytes)
 
 
-def _ingest(src: Source, options: IngestOptions, settings: Settings, name: str, target: Target, snap: Snapshot,
-            store: Store, precopy: Path | None, run: _Stages) -> IngestResult:
-    snap, hashed_bytes = hash_task(snap, settings, precopy / "model" if precopy else None)
-    revision = snap.commit or f"sha256-{hashing.tree_digest(snap.files)[:12]}"
-    _rename_run(f"{src.repo_id if src.kind == 'hf' else name}@{revision[:7] if snap.commit else revision[:14]}")
-    report = run(verify_task, snap.root, target, hashing.tree_digest(snap.files))
-    plan = plan_task(snap, report, options)
-    if plan.empty:
-        verify.gate(report, snap.source)
+def _store(r: _Run, store: Store, revision: str, snap: Snapshot, plan: PatchPlan, report: Report,
+           precopy: Path | None) -> tuple[Artifact, Report, dict[str, Any] | None]:
+    """Reuse the stored ``name@revision`` when it stands for this run, else build it in a draft and
+    commit it; under the store's lock, so concurrent identical ingests build once."""
     files = patched_files(snap, plan)
-    digest = "sha256:" + hashing.tree_digest(files)
-    if not plan.empty:  # a patched artifact is a variant of the source revision
-        revision = f"{revision}-patched-{plan.digest[:8]}"
-    if options.quantize:  # so is a quantized one, keyed by everything that determines it
-        revision = f"{revision}-{options.quantize}-{quantize.variant_digest(snap.root, options)[:8]}"
-
-    def result(artifact: Artifact, report: Report, smoke_dict: dict[str, Any] | None) -> IngestResult:
-        return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops),
-                            _publish_remote(artifact, options, settings), tuple(run.cached), hashed_bytes)
-
+    digest = "sha256:" + tree_digest(files)
     try:
         store.sweep_staging()  # what killed runs left behind goes, even when this run reuses the artifact
     except OSError:
         pass
-    with store.lock(name, revision):  # concurrent identical ingests: one builds, the others reuse
-        existing = store.get(name, revision)
-        if existing is not None and (existing.content_digest == digest or options.quantize):
-            prev = Manifest.load(existing.path)
-            if not options.smoke or smoke_covers(prev.smoke or {}, options):
-                prev_report = json.loads((existing.path / REPORT_JSON).read_text())
-                if not plan.empty or options.quantize:
-                    report = run(verify_task, existing.path / "model", target, existing.content_digest.removeprefix("sha256:"))
-                    if prev.quantization:
-                        report = report.with_quantization(prev.quantization)
-                _attach(existing.path / REPORT_MD, report)
-                return result(existing, report.with_smoke(prev_report.get("smoke")) if prev_report.get("smoke") else report,
-                              prev.smoke)
-        staging = store.new_staging()
-        try:
-            model_dir = package_task(snap, staging, plan, settings, precopy / "model" if precopy else None)
-            if not plan.empty:
-                report = run(verify_task, model_dir, target, hashing.tree_digest(files))
-                verify.gate(report, f"{snap.source} after patching")
-            qrec = None
-            if options.quantize:
-                qres = quantize_task(model_dir, staging / "model.quantized", options)
-                shutil.rmtree(model_dir)
-                (staging / "model.quantized").rename(model_dir)
-                files = quantized_files(model_dir)
-                digest = "sha256:" + hashing.tree_digest(files)
-                qrec = qres.record()
-                write_quantization_records(staging, qrec)
-                report = run(verify_task, model_dir, target, hashing.tree_digest(files))
-                report = replace(report, findings=report.findings + tuple(compat.check_runtime(model_dir, options.runtime)))
-                report = report.with_quantization({k: v for k, v in qrec.items() if k != "recipe"}
-                                                  | {"recipe": {k: v for k, v in qrec["recipe"].items() if k != "text"}})
-                verify.gate(report, f"{snap.source} quantized with {options.quantize}")
-                quantize.quality_gate(qres, accept=options.accept_quality_loss)
-            serve_plan = serve_plan_task(model_dir, options, name)
-            smoke_dict = None
-            if options.smoke and options.smoke_level != "load":
-                smoke_dict = smoke_server_task(model_dir, settings, options, serve_plan, name).to_dict()
-            elif options.smoke:
-                smoke_dict = smoke_task(model_dir, settings, options).to_dict()
-            if serve_plan is not None:
-                write_serve_files(staging, serve_plan)
-            if smoke_dict is not None:
-                report = report.with_smoke(smoke_dict)
-            report_json = report.to_json().encode()
-            manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
-                                      smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
-                                      serve=serve_plan.to_dict() if serve_plan else None)
-            write_metadata(staging, manifest, report, report_json, title=f"{name}@{revision}")
-            artifact = publish_task(store, staging, name, revision, digest)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        _attach(artifact.path / REPORT_MD, report)
-        return result(artifact, report, smoke_dict)
+    with store.lock(r.name, revision):
+        found = find_reusable(store, r.name, revision, digest, variant=bool(r.options.quantize),
+                              smoke_level=r.options.smoking.level, mode=r.options.serve)
+        if found is not None:
+            return _reuse(r, *found, plan, report)
+        with Draft(store) as draft:
+            return _build(r, draft, revision, snap, plan, files, digest, report, precopy)
+
+
+def _reuse(r: _Run, existing: Artifact, prev: Manifest, plan: PatchPlan,
+           report: Report) -> tuple[Artifact, Report, dict[str, Any] | None]:
+    """The stored artifact, with the report re-judged on its model/ when it is a variant (the stored
+    smoke stands: it is reported as the stored one)."""
+    prev_report = json.loads((existing.path / REPORT_JSON).read_text())
+    if not plan.empty or r.options.quantize:
+        report = r.stages(verify_task, existing.path / MODEL_DIR, r.target, existing.content_digest.removeprefix("sha256:"))
+        if prev.quantization:
+            report = report.with_quantization(prev.quantization)
+    _attach(existing.path / REPORT_MD, report)
+    return existing, report.with_smoke(prev_report["smoke"]) if prev_report.get("smoke") else report, prev.smoke
+
+
+def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan, files: tuple[FileEntry, ...],
+           digest: str, report: Report, precopy: Path | None) -> tuple[Artifact, Report, dict[str, Any] | None]:
+    """package → (verify the patched copy) → (quantize → verify → gates) → serve plan → smoke →
+    report and manifest → commit."""
+    model_dir = package_task(snap, draft, plan, r.settings, precopy / MODEL_DIR if precopy else None)
+    if not plan.empty:
+        report = r.stages.verify(model_dir, r.target, files)
+        verify.gate(report, f"{snap.source} after patching")
+    qrec = None
+    if r.options.quantize:
+        qres = quantize_task(model_dir, draft.path / "model.quantized", r.options.quantizing)
+        files = draft.replace_model(draft.path / "model.quantized")
+        digest = "sha256:" + tree_digest(files)
+        qrec = qres.record()
+        draft.add_quantization(qrec)
+        report = quantize.judge(model_dir, qres, r.stages.verify(model_dir, r.target, files), r.options.runtime)
+        verify.gate(report, f"{snap.source} quantized with {r.options.quantize}")
+        quantize.quality_gate(qres, accept=r.options.accept_quality_loss)
+    serve_plan = serve_plan_task(model_dir, r.options.serving, r.name)
+    smoke_dict = None
+    if r.options.smoking.level in ("server", "bench"):
+        smoke_dict = smoke_server_task(model_dir, r.settings, r.options.smoking, serve_plan, r.name).to_dict()
+    elif r.options.smoking.level == "load":
+        smoke_dict = smoke_task(model_dir, r.settings, r.options.smoking).to_dict()
+    if serve_plan is not None:
+        write_serve_files(draft.path, serve_plan)
+    if smoke_dict is not None:
+        report = report.with_smoke(smoke_dict)
+    report_json = report.to_json().encode()
+    manifest = build_manifest(name=r.name, revision=revision, snapshot=snap, report=report, report_json=report_json,
+                              smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
+                              serve=serve_plan.to_dict() if serve_plan else None)
+    draft.add_metadata(manifest, report, report_json, title=f"{r.name}@{revision}")
+    artifact = publish_task(draft, r.name, revision, digest)
+    _attach(artifact.path / REPORT_MD, report)
+    return artifact, report, smoke_dict
 
 
 def findings_rows(report: Report) -> list[dict[str, str]]:

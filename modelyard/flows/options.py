@@ -1,12 +1,69 @@
-"""IngestOptions: what a caller can ask of one ingest run (CLI flags map 1:1)."""
+"""IngestOptions: what a caller can ask of one ingest run (CLI flags and watch YAML keys map 1:1),
+and its per-stage groups (:class:`FetchOptions`, :class:`PatchOptions`, :class:`QuantizeOptions`,
+:class:`SmokeOptions`, :class:`ServeOptions`): each stage's task receives only its own group."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from modelyard.checks import Target
 from modelyard.model.modes import DEFAULT_SERVE, default_prompt
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    """Hub allow/ignore patterns (None: the fetch stage's defaults)."""
+
+    allow_patterns: tuple[str, ...] | None = None
+    ignore_patterns: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PatchOptions:
+    """Whether to repair, which tokens to make special, a chat template file to install."""
+
+    enabled: bool = True
+    add_special_tokens: tuple[str, ...] = ()
+    chat_template: str | None = None
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """The scheme (None: no quantization), its recipe and calibration, the quality gate's override and
+    the runtime whose support is judged. ``num_samples`` samples of at most ``max_seq_len`` tokens."""
+
+    scheme: str | None = None
+    recipe: str | None = None
+    calibration: str | None = None
+    num_samples: int = 64
+    max_seq_len: int = 512
+    accept_quality_loss: bool = False
+    runtime: str | None = None
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    """The smoke: ``level`` (load, server, bench; None: no smoke), serving ``mode``, the prompt, at most
+    ``max_tokens`` tokens, golden prompts for server/bench, ``max_model_len`` in tokens."""
+
+    level: str | None = "load"
+    mode: str = DEFAULT_SERVE
+    prompt: str = ""
+    max_tokens: int = 64
+    golden: str | None = None
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """The serve plan's target: GPU class and count (None: H100-80GB on the fewest that fit)."""
+
+    gpu: str | None = None
+    gpus: int | None = None
+    max_model_len: int | None = None
 
 
 class IngestOptions(BaseModel):
@@ -19,9 +76,9 @@ class IngestOptions(BaseModel):
     max_model_len: int | None = Field(default=None, gt=0)
     tensor_parallel_size: int = Field(default=1, gt=0)
     smoke: bool = True
-    smoke_level: Literal["load", "server", "bench"] = "load"  # pipeline.serve_smoke.LEVELS
+    smoke_level: Literal["load", "server", "bench"] = "load"  # stages.smoke.server.LEVELS
     golden: str | None = None  # YAML of golden prompts (server/bench); default modelyard/data/golden-demo.yaml
-    gpu: str | None = None  # serve plan target (pipeline.gpus); None = H100-80GB on the fewest GPUs that fit
+    gpu: str | None = None  # serve plan target (stages.serve.gpus); None = H100-80GB on the fewest GPUs that fit
     gpus: int | None = Field(default=None, gt=0)
     publish: tuple[str, ...] = ()  # oci://host/repo[:tag] or s3://bucket/prefix, after the store
     serve: str = DEFAULT_SERVE  # modes.SERVE_MODES; the verify target and the smoke follow it
@@ -32,13 +89,13 @@ class IngestOptions(BaseModel):
     patch: bool = True
     add_special_tokens: tuple[str, ...] = ()
     chat_template: str | None = None  # path of a Jinja file to install as chat_template.jinja
-    quantize: str | None = None  # a scheme of pipeline.quantize.SCHEMES
+    quantize: str | None = None  # a scheme of stages.quantize.SCHEMES
     recipe: str | None = None
     calibration: str | None = None
     num_samples: int = Field(default=64, gt=0)
     max_seq_len: int = Field(default=512, gt=0)
     accept_quality_loss: bool = False
-    runtime: str | None = None  # a key of pipeline.compat.RUNTIME_SUPPORT; None = the local vLLM runtime
+    runtime: str | None = None  # a key of stages.quantize.compat.RUNTIME_SUPPORT; None = the local vLLM runtime
     allow_patterns: tuple[str, ...] | None = None
     ignore_patterns: tuple[str, ...] | None = None
 
@@ -46,3 +103,31 @@ class IngestOptions(BaseModel):
         """The smoke's question (chat) or plain-text prompt (completion): ``question``, else the
         default of the serving mode ``serve``."""
         return self.question or default_prompt(self.serve)
+
+    # --- per-stage groups ------------------------------------------------------------------------
+    def target(self) -> Target:
+        """What verify judges against (raises :class:`~modelyard.errors.InvalidTargetError` for a bad value)."""
+        return Target.create(tensor_parallel_size=self.tensor_parallel_size, max_model_len=self.max_model_len,
+                             serve=self.serve, dtype=self.dtype, vllm_version=self.vllm_version)
+
+    @property
+    def fetching(self) -> FetchOptions:
+        return FetchOptions(self.allow_patterns, self.ignore_patterns)
+
+    @property
+    def patching(self) -> PatchOptions:
+        return PatchOptions(self.patch, self.add_special_tokens, self.chat_template)
+
+    @property
+    def quantizing(self) -> QuantizeOptions:
+        return QuantizeOptions(self.quantize, self.recipe, self.calibration, self.num_samples, self.max_seq_len,
+                               self.accept_quality_loss, self.runtime)
+
+    @property
+    def smoking(self) -> SmokeOptions:
+        return SmokeOptions(self.smoke_level if self.smoke else None, self.serve, self.smoke_prompt(),
+                            self.smoke_max_tokens, self.golden, self.max_model_len)
+
+    @property
+    def serving(self) -> ServeOptions:
+        return ServeOptions(self.gpu, self.gpus, self.max_model_len)

@@ -55,7 +55,7 @@ def _build_artifact(model_dir: Path, home: Path, *, hub: bool) -> Path:
     manifest = build_manifest(name="tiny", revision=revision, snapshot=snap, report=report, report_json=report_json,
                               smoke=None)
     write_metadata(staging, manifest, report, report_json, title="tiny")
-    return store.publish(staging, "tiny", revision, manifest["content_digest"]).path
+    return store.publish(staging, "tiny", revision, manifest.content_digest).path
 
 
 @pytest.fixture(scope="module")

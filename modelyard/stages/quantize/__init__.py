@@ -29,17 +29,18 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
 from modelyard import paths, progress
+from modelyard.checks import Report
 from modelyard.errors import InsufficientResourcesError, QualityGateError, QuantizeError
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.settings import Settings
-from modelyard.stages.quantize import legacy
+from modelyard.stages.quantize import compat, legacy
 from modelyard.stages.quantize import quality as _quality
 
 RECIPES = paths.RECIPES
@@ -542,14 +543,31 @@ def data_digest(path: Path | None) -> str:
 
 
 def variant_digest(model_dir: Path, options: Any) -> str:
-    """sha256 identifying a quantized variant: scheme, effective recipe, calibration data and sizes.
-    Same inputs, same digest: the store reuses the artifact instead of quantizing again."""
+    """sha256 (hex) identifying a quantized variant: scheme, effective recipe, calibration data and
+    sizes. ``options`` has ``scheme``, ``recipe``, ``calibration`` (paths or None), ``num_samples`` and
+    ``max_seq_len`` (the flow's ``QuantizeOptions``). Same inputs, same digest: the store reuses the
+    artifact instead of quantizing again."""
     cfg = Checkpoint(model_dir).text_config
-    recipe = make_recipe(options.quantize, cfg, Path(options.recipe) if options.recipe else None)
-    key = json.dumps({"scheme": options.quantize, "recipe": recipe.sha256,
+    recipe = make_recipe(options.scheme, cfg, Path(options.recipe) if options.recipe else None)
+    key = json.dumps({"scheme": options.scheme, "recipe": recipe.sha256,
                       "calibration": data_digest(Path(options.calibration) if options.calibration else None),
                       "num_samples": options.num_samples, "max_seq_len": options.max_seq_len}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def manifest_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The quantization record as the manifest and the report keep it: without the recipe's text
+    (``recipe.yaml`` beside ``model/`` holds it)."""
+    return {k: v for k, v in record.items() if k != "recipe"} | {"recipe": {k: v for k, v in record["recipe"].items() if k != "text"}}
+
+
+def judge(model_dir: Path, result: QuantizeResult, report: Report, runtime: str | None) -> Report:
+    """The quantized model's report: ``report`` (the verification of ``model_dir``) plus whether
+    ``runtime`` loads its format (:func:`compat.check_runtime`), with the quantization record.
+    ``modelyard quantize`` and the ingest flow both judge through it; gate with
+    :func:`modelyard.stages.verify.gate` and :func:`quality_gate`."""
+    findings = tuple(compat.check_runtime(model_dir, runtime))
+    return replace(report, findings=report.findings + findings).with_quantization(manifest_record(result.record()))
 
 
 def quality_gate(result: QuantizeResult, *, accept: bool = False) -> None:
