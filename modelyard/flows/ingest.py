@@ -307,9 +307,10 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     options = options or IngestOptions()
     settings = Settings(home=Path(home)) if home else Settings()
     src = parse_source(source)
-    r = _Run(options, settings, options.target(), sanitize_name(options.name) if options.name else src.default_name,
-             _Stages(settings))
-    snap = r.stages.fetch(src, settings, options.fetching)
+    options.check()
+    stages = _Stages(settings)
+    snap = stages.fetch(src, settings, options.fetching)
+    r = _Run(options, settings, options.target(), _artifact_name(options, src, snap), stages)
     store = Store(settings.store_dir())
     precopy = store.new_staging() if src.kind == "file" else None  # a user's folder is copied while hashed
     try:
@@ -330,6 +331,16 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     published = tuple(publish_remote_task(artifact.path, to, settings) for to in options.publish)
     return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops), published,
                         tuple(r.stages.cached), hashed_bytes)
+
+
+def _artifact_name(options: IngestOptions, src: Source, snap: Snapshot) -> str:
+    """``--name``, else the name a bundle's manifest gives (``tar://``), else the source's default."""
+    if options.name:
+        return sanitize_name(options.name)
+    bundle_of = str(snap.provenance.get("bundle_of") or "")
+    if src.kind == "tar" and "@" in bundle_of:
+        return sanitize_name(bundle_of.rsplit("@", 1)[0])
+    return src.default_name
 
 
 def _store(r: _Run, store: Store, revision: str, snap: Snapshot, plan: PatchPlan, report: Report,

@@ -11,6 +11,8 @@ from pydantic import BaseModel, Field
 
 from modelyard.checks import Target
 from modelyard.model.modes import DEFAULT_SERVE, default_prompt
+from modelyard.stages.quantize import scheme
+from modelyard.stages.serve.gpus import gpu_spec
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,16 @@ class IngestOptions(BaseModel):
         """The smoke's question (chat) or plain-text prompt (completion): ``question``, else the
         default of the serving mode ``serve``."""
         return self.question or default_prompt(self.serve)
+
+    def check(self) -> None:
+        """Refuse what no stage could do, before any work: the target's values, an unknown ``gpu``
+        (:class:`~modelyard.errors.InvalidTargetError`) or quantization ``scheme``
+        (:class:`~modelyard.errors.QuantizeError`), both exit 2 naming the accepted values."""
+        self.target()
+        if self.gpu:
+            gpu_spec(self.gpu)
+        if self.quantize:
+            scheme(self.quantize)
 
     # --- per-stage groups ------------------------------------------------------------------------
     def target(self) -> Target:

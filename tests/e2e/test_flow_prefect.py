@@ -64,3 +64,16 @@ def test_flow_records_tasks_artifacts_and_reuses_cached_verify(tmp_path, tiny_ll
     _, tasks2, _ = _read(again.state_details.flow_run_id)
     assert {t.name.split("-")[0]: t.state.name for t in tasks2}["verify"] == "Cached"
     assert res2.report.to_dict() == result.report.to_dict()
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"gpu": "V100-16GB-typo"}, "InvalidTargetError", "unknown GPU 'V100-16GB-typo'"),
+    ({"quantize": "int3"}, "QuantizeError", "--quantize/--scheme 'int3' is not a scheme modelyard knows"),
+])
+def test_bad_options_fail_before_any_work(tiny_llama_dir, tmp_path, options, error, message):
+    """An unknown --gpu or scheme is refused before the source is read or the store is touched."""
+    home = tmp_path / "home"
+    with pytest.raises(Exception) as info:
+        ingest_flow(f"file://{tiny_llama_dir}", IngestOptions(smoke=False, **options), str(home))
+    assert (type(info.value).__name__, info.value.message) == (error, message)
+    assert not home.exists()

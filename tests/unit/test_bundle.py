@@ -434,3 +434,16 @@ def test_cli_bundle_unbundle_and_bad_input(artifact, tmp_path):
 def test_read_bundle_hash_only(bundle):
     c = read_bundle(bundle, __import__("modelyard.transport.unbundle", fromlist=["Sink"]).Sink())
     assert "model/config.json" in c.files and c.declared_bytes > 0
+
+
+def test_tar_ingest_takes_the_name_from_the_bundle_manifest(bundle, tmp_path):
+    """A bundle renamed on the way to an air-gapped site (b.tar.zst) keeps the artifact's own name."""
+    from modelyard.flows.ingest import ingest_flow
+    from modelyard.flows.options import IngestOptions
+
+    renamed = tmp_path / "b.tar.zst"
+    shutil.copy(bundle, renamed)
+    res = ingest_flow(f"tar://{renamed}", IngestOptions(smoke=False), str(tmp_path / "home"))
+    assert (res.artifact.name, res.artifact.path.parent.name) == ("tiny", "tiny")
+    named = ingest_flow(f"tar://{renamed}", IngestOptions(smoke=False, name="Other"), str(tmp_path / "home"))
+    assert named.artifact.name == "other"
