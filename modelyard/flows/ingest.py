@@ -33,7 +33,7 @@ from modelyard.artifact.layout import MODEL_DIR, REPORT_JSON, REPORT_MD
 from modelyard.artifact.manifest import Manifest, build_manifest
 from modelyard.artifact.store import Artifact, Store
 from modelyard.checks import Report, Target
-from modelyard.errors import EndpointUnreachableError, ServePlanError, SmokeFailedError
+from modelyard.errors import ArtifactConflictError, EndpointUnreachableError, ServePlanError, SmokeFailedError
 from modelyard.flows.options import FetchOptions, IngestOptions, PatchOptions, QuantizeOptions, ServeOptions, SmokeOptions
 from modelyard.model import digest as hashing
 from modelyard.model.digest import tree_digest
@@ -366,6 +366,7 @@ def _reuse(r: _Run, existing: Artifact, prev: Manifest, plan: PatchPlan,
            report: Report) -> tuple[Artifact, Report, dict[str, Any] | None]:
     """The stored artifact, with the report re-judged on its model/ when it is a variant (the stored
     smoke stands: it is reported as the stored one)."""
+    _check_serve_plan(r, existing, prev)
     prev_report = json.loads((existing.path / REPORT_JSON).read_text())
     if not plan.empty or r.options.quantize:
         report = r.stages(verify_task, existing.path / MODEL_DIR, r.target, existing.content_digest.removeprefix("sha256:"))
@@ -373,6 +374,27 @@ def _reuse(r: _Run, existing: Artifact, prev: Manifest, plan: PatchPlan,
             report = report.with_quantization(prev.quantization)
     _attach(existing.path / REPORT_MD, report)
     return existing, report.with_smoke(prev_report["smoke"]) if prev_report.get("smoke") else report, prev.smoke
+
+
+def _check_serve_plan(r: _Run, existing: Artifact, prev: Manifest) -> None:
+    """Serve options given explicitly (``--gpu``, ``--gpus``, ``--max-model-len``) must plan what the
+    stored artifact's serve/ holds: reusing it would silently keep a plan for another host. Raises
+    :class:`ArtifactConflictError` (exit 2) naming both plans."""
+    o = r.options.serving
+    if not (o.gpu or o.gpus or o.max_model_len):
+        return
+    wanted = serve_plan_task(existing.path / MODEL_DIR, o, r.name)
+    if (wanted.to_dict() if wanted else None) == prev.serve:
+        return
+
+    def says(p: dict[str, Any] | None) -> str:
+        return "no serve plan" if not p else f"{p['gpus']} x {p['gpu']}, max_model_len {p['max_model_len']}"
+
+    raise ArtifactConflictError(
+        f"{existing.name}@{existing.revision} is already in the store with serve/ for {says(prev.serve)}; "
+        f"the options ask for {says(wanted.to_dict() if wanted else None)}",
+        fix=f"Write serve files for that host with `modelyard serve-plan {existing.path} --gpu ... --gpus ... --write DIR`, "
+            "or ingest under another --name.")
 
 
 def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan, files: tuple[FileEntry, ...],

@@ -77,3 +77,19 @@ def test_bad_options_fail_before_any_work(tiny_llama_dir, tmp_path, options, err
         ingest_flow(f"file://{tiny_llama_dir}", IngestOptions(smoke=False, **options), str(home))
     assert (type(info.value).__name__, info.value.message) == (error, message)
     assert not home.exists()
+
+
+def test_reuse_with_other_serve_options_is_refused(tiny_llama_dir, tmp_path):
+    """Re-ingesting the same content for another host must not keep the stored serve/ plan silently."""
+    from modelyard.errors import ArtifactConflictError
+
+    home = str(tmp_path / "home")
+    first = ingest_flow(f"file://{tiny_llama_dir}", IngestOptions(smoke=False), home)
+    same = ingest_flow(f"file://{tiny_llama_dir}", IngestOptions(smoke=False, gpu="H100-80GB", gpus=1), home)
+    assert (same.artifact.reused, same.artifact.path) == (True, first.artifact.path)
+    with pytest.raises(ArtifactConflictError) as info:
+        ingest_flow(f"file://{tiny_llama_dir}", IngestOptions(smoke=False, gpu="L4-24GB", gpus=1), home)
+    rev = first.artifact.revision
+    assert info.value.message.startswith(f"tiny-llama@{rev} is already in the store with serve/ for 1 x H100-80GB, "
+                                         "max_model_len ")
+    assert "the options ask for 1 x L4-24GB, max_model_len " in info.value.message
