@@ -4,7 +4,10 @@ Exit codes: 0 success; 1 a gate failed (verification errors, hash mismatch, smok
 2 bad usage or unreadable input (missing source, no config.json, unreachable endpoint, pickle-only
 weights, store conflict); 3 an internal error; 130 interrupted.
 
-One module a concern: ``_common`` (consoles, progress, failures), ``ingest``, ``checks`` (verify, patch,
+Every command is a :class:`~modelyard.cli._common.Command`: a command raises, and that one handler prints
+the failure (one line, or one JSON object with --json) and picks the exit code.
+
+One module a concern: ``_common`` (consoles, progress, the failure handler, shared options), ``ingest``, ``checks`` (verify, patch,
 quantize), ``serving`` (smoke, serve-plan, doctor), ``artifacts`` (bundle ... show) and ``orchestration``
 (watch ... deploy). Commands are registered here, in the order ``--help`` lists them. Heavy modules are
 imported inside the commands, so that ``modelyard --help`` stays fast.
@@ -15,12 +18,29 @@ from __future__ import annotations
 import typer
 
 from modelyard.cli import artifacts, checks, ingest, orchestration, serving
+from modelyard.cli._common import Command
 from modelyard.cli.ingest import demo_gguf_path
+from modelyard.version import __version__
 
 __all__ = ["app", "demo_gguf_path", "main"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Turn an LLM checkpoint into a verified, servable artifact for vLLM.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"modelyard {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, expose_value=False,
+                                 help="print the version and exit"),
+) -> None:
+    pass
+
 
 for _name, _command in (
     ("ingest", ingest.ingest),
@@ -44,7 +64,7 @@ for _name, _command in (
     ("approve", orchestration.approve),
     ("deploy", orchestration.deploy),
 ):
-    app.command(_name)(_command)
+    app.command(_name, cls=Command)(_command)
 
 
 def main() -> None:

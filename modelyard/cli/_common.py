@@ -1,11 +1,14 @@
-"""What every command shares: the stdout/stderr consoles, stage progress on stderr, quiet libraries,
-turning a failure into one line (or one JSON object) and an exit code, and the option definitions
-several commands must agree on (``--serve``)."""
+"""What every command shares: the stdout/stderr consoles, stage progress on stderr (:func:`working`),
+quiet libraries, the one failure handler (:class:`Command`: a failure becomes one line, or one JSON object,
+and an exit code) and the option definitions several commands must agree on (``--serve``, ``--json``,
+``--verbose``)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import typer
@@ -21,6 +24,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.text import Text
+from rich.traceback import Traceback
+from typer.core import TyperCommand
 
 from modelyard import progress
 from modelyard.errors import ModelyardError, VerificationFailedError
@@ -46,6 +51,24 @@ def serve_option() -> Any:
     :data:`~modelyard.model.modes.DEFAULT_SERVE`). The value is validated by ``Target.create``
     (exit 2 naming the accepted modes), so a bad value fails the same way in every command."""
     return typer.Option(DEFAULT_SERVE, "--serve", help=SERVE_HELP, show_default=False)
+
+
+#: ``--help`` text of ``--json`` in most commands (some say what the object is instead)
+JSON_HELP = "print one JSON object on stdout"
+#: ``--help`` text of ``--verbose`` where a command documents it
+VERBOSE_HELP = "show library logs and tracebacks"
+
+
+def json_option(text: str | None = JSON_HELP) -> Any:
+    """The ``--json`` option. Declare it as ``as_json``: :class:`Command` reads that parameter to print
+    a failure as one JSON object on stdout. ``text=None``: no help text."""
+    return typer.Option(False, "--json", help=text)
+
+
+def verbose_option(text: str | None = None) -> Any:
+    """The ``--verbose``/``-v`` option. Declare it as ``verbose``: :class:`Command` reads that parameter to
+    print a failure's traceback. Help text: none unless given (:data:`VERBOSE_HELP`)."""
+    return typer.Option(False, "--verbose", "-v", help=text)
 
 
 class _AmountColumn(ProgressColumn):
@@ -86,6 +109,29 @@ class _RichReporter:
         self.p.stop()
 
 
+_reporter: _RichReporter | None = None  # the live display of the running command, if any
+
+
+@contextmanager
+def working(as_json: bool) -> Iterator[None]:
+    """Stage progress as rich bars on stderr while the block runs (none with --json). When the block
+    fails the display stays up until :class:`Command` has printed the error beneath it, then closes."""
+    global _reporter
+    _stop_progress()
+    _reporter = None if as_json else _RichReporter(err)
+    progress.set_reporter(_reporter)
+    yield
+    _stop_progress()
+
+
+def _stop_progress() -> None:
+    global _reporter
+    progress.set_reporter(None)
+    if _reporter is not None:
+        _reporter, reporter = None, _reporter
+        reporter.close()
+
+
 def _quiet_libraries(verbose: bool) -> None:
     """Keep Prefect/transformers/huggingface_hub logs and tracebacks off the user's terminal."""
     if not verbose:
@@ -103,14 +149,13 @@ def _quiet_libraries(verbose: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
-def _fail(exc: BaseException, as_json: bool) -> None:
-
+def _render_failure(exc: BaseException, as_json: bool) -> int:
+    """Print ``exc`` as one line on stderr (or, with --json, one JSON object on stdout); return its exit
+    code: the error's own for a :class:`ModelyardError`, 130 when interrupted, 3 for anything else."""
     if isinstance(exc, ModelyardError):
-        code = exc.exit_code
-        kind = type(exc).__name__
         report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
         if as_json:
-            payload: dict[str, Any] = {"ok": False, "error": kind, "message": exc.message, "fix": exc.fix}
+            payload: dict[str, Any] = {"ok": False, "error": type(exc).__name__, "message": exc.message, "fix": exc.fix}
             if report is not None:
                 payload["report"] = report.to_dict()
             out.print_json(json.dumps(payload, default=str))
@@ -120,16 +165,48 @@ def _fail(exc: BaseException, as_json: bool) -> None:
             err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
             if exc.fix:
                 err.print(f"[bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(code)
+        return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         err.print("interrupted")
-        raise typer.Exit(130)
+        return 130
     msg = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     if as_json:
         out.print_json(json.dumps({"ok": False, "error": "InternalError", "message": msg}))
     else:
         err.print(f"[bold red]{escape(msg)}[/] (re-run with --verbose for details)", highlight=False)
-    raise typer.Exit(3)
+    return 3
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """``exc``'s traceback from the command function down (the frames of this handler and of typer's
+    dispatch are left out)."""
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_globals.get("__name__") == __name__
+                              or str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0] == "typer"):
+        tb = tb.tb_next
+    err.print(Traceback.from_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+class Command(TyperCommand):
+    """Every ``modelyard`` command (``app.command(name, cls=Command)``): the one place where a failure
+    becomes output and an exit code, under ``main()`` and ``typer.testing.CliRunner`` alike.
+
+    A command raises; this prints the error as one line on stderr, or as one JSON object on stdout when
+    the command's ``as_json`` parameter (``--json``) is set, plus the traceback when its ``verbose``
+    parameter is, and exits with :func:`_render_failure`'s code. ``typer.Exit`` passes through. Any
+    progress display a failed :func:`working` block left up is closed after the error is printed."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.Exit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
+            if ctx.params.get("verbose"):
+                _print_traceback(exc)
+            raise typer.Exit(_render_failure(exc, bool(ctx.params.get("as_json")))) from exc
+        finally:
+            _stop_progress()
 
 
 def _findings_table(report) -> None:  # noqa: ANN001
@@ -144,36 +221,6 @@ def _findings_table(report) -> None:  # noqa: ANN001
         err.print(f"        {escape(f.message)}", highlight=False, soft_wrap=True)
         if f.fix:
             err.print(f"        fix: {escape(f.fix)}", highlight=False, soft_wrap=True)
-
-
-def _start_progress(as_json: bool) -> _RichReporter | None:
-    """Route stage progress to a rich reporter on stderr (none with --json); pair with _stop_progress."""
-
-    reporter = None if as_json else _RichReporter(err)
-    progress.set_reporter(reporter)
-    return reporter
-
-
-def _stop_progress(reporter: _RichReporter | None) -> None:
-
-    progress.set_reporter(None)
-    if reporter is not None:
-        reporter.close()
-
-
-def _guard(as_json: bool, verbose: bool, fn):  # noqa: ANN001, ANN202
-    """Run ``fn`` with progress on stderr; every failure becomes one line and an exit code."""
-    reporter = _start_progress(as_json)
-    try:
-        return fn()
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
-    finally:
-        _stop_progress(reporter)
 
 
 def _human(n: int) -> str:

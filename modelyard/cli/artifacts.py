@@ -12,15 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modelyard.cli._common import (
-    _fail,
-    _guard,
-    _human,
-    _start_progress,
-    _stop_progress,
-    err,
-    out,
-)
+from modelyard.cli._common import _human, json_option, out, verbose_option, working
 from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError
 from modelyard.settings import Settings
 from modelyard.transport.bundle import bundle_artifact, resolve_artifact
@@ -35,22 +27,12 @@ def bundle_cmd(
     artifact: str = typer.Argument(..., help="an artifact folder (manifest.json + model/) or a store reference NAME[@REVISION]"),
     output: Path = typer.Option(..., "-o", "--output", help="the .tar.zst to write (written to a temp name, then renamed)"),
     level: int = typer.Option(3, "--level", min=1, max=19, help="zstd level"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Write an artifact as one deterministic .tar.zst for an air-gapped site (manifest.json first)."""
-    reporter = _start_progress(as_json)
-    try:
-
+    with working(as_json):
         res = bundle_artifact(artifact, output, level=level)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
-    finally:
-        _stop_progress(reporter)
     d = {"bundle": str(res.path), "bytes_in": res.bytes_in, "bytes_out": res.bytes_out, "files": res.files,
          "content_digest": res.content_digest}
     if as_json:
@@ -68,37 +50,25 @@ def unbundle_cmd(
     max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0, help="refuse bundles declaring more than this x their compressed size"),
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): model.sig must verify before anything is kept"),
     trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for model.sig"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Check every byte of BUNDLE against its manifest and extract it (all or nothing): as an artifact
     folder (--into) or into a Hugging Face cache (--hf-cache) that transformers loads offline."""
-    reporter = _start_progress(as_json)
-    try:
-
+    with working(as_json):
         if (into is None) == (hf_cache is None):
             raise InvalidTargetError("pass exactly one of --into DIR and --hf-cache DIR",
                                      fix="--into for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
         if into is not None:
-
             c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root)
             d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
                  "content_digest": c.manifest.get("content_digest"),
                  "signature_verified": True if (key or trust_root) else None}
         else:
-
             r = rehydrate(bundle, hf_cache, repo_id=repo_id, max_ratio=max_ratio)  # type: ignore[arg-type]
             d = {"hf_cache": str(r.cache_dir), "repo_id": r.repo_id, "commit": r.commit,
                  "commit_synthesized": r.commit_synthesized, "snapshot": str(r.snapshot), "files": r.files,
                  "reused": r.reused}
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
-    finally:
-        _stop_progress(reporter)
     if as_json:
         out.print_json(json.dumps({"ok": True, **d}))
     elif into is not None:
@@ -114,18 +84,15 @@ def unbundle_cmd(
 def publish_cmd(
     artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
     to: str = typer.Option(..., "--to", help="oci://HOST[:PORT]/REPO[:TAG] or s3://BUCKET/PREFIX"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
     digest = the file's sha256) or to S3 (manifest.json last). Credentials: MODELYARD_REGISTRY_USER /
     MODELYARD_REGISTRY_PASSWORD; the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
 
-    def run():  # noqa: ANN202
-
-        return publish(artifact, to)
-
-    res = _guard(as_json, verbose, run)
+    with working(as_json):
+        res = publish(artifact, to)
     if as_json:
         out.print_json(json.dumps({"ok": True, **asdict(res)}))
         return
@@ -140,15 +107,12 @@ def pull_cmd(
     ref: str = typer.Argument(..., help="oci://HOST[:PORT]/REPO:TAG (or @sha256:...) or s3://BUCKET/PREFIX"),
     into: Path = typer.Option(..., "--into", help="new artifact folder to create"),
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): verify model.sig after the download"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
-    def run():  # noqa: ANN202
-
-        return pull(ref, into, public_key=key)
-
-    res = _guard(as_json, verbose, run)
+    with working(as_json):
+        res = pull(ref, into, public_key=key)
     d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
          "signature_verified": res.signature_verified}
     if as_json:
@@ -174,16 +138,12 @@ def sign_cmd(
     key: Path = typer.Option(..., "--key", help="elliptic-curve private key (PEM)"),
     password: Optional[str] = typer.Option(None, "--password", envvar="MODELYARD_SIGNING_KEY_PASSWORD",
                                            help="the key's password, if encrypted (or MODELYARD_SIGNING_KEY_PASSWORD)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Sign ARTIFACT's model/ with OpenSSF model-signing; writes model.sig beside model/."""
-    def run():  # noqa: ANN202
-
-        root = _signing_root(artifact)
-        return sign_artifact(root, private_key=key, password=password)
-
-    res = _guard(as_json, verbose, run)
+    with working(as_json):
+        res = sign_artifact(_signing_root(artifact), private_key=key, password=password)
     if as_json:
         out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method}))
         return
@@ -196,16 +156,13 @@ def verify_signature_cmd(
     trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for certificate signatures"),
     identity: Optional[str] = typer.Option(None, "--identity", help="Sigstore keyless: the signer's identity (e-mail, workflow)"),
     issuer: Optional[str] = typer.Option(None, "--issuer", help="Sigstore keyless: the OIDC issuer"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
-    def run():  # noqa: ANN202
-
-        root = _signing_root(artifact)
-        return verify_signature(root, public_key=key, trust_root=trust_root, identity=identity, oidc_issuer=issuer)
-
-    res = _guard(as_json, verbose, run)
+    with working(as_json):
+        res = verify_signature(_signing_root(artifact), public_key=key, trust_root=trust_root, identity=identity,
+                               oidc_issuer=issuer)
     if as_json:
         out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method, "files": res.files}))
         return
@@ -215,15 +172,12 @@ def verify_signature_cmd(
 
 def list_cmd(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
-    as_json: bool = typer.Option(False, "--json", help="print a JSON list on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option("print a JSON list on stdout"),
+    verbose: bool = verbose_option(),
 ) -> None:
     """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
-    def run():  # noqa: ANN202
-
-        return list_artifacts(out_dir if out_dir is not None else Settings().store_dir())
-
-    arts = _guard(as_json, verbose, run)
+    with working(as_json):
+        arts = list_artifacts(out_dir if out_dir is not None else Settings().store_dir())
     if as_json:
         out.print_json(json.dumps([a.to_dict() for a in arts]))
         return
@@ -243,15 +197,12 @@ def list_cmd(
 def show_cmd(
     ref: str = typer.Argument(..., help="NAME[@REVISION] in the store, or an artifact folder"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
-    def run():  # noqa: ANN202
-
-        return show_artifact(ref, out_dir)
-
-    d = _guard(as_json, verbose, run)
+    with working(as_json):
+        d = show_artifact(ref, out_dir)
     if as_json:
         out.print_json(json.dumps({"ok": True, **d}, default=str))
         return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -15,19 +14,19 @@ from modelyard.artifact.draft import write_quantization_records
 from modelyard.artifact.layout import model_root
 from modelyard.checks import Target
 from modelyard.cli._common import (
-    _fail,
+    VERBOSE_HELP,
     _findings_table,
     _quiet_libraries,
-    _start_progress,
-    _stop_progress,
     err,
+    json_option,
     out,
     serve_option,
+    verbose_option,
+    working,
 )
 from modelyard.errors import InvalidTargetError
 from modelyard.stages import quantize as q
 from modelyard.stages.patch import patch_folder
-from modelyard.stages.quantize import compat
 from modelyard.stages.verify import verify_folder
 
 
@@ -44,26 +43,18 @@ def verify(
     runtime: str = typer.Option("none", "--runtime",
                                 help="none: hand-written rules only; local: also ask the installed vLLM (the runtime "
                                      "venv) what it decides at startup (runtime.* findings, ~10-15 s)"),
-    as_json: bool = typer.Option(False, "--json", help="print the JSON report on stdout"),
+    as_json: bool = json_option("print the JSON report on stdout"),
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
+    verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Judge a model folder; exit 0 when it has no errors, 1 when it has, 2 when unreadable.
 
     Judged for chat serving unless --serve says otherwise, as `modelyard ingest` judges it."""
     _quiet_libraries(verbose)
-    try:
-
-        target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
-                               serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
-                               gpu_cc=gpu_cc)
-        report = verify_folder(path, target, runtime=runtime)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
+    target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
+                           serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
+                           gpu_cc=gpu_cc)
+    report = verify_folder(path, target, runtime=runtime)
     if as_json:
         sys.stdout.write(report.to_json())
     elif markdown:
@@ -84,25 +75,17 @@ def patch_cmd(
                                                 help="mark an existing vocabulary token special (repeatable)"),
     chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
     serve: Optional[str] = typer.Option(None, "--serve", help="chat or completion (how findings are judged)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
+    verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Repair the fixable findings of PATH into a new folder, printing the unified diff on stdout.
     Verify the result as OUT (it holds OUT/model); patching judges with --serve only.
 
     Exit 0 when the result verifies without errors (or for --dry-run), 1 when errors remain, 2 for bad input."""
     _quiet_libraries(False)
-    try:
-
-        if out_dir is None and not dry_run:
-            raise InvalidTargetError("--out is required unless --dry-run", fix="Pass --out NEW_FOLDER or --dry-run.")
-        res = patch_folder(path, out_dir, target=Target.create(serve=serve), dry_run=dry_run,
-                           add_special_tokens=add_special_token, chat_template=chat_template)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, False)
+    if out_dir is None and not dry_run:
+        raise InvalidTargetError("--out is required unless --dry-run", fix="Pass --out NEW_FOLDER or --dry-run.")
+    res = patch_folder(path, out_dir, target=Target.create(serve=serve), dry_run=dry_run,
+                       add_special_tokens=add_special_token, chat_template=chat_template)
     sys.stdout.write(res.plan.diff)
     for op in res.plan.ops:
         err.print(f"  [{escape(op.code)}] {escape(op.file)} {escape(op.pointer or '(whole file)')}: "
@@ -132,38 +115,29 @@ def quantize_cmd(
     max_kl: Optional[float] = typer.Option(None, "--max-kl", help="quality limit, nats/token (default: per family)"),
     accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss"),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for (default: local)"),
-    as_json: bool = typer.Option(False, "--json", help="print quantization.json on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option("print quantization.json on stdout"),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Quantize PATH with llm-compressor into OUT, measure perplexity and KL against it, and judge the
     output against the target vLLM runtime. Exit 0 when every gate passes, 1 when one fails, 2 for bad input."""
     _quiet_libraries(verbose)
-    reporter = _start_progress(as_json)
-    try:
-
+    with working(as_json):
         q.scheme(scheme)
         if out_dir.exists():
             raise q.QuantizeError(f"{out_dir} already exists", fix="Pass --out a folder that does not exist yet.")
         out_dir.mkdir(parents=True)
-        res = q.quantize_model(model_root(path), out_dir / "model", scheme, recipe_file=recipe, calibration=calibration,
-                               num_samples=num_samples, max_seq_len=max_seq_len, max_ppl_ratio=max_ppl_ratio,
-                               max_kl=max_kl)
-        record = res.record()
-        write_quantization_records(out_dir, record)
-        report = verify_folder(out_dir / "model")
-        findings = tuple(compat.check_runtime(out_dir / "model", runtime))
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if out_dir.exists() and not any(out_dir.iterdir()):
-            out_dir.rmdir()
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
-    finally:
-        _stop_progress(reporter)
+        try:
+            res = q.quantize_model(model_root(path), out_dir / "model", scheme, recipe_file=recipe,
+                                   calibration=calibration, num_samples=num_samples, max_seq_len=max_seq_len,
+                                   max_ppl_ratio=max_ppl_ratio, max_kl=max_kl)
+            record = res.record()
+            write_quantization_records(out_dir, record)
+            report = q.judge(out_dir / "model", res, verify_folder(out_dir / "model"), runtime)
+        except BaseException:
+            if out_dir.exists() and not any(out_dir.iterdir()):  # nothing written: leave no empty OUT behind
+                out_dir.rmdir()
+            raise
 
-    report = replace(report, findings=report.findings + findings)
     if as_json:
         rd = report.to_dict()
         sys.stdout.write(json.dumps(record | {"verification": rd["summary"] | {

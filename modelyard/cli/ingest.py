@@ -9,15 +9,14 @@ from typing import Any, Optional
 
 import typer
 
-from modelyard.checks import Target
 from modelyard.cli._common import (
-    _fail,
+    VERBOSE_HELP,
     _quiet_libraries,
-    _start_progress,
-    _stop_progress,
-    err,
+    json_option,
     out,
     serve_option,
+    verbose_option,
+    working,
 )
 from modelyard.cli.serving import _print_server_smoke, _smoke_level
 from modelyard.errors import SourceNotFoundError
@@ -34,8 +33,7 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
                 serve: str = DEFAULT_SERVE, dtype: Optional[str] = None, vllm_version: Optional[str] = None,
                 patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     _quiet_libraries(verbose)
-    reporter = _start_progress(as_json)
-    try:
+    with working(as_json):
         from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
         from modelyard.flows.options import IngestOptions  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
@@ -52,14 +50,6 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
 
         warmup.start()  # verify's imports load while Prefect's API starts and the source is hashed
         result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
-    finally:
-        _stop_progress(reporter)
     return result.to_dict()
 
 
@@ -72,8 +62,7 @@ def _precheck(source: str, opts: Any) -> None:
         sanitize_name(opts.name)
     if src.kind == "file" and src.path is not None:
         check_folder(src.path)
-    Target.create(tensor_parallel_size=opts.tensor_parallel_size, max_model_len=opts.max_model_len, serve=opts.serve,
-                  dtype=opts.dtype, vllm_version=opts.vllm_version)
+    opts.check()  # the target's values, --gpu and --quantize
 
 
 def _print_result(d: dict[str, Any], as_json: bool) -> None:
@@ -138,8 +127,8 @@ def ingest(
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="serve/ plan GPU count"),
     publish: list[str] = typer.Option([], "--publish", help="also push to oci://host/repo[:tag] or s3://bucket/prefix "
                                                             "(repeatable)"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
+    as_json: bool = json_option(),
+    verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact.
 
@@ -152,7 +141,7 @@ def ingest(
                            "quantize": quantize, "recipe": str(recipe) if recipe else None,
                            "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
                            "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime,
-                           "smoke_level": _smoke_level(smoke_level, as_json), "golden": str(golden) if golden else None,
+                           "smoke_level": _smoke_level(smoke_level), "golden": str(golden) if golden else None,
                            "gpu": gpu, "gpus": gpus, "publish": tuple(publish)})
     _print_result(d, as_json)
 
@@ -175,15 +164,11 @@ def demo_gguf_path() -> Path:
 def demo(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
     smoke_level: str = typer.Option("load", "--smoke", help="load, server or bench (see `ingest --help`)"),
-    as_json: bool = typer.Option(False, "--json"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(None),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Ingest the built-in demo model (SmolLM2-135M-Instruct, GGUF) and chat with it in vLLM."""
-    try:
-        gguf = demo_gguf_path()
-    except BaseException as exc:  # noqa: BLE001
-        _fail(exc, as_json)
-    d = _run_ingest(f"gguf://{gguf}", name="smollm2-135m-instruct", out_dir=out_dir, max_model_len=None,
+    d = _run_ingest(f"gguf://{demo_gguf_path()}", name="smollm2-135m-instruct", out_dir=out_dir, max_model_len=None,
                     tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose,
-                    patch={"smoke_level": _smoke_level(smoke_level, as_json)})
+                    patch={"smoke_level": _smoke_level(smoke_level)})
     _print_result(d, as_json)

@@ -11,14 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modelyard.cli._common import (
-    _fail,
-    _quiet_libraries,
-    _start_progress,
-    _stop_progress,
-    err,
-    out,
-)
+from modelyard.cli._common import VERBOSE_HELP, _quiet_libraries, json_option, out, verbose_option, working
 
 
 def _watch_table(decisions: list[dict[str, Any]]) -> None:
@@ -38,28 +31,19 @@ def watch(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
     once: bool = typer.Option(False, "--once", help="check every repo once and exit (for cron / a deployment)"),
     interval: int = typer.Option(600, "--interval", min=1, help="seconds between checks without --once"),
-    as_json: bool = typer.Option(False, "--json", help="print the decisions as JSON on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
+    as_json: bool = json_option("print the decisions as JSON on stdout"),
+    verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Ingest new commits of the repos in CONFIG when their weights, config, tokenizer or chat template
     changed; other changes (README, docs) are recorded and skipped. Exit 1 if an ingest failed."""
 
     _quiet_libraries(verbose)
     while True:
-        reporter = _start_progress(as_json)
-        try:
+        with working(as_json):
             from modelyard.flows.watch import load_config, watch_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
             load_config(config)  # bad config is bad usage: fail before any run is created
             decisions = [d.to_dict() for d in watch_flow(str(config.absolute()), str(out_dir) if out_dir else None)]
-        except typer.Exit:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            if verbose:
-                err.print_exception()
-            _fail(exc, as_json)
-        finally:
-            _stop_progress(reporter)
         if as_json:
             out.print_json(json.dumps({"ok": all(d["action"] != "failed" for d in decisions), "decisions": decisions}))
         else:
@@ -74,33 +58,26 @@ def promote(
     to: list[Path] = typer.Option(..., "--to", help="target store folder (repeatable)"),
     from_dir: Optional[Path] = typer.Option(None, "--from", help="staging store (default: MODELYARD_HOME or ./artifacts)"),
     timeout: int = typer.Option(3600, "--timeout", min=1, help="seconds to wait for approval before failing"),
-    as_json: bool = typer.Option(False, "--json", help="print the promotion record as JSON on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show library logs and tracebacks"),
+    as_json: bool = json_option("print the promotion record as JSON on stdout"),
+    verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Promote a stored artifact to target store(s) once approved (`modelyard approve RUN_ID --by NAME`).
     Needs a Prefect server (PREFECT_API_URL) that the approver can reach."""
     _quiet_libraries(verbose)
+    from prefect.exceptions import FlowPauseTimeout  # noqa: PLC0415 - heavy: prefect, imported on first use
+
+    from modelyard.flows.promote import (  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
+        PromotionRejectedError,
+        parse_ref,
+        promote_flow,
+    )
+
+    parse_ref(ref)
     try:
-        from prefect.exceptions import FlowPauseTimeout  # noqa: PLC0415 - heavy: prefect, imported on first use
-
-        from modelyard.flows.promote import (  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
-            PromotionRejectedError,
-            parse_ref,
-            promote_flow,
-        )
-
-        parse_ref(ref)
-        try:
-            result = promote_flow(ref, [str(t) for t in to], str(from_dir) if from_dir else None, timeout)
-        except FlowPauseTimeout as exc:
-            raise PromotionRejectedError(f"nobody approved the promotion of {ref} within {timeout} s; nothing was promoted",
-                                         fix="Start it again and answer with `modelyard approve RUN_ID --by NAME`.") from exc
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
+        result = promote_flow(ref, [str(t) for t in to], str(from_dir) if from_dir else None, timeout)
+    except FlowPauseTimeout as exc:
+        raise PromotionRejectedError(f"nobody approved the promotion of {ref} within {timeout} s; nothing was promoted",
+                                     fix="Start it again and answer with `modelyard approve RUN_ID --by NAME`.") from exc
     if as_json:
         out.print_json(json.dumps({"ok": True, **result}, default=str))
     else:
@@ -116,21 +93,14 @@ def approve(
     by: str = typer.Option(..., "--by", help="who approves (recorded in the manifest)"),
     reject: bool = typer.Option(False, "--reject", help="reject instead: the promote run fails, nothing is promoted"),
     note: str = typer.Option("", "--note", help="a note recorded with the decision"),
-    as_json: bool = typer.Option(False, "--json"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(None),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Answer a paused promote run headlessly (through PREFECT_API_URL)."""
     _quiet_libraries(verbose)
-    try:
-        from modelyard.flows.promote import approve as approve_run  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
+    from modelyard.flows.promote import approve as approve_run  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
-        approve_run(run_id, by=by, approved=not reject, note=note)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
+    approve_run(run_id, by=by, approved=not reject, note=note)
     if as_json:
         out.print_json(json.dumps({"ok": True, "run_id": run_id, "approved": not reject, "by": by}))
     else:
@@ -145,22 +115,15 @@ def deploy(
     name: str = typer.Option("watch", "--name", help="deployment name (watch/NAME)"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder the worker ingests into"),
     image: Optional[str] = typer.Option(None, "--image", help="image with modelyard installed (docker/kubernetes pools)"),
-    as_json: bool = typer.Option(False, "--json"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option(None),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Create (or update) a Prefect deployment running `watch` on a cron schedule (PREFECT_API_URL)."""
     _quiet_libraries(verbose)
-    try:
-        from modelyard.flows.deployments import deploy_watch  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
+    from modelyard.flows.deployments import deploy_watch  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
-        dep_id = deploy_watch(config, work_pool=pool, cron=cron, name=name, home=str(out_dir) if out_dir else None,
-                              image=image, timezone=timezone)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
+    dep_id = deploy_watch(config, work_pool=pool, cron=cron, name=name, home=str(out_dir) if out_dir else None,
+                          image=image, timezone=timezone)
     if as_json:
         out.print_json(json.dumps({"ok": True, "deployment_id": str(dep_id), "name": f"watch/{name}", "pool": pool,
                                    "cron": cron}))

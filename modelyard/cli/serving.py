@@ -14,12 +14,12 @@ from rich.table import Table
 
 from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
 from modelyard.cli._common import (
-    _fail,
     _quiet_libraries,
-    _start_progress,
-    _stop_progress,
     err,
+    json_option,
     out,
+    verbose_option,
+    working,
 )
 from modelyard.errors import InvalidTargetError, MissingConfigError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
@@ -32,10 +32,10 @@ from modelyard.stages.smoke import server as serve_smoke
 from modelyard.stages.smoke.server import LEVELS
 
 
-def _smoke_level(level: str, as_json: bool) -> str:
+def _smoke_level(level: str) -> str:
 
     if level not in LEVELS:
-        _fail(InvalidTargetError(f"--smoke {level!r} is not a smoke level", fix=f"Use one of: {', '.join(LEVELS)}."), as_json)
+        raise InvalidTargetError(f"--smoke {level!r} is not a smoke level", fix=f"Use one of: {', '.join(LEVELS)}.")
     return level
 
 
@@ -81,8 +81,8 @@ def smoke_cmd(
     serve: Optional[str] = typer.Option(None, "--serve", help="chat (the chat API) or completion (plain-text "
                                         "prompts, for a base model); default: the serving mode the artifact was "
                                         "ingested for (report.json), else chat"),
-    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option("print the result as JSON"),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Smoke-test PATH in the local vLLM runtime. server/bench start the OpenAI server from the
     artifact's serve/vllm.yaml (CPU overrides applied), check the API and the golden prompts, and
@@ -90,11 +90,8 @@ def smoke_cmd(
     through the completions API with --serve completion. Exit 0 when every check passes, 1 when one fails,
     2 for bad input."""
     _quiet_libraries(verbose)
-    reporter = _start_progress(as_json)
-    try:
-
-
-        level = _smoke_level(level, as_json)
+    with working(as_json):
+        level = _smoke_level(level)
         mode = check_mode(serve or _recorded_serve(path) or DEFAULT_SERVE)
         question = question or default_prompt(mode)
         model_dir = model_root(path)
@@ -116,14 +113,6 @@ def smoke_cmd(
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
                                            bench=serve_smoke.BenchSpec() if level == "bench" else None, mode=mode)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
-    finally:
-        _stop_progress(reporter)
     d = res.to_dict()
     if as_json:
         out.print_json(json.dumps({"ok": res.passed, **d}, default=str))
@@ -150,30 +139,21 @@ def serve_plan_cmd(
                                                                "when it is an artifact)"),
     no_write: bool = typer.Option(False, "--no-write", help="only print the plan"),
     proxy: bool = typer.Option(False, "--proxy", help="also an nginx front with an API key (serve/nginx.conf)"),
-    as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option("print the plan as JSON"),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Size PATH for vLLM on --gpus x --gpu: weights and KV cache per rank, tokens that fit, valid
     tensor-parallel sizes, max_model_len and max_num_seqs; write serve/ (vllm.yaml, compose.yaml, README.md).
     Exit 0 with a plan, 2 when it cannot fit (the message says why and what to change)."""
     _quiet_libraries(verbose)
-    try:
-
-        plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
-                                            kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-                                            max_model_len=max_model_len), name=name)
-        dest = write if write is not None else (path if is_artifact(path)
-                                                else None)
-        written = None
-        if dest is not None and not no_write:
-            model = "model" if (dest / "model").is_dir() else str(path.resolve())
-            written = write_serve_files(dest, plan, model=model, proxy=proxy)
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
+    plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
+                                        kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
+                                        max_model_len=max_model_len), name=name)
+    dest = write if write is not None else (path if is_artifact(path) else None)
+    written = None
+    if dest is not None and not no_write:
+        model = "model" if (dest / "model").is_dir() else str(path.resolve())
+        written = write_serve_files(dest, plan, model=model, proxy=proxy)
     if as_json:
         d = plan.to_dict() | {"ok": True, "serve_dir": str(written.dir) if written else None}
         out.print_json(json.dumps(d))
@@ -196,23 +176,15 @@ def serve_plan_cmd(
 def doctor(
     artifact: Optional[Path] = typer.Argument(None, help="an artifact or model folder whose needs to judge (optional)"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds the vLLM runtime probe may take"),
-    as_json: bool = typer.Option(False, "--json", help="print the facts (and judged needs) as JSON"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    as_json: bool = json_option("print the facts (and judged needs) as JSON"),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Report this serving host (GPUs, compute capability, driver, CUDA, torch, NCCL, vLLM) and, given
     ARTIFACT, whether its needs are met. Exit 0 when they are (or with no ARTIFACT), 1 when one is not."""
     _quiet_libraries(verbose)
-    try:
-
-        needs = doc.artifact_needs(artifact) if artifact is not None else None
-        facts = doc.collect_host_facts(timeout=timeout)
-        checks = doc.judge_needs(facts, needs) if needs is not None else []
-    except typer.Exit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if verbose:
-            err.print_exception()
-        _fail(exc, as_json)
+    needs = doc.artifact_needs(artifact) if artifact is not None else None
+    facts = doc.collect_host_facts(timeout=timeout)
+    checks = doc.judge_needs(facts, needs) if needs is not None else []
     failed = any(c.ok is False and c.severity == "error" for c in checks) or \
         any(c.ok is None and c.severity == "error" for c in checks)
     if as_json:

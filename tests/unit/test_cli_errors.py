@@ -1,0 +1,140 @@
+"""The CLI's one failure handler (modelyard.cli._common.Command) and --version: exact output and exit
+codes, through the real ``python -m modelyard`` (main()) and through typer's CliRunner."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from modelyard.cli import _common, app, checks, main
+from modelyard.errors import SourceNotFoundError
+from modelyard.stages import quantize
+from modelyard.version import __version__
+from tests.conftest import run_cli
+
+INTERNAL_LINE = "internal error: RuntimeError: boom (re-run with --verbose for details)\n"
+INTERNAL_JSON = {"ok": False, "error": "InternalError", "message": "internal error: RuntimeError: boom"}
+
+
+@pytest.fixture()
+def stderr(monkeypatch) -> io.StringIO:
+    """What the commands print on stderr in-process (the real ``err`` console writes to a copy of fd 2,
+    which CliRunner does not capture)."""
+    buf = io.StringIO()
+    monkeypatch.setattr(_common, "err", Console(file=buf, width=200))
+    return buf
+
+
+def _boom(*args, **kwargs):
+    raise RuntimeError("boom")
+
+
+def test_version():
+    assert __version__ and __version__[0].isdigit()
+    r = CliRunner().invoke(app, ["--version"])
+    assert (r.exit_code, r.stdout) == (0, f"modelyard {__version__}\n")
+    p = run_cli("--version")
+    assert (p.returncode, p.stdout, p.stderr) == (0, f"modelyard {__version__}\n", "")
+
+
+def test_verify_missing_path(tmp_path: Path):
+    missing = tmp_path / "nope"
+    r = run_cli("verify", str(missing))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"error: {missing} does not exist\n"
+                        "fix: Pass the model folder (the one with config.json).\n")
+
+
+def test_verify_missing_path_json(tmp_path: Path):
+    missing = tmp_path / "nope"
+    r = run_cli("verify", str(missing), "--json")
+    assert (r.returncode, r.stderr) == (2, "")
+    assert json.loads(r.stdout) == {"ok": False, "error": "SourceNotFoundError",
+                                    "message": f"{missing} does not exist",
+                                    "fix": "Pass the model folder (the one with config.json)."}
+    assert list(json.loads(r.stdout)) == ["ok", "error", "message", "fix"]
+
+
+def test_runner_and_main_agree(tmp_path: Path, stderr: io.StringIO, monkeypatch, capsys):
+    missing = tmp_path / "nope"
+    r = CliRunner().invoke(app, ["verify", str(missing)])
+    assert (r.exit_code, r.stdout) == (2, "")
+    assert stderr.getvalue() == (f"error: {missing} does not exist\n"
+                                 "fix: Pass the model folder (the one with config.json).\n")
+    monkeypatch.setattr(sys, "argv", ["modelyard", "verify", str(missing), "--json"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "SourceNotFoundError"
+
+
+def test_internal_error(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
+    monkeypatch.setattr(checks, "verify_folder", _boom)
+    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir)])
+    assert (r.exit_code, r.stdout, stderr.getvalue()) == (3, "", INTERNAL_LINE)
+
+
+def test_internal_error_json(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
+    monkeypatch.setattr(checks, "verify_folder", _boom)
+    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])
+    assert (r.exit_code, json.loads(r.stdout), stderr.getvalue()) == (3, INTERNAL_JSON, "")
+
+
+def test_internal_error_verbose_shows_the_traceback(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
+    monkeypatch.setattr(checks, "verify_folder", _boom)
+    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--verbose"])
+    assert r.exit_code == 3
+    text = stderr.getvalue()
+    assert "Traceback" in text and "in verify" in text and "RuntimeError: boom" in text
+    assert "in invoke" not in text  # the handler's and typer's frames are left out
+    assert text.endswith(INTERNAL_LINE)
+
+
+def test_interrupted(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checks, "verify_folder", interrupt)
+    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])
+    assert (r.exit_code, r.stdout, stderr.getvalue()) == (130, "", "interrupted\n")
+
+
+def test_error_json_with_progress_command(tmp_path: Path, stderr: io.StringIO, monkeypatch):
+    """A command that shows progress (bundle) fails the same way, and leaves no progress display behind."""
+    monkeypatch.setattr("modelyard.cli.artifacts.bundle_artifact", _boom)
+    r = CliRunner().invoke(app, ["bundle", str(tmp_path), "-o", str(tmp_path / "b.tar.zst"), "--json"])
+    assert (r.exit_code, json.loads(r.stdout), stderr.getvalue()) == (3, INTERNAL_JSON, "")
+    r = CliRunner().invoke(app, ["bundle", str(tmp_path), "-o", str(tmp_path / "b.tar.zst")])
+    assert r.exit_code == 3 and stderr.getvalue().startswith(INTERNAL_LINE)
+    assert _common._reporter is None
+
+
+def test_demo_missing_package_json(stderr: io.StringIO, monkeypatch):
+    def gone():
+        raise SourceNotFoundError("gone", fix="reinstall")
+
+    monkeypatch.setattr("modelyard.cli.ingest.demo_gguf_path", gone)
+    r = CliRunner().invoke(app, ["demo", "--json"])
+    assert r.exit_code == 2
+    assert json.loads(r.stdout) == {"ok": False, "error": "SourceNotFoundError", "message": "gone", "fix": "reinstall"}
+
+
+def test_bad_smoke_level(stderr: io.StringIO):
+    r = CliRunner().invoke(app, ["ingest", "file:///nowhere", "--smoke", "nope"])
+    assert (r.exit_code, r.stdout) == (2, "")
+    assert stderr.getvalue() == "error: --smoke 'nope' is not a smoke level\nfix: Use one of: load, server, bench.\n"
+
+
+def test_quantize_failure_removes_the_empty_out_dir(tiny_llama_dir: Path, tmp_path: Path, stderr: io.StringIO,
+                                                    monkeypatch):
+    monkeypatch.setattr(quantize, "quantize_model", _boom)
+    out = tmp_path / "q"
+    r = CliRunner().invoke(app, ["quantize", str(tiny_llama_dir), "--scheme", "w4a16", "--out", str(out), "--json"])
+    assert (r.exit_code, json.loads(r.stdout)) == (3, INTERNAL_JSON)
+    assert not out.exists()
