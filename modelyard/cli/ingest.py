@@ -98,7 +98,8 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
 
 
 def ingest(
-    source: str = typer.Argument(..., help="hf://org/name@revision, file:///path, or gguf:///path/model.gguf"),
+    source: str = typer.Argument(..., help="hf://org/name@revision (or https://huggingface.co/org/name/tree/REV), "
+                                           "file:///path, gguf:///path/model.gguf, or tar:///path/bundle.tar.zst"),
     name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
@@ -125,6 +126,9 @@ def ingest(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="serve/ plan target GPU, e.g. H100-80GB (default: H100-80GB "
                                                           "on the fewest GPUs that fit)"),
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="serve/ plan GPU count"),
+    include: list[str] = typer.Option([], "--include", help="hub files to fetch, a glob (repeatable; "
+                                                            "default: weights, configs, tokenizer files)"),
+    exclude: list[str] = typer.Option([], "--exclude", help="hub files not to fetch, a glob (repeatable)"),
     publish: list[str] = typer.Option([], "--publish", help="also push to oci://host/repo[:tag] or s3://bucket/prefix "
                                                             "(repeatable)"),
     as_json: bool = json_option(),
@@ -142,7 +146,8 @@ def ingest(
                            "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
                            "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime,
                            "smoke_level": _smoke_level(smoke_level), "golden": str(golden) if golden else None,
-                           "gpu": gpu, "gpus": gpus, "publish": tuple(publish)})
+                           "gpu": gpu, "gpus": gpus, "publish": tuple(publish),
+                           "allow_patterns": tuple(include) or None, "ignore_patterns": tuple(exclude) or None})
     _print_result(d, as_json)
 
 

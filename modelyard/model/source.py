@@ -78,4 +78,27 @@ def parse_source(uri: str) -> Source:
             raise InvalidSourceError(f"hf source {uri!r}: {repo!r} is not an org/name repo id", fix="Use hf://org/name@revision.")
         rev = rev or "main"
         return Source("hf", f"hf://{repo}@{rev}", repo_id=repo, revision=rev)
+    if scheme in ("http", "https") and parsed.netloc in HUB_HOSTS:
+        return parse_source(hub_url_to_source(uri))
     raise InvalidSourceError(f"unsupported source scheme {scheme!r} in {uri!r}", fix=f"Use one of: {forms}.")
+
+
+#: hosts whose model page URLs are accepted as ``hf://`` sources
+HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
+
+
+def hub_url_to_source(url: str) -> str:
+    """A model page URL as users copy it from the browser, as an ``hf://`` source:
+    ``https://huggingface.co/org/name`` is ``hf://org/name``, ``.../tree/REV`` (or ``/blob/REV/...``,
+    ``/resolve/REV/...``) is ``hf://org/name@REV``. Raises :class:`InvalidSourceError` for a URL of
+    another page (datasets, spaces, a user)."""
+    parts = [unquote(p) for p in urlparse(url).path.split("/") if p]
+    if parts and parts[0] == "models":
+        parts = parts[1:]
+    if len(parts) < 2 or parts[0] in ("datasets", "spaces", "docs", "settings"):
+        raise InvalidSourceError(f"{url!r} is not the URL of a model repo",
+                                 fix="Use https://huggingface.co/org/name[/tree/REVISION] or hf://org/name@REVISION.")
+    repo = f"{parts[0]}/{parts[1]}"
+    if len(parts) >= 4 and parts[2] in ("tree", "blob", "resolve"):
+        return f"hf://{repo}@{parts[3]}"
+    return f"hf://{repo}"

@@ -106,3 +106,18 @@ def test_unknown_revision_and_pickle_only(hub, tmp_path):
     assert "has only pickle weights (pytorch_model.bin); modelyard never unpickles" in p.stderr
     assert "Traceback" not in r.stderr + p.stderr
     assert store_artifacts(tmp_path) == []
+
+
+def test_include_and_exclude_patterns_on_the_command_line(hub, tmp_path):
+    """--exclude drops README.md from the download; --include '*.md' alone fetches no config.json
+    and is refused before a weight byte is downloaded."""
+    head = hub["shas"][-1]
+    r = run_cli("ingest", "https://huggingface.co/org/tiny", "--exclude", "README.md", "--no-smoke", "--json",
+                env=_env(hub, tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    files = {f["path"] for f in json.loads((Path(out["artifact"]) / "manifest.json").read_text())["files"]}
+    assert (out["revision"], sorted(files)) == (head, sorted(f"model/{n}" for n in hub["files"]))
+    bad = run_cli("ingest", "hf://org/tiny@main", "--include", "*.md", "--no-smoke", env=_env(hub, tmp_path / "b"))
+    assert bad.returncode == 2
+    assert "has no config.json" in bad.stderr

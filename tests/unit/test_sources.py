@@ -70,3 +70,20 @@ def test_stale_partial_downloads_are_swept_but_live_ones_kept(tmp_path):
         holder.wait()
     time.sleep(0.1)
     assert sweep_incomplete(tmp_path, "org/m") == 1 and sorted(p.name for p in blobs.iterdir()) == ["ccc"]
+
+
+@pytest.mark.parametrize(("url", "uri"), [
+    ("https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct", "hf://HuggingFaceTB/SmolLM2-135M-Instruct@main"),
+    ("https://huggingface.co/org/name/tree/v1.0", "hf://org/name@v1.0"),
+    ("https://huggingface.co/org/name/tree/refs%2Fpr%2F3", "hf://org/name@refs/pr/3"),
+    ("https://huggingface.co/org/name/blob/0123abc/config.json", "hf://org/name@0123abc"),
+    ("https://hf.co/org/name/", "hf://org/name@main"),
+])
+def test_a_hub_page_url_is_an_hf_source(url, uri):
+    assert parse_source(url).uri == uri
+
+
+def test_a_hub_url_of_a_dataset_is_refused():
+    with pytest.raises(InvalidSourceError) as info:
+        parse_source("https://huggingface.co/datasets/org/data")
+    assert info.value.message == "'https://huggingface.co/datasets/org/data' is not the URL of a model repo"
