@@ -89,7 +89,7 @@ def main() -> None:
         ours_out, base_out = work / "ours.tar.zst", work / "base.tar.zst"
 
         def ours() -> None:
-            bundle_artifact(art, ours_out)
+            bundle_artifact(art, ours_out, force=True)
 
         def base() -> None:
             subprocess.run(["tar", "-I", "zstd -3 -T0", "-cf", str(base_out), "-C", str(art), "."], check=True)

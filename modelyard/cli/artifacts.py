@@ -4,6 +4,7 @@ inspecting stored artifacts."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -13,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.cli._common import _human, json_option, out, verbose_option, working
-from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError
+from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError, StoreError
 from modelyard.settings import Settings
 from modelyard.transport.bundle import bundle_artifact, resolve_artifact
 from modelyard.transport.catalog import list_artifacts, show_artifact
@@ -27,12 +28,13 @@ def bundle_cmd(
     artifact: str = typer.Argument(..., help="an artifact folder (manifest.json + model/) or a store reference NAME[@REVISION]"),
     output: Path = typer.Option(..., "-o", "--output", help="the .tar.zst to write (written to a temp name, then renamed)"),
     level: int = typer.Option(3, "--level", min=1, max=19, help="zstd level"),
+    force: bool = typer.Option(False, "--force", help="replace OUTPUT if it exists"),
     as_json: bool = json_option(),
     verbose: bool = verbose_option(),
 ) -> None:
     """Write an artifact as one deterministic .tar.zst for an air-gapped site (manifest.json first)."""
     with working(as_json):
-        res = bundle_artifact(artifact, output, level=level)
+        res = bundle_artifact(artifact, output, level=level, force=force)
     d = {"bundle": str(res.path), "bytes_in": res.bytes_in, "bytes_out": res.bytes_out, "files": res.files,
          "content_digest": res.content_digest}
     if as_json:
@@ -176,21 +178,33 @@ def list_cmd(
     verbose: bool = verbose_option(),
 ) -> None:
     """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
+    home = (out_dir if out_dir is not None else Settings().store_dir()).expanduser().absolute()
     with working(as_json):
-        arts = list_artifacts(out_dir if out_dir is not None else Settings().store_dir())
+        if not home.is_dir():
+            raise StoreError(f"there is no store at {home}",
+                             fix="Pass --out STORE or set MODELYARD_HOME to the store's folder (`modelyard ingest` creates it).")
+        arts = list_artifacts(home)
     if as_json:
         out.print_json(json.dumps([a.to_dict() for a in arts]))
         return
+    out.print(f"store: {escape(str(home))}", highlight=False, soft_wrap=True)
     if not arts:
         out.print("the store holds no artifacts")
         return
 
+    cols = ("name", "revision", "content digest", "created", "quantization", "size")
+    rows = [(a.name, a.revision[:16], a.content_digest[:19], a.created_at or "", a.quantization or "-", _human(a.size))
+            for a in arts]
+    if not out.is_terminal:  # logs and pipes: one unwrapped line per artifact, columns aligned
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+        for r in (cols, *rows):
+            sys.stdout.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+        return
     t = Table(title_justify="left")
-    for col in ("name", "revision", "content digest", "created", "quantization", "size"):
+    for col in cols:
         t.add_column(col, overflow="fold")
-    for a in arts:
-        t.add_row(escape(a.name), escape(a.revision[:16]), escape(a.content_digest[:19]), escape(a.created_at or ""),
-                  escape(a.quantization or "-"), _human(a.size))
+    for r in rows:
+        t.add_row(*(escape(v) for v in r))
     out.print(t)
 
 

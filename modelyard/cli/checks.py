@@ -51,6 +51,9 @@ def verify(
 
     Judged for chat serving unless --serve says otherwise, as `modelyard ingest` judges it."""
     _quiet_libraries(verbose)
+    if as_json and markdown:
+        raise InvalidTargetError("--json and --markdown both ask for the report on stdout",
+                                 fix="Pass one of them (the JSON report carries everything the Markdown one shows).")
     target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
                            serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
                            gpu_cc=gpu_cc)

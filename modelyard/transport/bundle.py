@@ -29,6 +29,7 @@ import os
 import secrets
 import tarfile
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -59,7 +60,9 @@ class BundleResult:
 
 def resolve_artifact(ref: str | Path, home: Path | None = None) -> Path:
     """An artifact folder from a path (a folder holding ``manifest.json``) or a store reference
-    ``NAME[@REVISION]`` under ``home`` (default: ``MODELYARD_HOME``). Raises :class:`BundleError`."""
+    ``NAME[@REVISION]`` under ``home`` (default: ``MODELYARD_HOME``). ``REVISION`` is the full
+    revision or any prefix of it that names one revision (as ``modelyard list`` shortens them).
+    Raises :class:`BundleError` for no match or an ambiguous prefix."""
     p = Path(ref).expanduser()
     if (p / MANIFEST).is_file():
         return p.absolute()
@@ -76,6 +79,13 @@ def resolve_artifact(ref: str | Path, home: Path | None = None) -> Path:
         cand = store / name / rev
         if (cand / MANIFEST).is_file():
             return cand
+        matches = sorted(d.name for d in (store / name).glob(f"{glob_escape(rev)}*") if (d / MANIFEST).is_file()) \
+            if "/" not in rev else []
+        if len(matches) == 1:
+            return store / name / matches[0]
+        if matches:
+            raise BundleError(f"{name}@{rev} is ambiguous in the store {store}: {', '.join(matches)}",
+                              fix=f"Give more of the revision, e.g. {name}@{matches[0]}.")
         raise BundleError(f"the store {store} holds no artifact {name}@{rev}",
                           fix="List <store>/<name>/ for its revisions, or set MODELYARD_HOME.")
     revs = sorted(d.name for d in (store / name).glob("*") if (d / MANIFEST).is_file())
@@ -177,14 +187,18 @@ def dump_meta(meta: dict[str, Any]) -> bytes:
 
 
 def bundle_artifact(artifact: str | Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: int = -1,
-                    home: Path | None = None) -> BundleResult:
+                    home: Path | None = None, force: bool = False) -> BundleResult:
     """Write the artifact (folder or store reference ``NAME[@REV]``) as the bundle ``out``.
 
     ``threads``: zstd workers (-1: one per CPU; always multithreaded mode, so that the output does
-    not depend on the machine). Raises :class:`BundleError` when the folder does not match its
-    manifest (a file changed, added or missing), :class:`StoreError` when writing fails."""
+    not depend on the machine). ``out`` must not exist unless ``force`` (then it is replaced, by
+    rename, only once the new bundle is complete). Raises :class:`BundleError` when ``out`` exists
+    (without ``force``) or the folder does not match its manifest (a file changed, added or missing),
+    :class:`StoreError` when writing fails."""
     root = resolve_artifact(artifact, home)
     out = Path(out).expanduser().absolute()
+    if not force and (out.exists() or out.is_symlink()):
+        raise BundleError(f"{out} already exists", fix="Pass --force to replace it, or write to another -o/--output.")
     manifest_bytes = (root / MANIFEST).read_bytes()
     meta, dirs, expect = bundle_meta(root, manifest_bytes)
     meta_bytes = dump_meta(meta)

@@ -447,3 +447,14 @@ def test_tar_ingest_takes_the_name_from_the_bundle_manifest(bundle, tmp_path):
     assert (res.artifact.name, res.artifact.path.parent.name) == ("tiny", "tiny")
     named = ingest_flow(f"tar://{renamed}", IngestOptions(smoke=False, name="Other"), str(tmp_path / "home"))
     assert named.artifact.name == "other"
+
+
+def test_bundle_over_an_existing_file_is_refused_unless_forced(artifact, tmp_path):
+    out = tmp_path / "a.tar.zst"
+    out.write_bytes(b"keep me")
+    r = run_cli("bundle", str(artifact), "-o", str(out), timeout=120)
+    assert (r.returncode, out.read_bytes()) == (2, b"keep me")
+    assert f"error: {out} already exists" in r.stderr and "--force" in r.stderr
+    r = run_cli("bundle", str(artifact), "-o", str(out), "--force", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["bytes_out"] == out.stat().st_size

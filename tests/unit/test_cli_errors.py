@@ -138,3 +138,11 @@ def test_quantize_failure_removes_the_empty_out_dir(tiny_llama_dir: Path, tmp_pa
     r = CliRunner().invoke(app, ["quantize", str(tiny_llama_dir), "--scheme", "w4a16", "--out", str(out), "--json"])
     assert (r.exit_code, json.loads(r.stdout)) == (3, INTERNAL_JSON)
     assert not out.exists()
+
+
+def test_verify_refuses_json_and_markdown_together(tmp_path):
+    r = CliRunner().invoke(app, ["verify", str(tmp_path), "--json", "--markdown"])
+    assert r.exit_code == 2
+    assert json.loads(r.stdout) == {
+        "ok": False, "error": "InvalidTargetError", "message": "--json and --markdown both ask for the report on stdout",
+        "fix": "Pass one of them (the JSON report carries everything the Markdown one shows)."}

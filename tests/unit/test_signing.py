@@ -196,3 +196,17 @@ def test_unbundle_with_key_keeps_nothing_unless_the_signature_verifies(artifact,
     r = run_cli("unbundle", str(b), "--into", str(tmp_path / "bad"), "--key", str(other), "--json")
     assert r.returncode == 1, r.stdout + r.stderr
     assert not (tmp_path / "bad").exists() and not list(tmp_path.glob(".bad.unbundle-*"))
+
+
+def test_list_names_its_store_and_revisions_resolve_by_prefix(store_artifact, tmp_path):
+    home = store_artifact.parents[1]
+    rev = store_artifact.name
+    r = run_cli("list", env={"MODELYARD_HOME": str(home)})
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == f"store: {home}"
+    assert rev[:16] in r.stdout
+    r = run_cli("show", f"tiny@{rev[:16]}", "--json", env={"MODELYARD_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["revision"] == rev
+    missing = tmp_path / "nowhere"
+    r = run_cli("list", "--out", str(missing))
+    assert r.returncode == 2 and f"error: there is no store at {missing}" in r.stderr
