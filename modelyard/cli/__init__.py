@@ -24,7 +24,7 @@ from modelyard.version import __version__
 
 __all__ = ["app", "demo_gguf_path", "main"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Turn an LLM checkpoint into a verified, servable artifact for vLLM.")
 
 

@@ -146,3 +146,12 @@ def test_verify_refuses_json_and_markdown_together(tmp_path):
     assert json.loads(r.stdout) == {
         "ok": False, "error": "InvalidTargetError", "message": "--json and --markdown both ask for the report on stdout",
         "fix": "Pass one of them (the JSON report carries everything the Markdown one shows)."}
+
+
+def test_help_keeps_brackets_and_shows_no_bool_metavar():
+    """Help is plain text: a NAME[@REVISION] in a help string is printed, not taken as rich markup,
+    and a flag shows no ``<bool>`` value."""
+    show = CliRunner().invoke(app, ["show", "--help"], env={"COLUMNS": "120"}).output
+    assert "NAME[@REVISION] in the store, or an artifact folder" in show
+    ingest = CliRunner().invoke(app, ["ingest", "--help"], env={"COLUMNS": "120"}).output
+    assert "tar:///path/bundle.tar.zst" in ingest and "<bool>" not in ingest
