@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     no_warmup: bool = False
     #: also append every progress event as one JSON line to this file (read by :func:`env_value`, a hot path)
     progress_jsonl: Path | None = None
+    #: where the quality gate runs both models (``cpu``, ``cuda``, ``cuda:1``); None: cuda when torch sees one
+    eval_device: str | None = None
     #: password of an encrypted signing key (``modelyard sign --password`` reads it as its default)
     signing_key_password: SecretStr | None = None
 

@@ -175,15 +175,19 @@ def serve_plan_cmd(
 
 def doctor(
     artifact: Optional[Path] = typer.Argument(None, help="an artifact or model folder whose needs to judge (optional)"),
-    timeout: float = typer.Option(60.0, "--timeout", help="seconds the vLLM runtime probe may take"),
+    timeout: float = typer.Option(60.0, "--timeout",
+                                  help="seconds the vLLM runtime probe (and the NCCL check) may take"),
+    nccl: bool = typer.Option(True, "--nccl/--no-nccl",
+                              help="with two or more GPUs, all-reduce across them through NCCL (bus bandwidth)"),
     as_json: bool = json_option("print the facts (and judged needs) as JSON"),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Report this serving host (GPUs, compute capability, driver, CUDA, torch, NCCL, vLLM) and, given
-    ARTIFACT, whether its needs are met. Exit 0 when they are (or with no ARTIFACT), 1 when one is not."""
+    """Report this serving host (GPUs, compute capability, driver, CUDA, torch, NCCL, vLLM; an NCCL
+    all-reduce across its GPUs) and, given ARTIFACT, whether its needs are met. Exit 0 when they are
+    (or with no ARTIFACT), 1 when one is not."""
     _quiet_libraries(verbose)
     needs = doc.artifact_needs(artifact) if artifact is not None else None
-    facts = doc.collect_host_facts(timeout=timeout)
+    facts = doc.collect_host_facts(timeout=timeout, nccl=nccl)
     checks = doc.judge_needs(facts, needs) if needs is not None else []
     failed = any(c.ok is False and c.severity == "error" for c in checks) or \
         any(c.ok is None and c.severity == "error" for c in checks)
@@ -205,6 +209,13 @@ def doctor(
                      ("vLLM", facts.vllm_version)):
         out.print(f"{label}: {escape(v) if v else 'not found'}", highlight=False)
     out.print(f"vLLM runtime: {escape(facts.vllm_python or '')}", highlight=False)
+    c = facts.nccl
+    if c is not None and c.ok:
+        out.print(f"NCCL all-reduce across {c.world_size} GPUs: ok, {(c.bytes or 0) / 2**20:.0f} MiB in "
+                  f"{(c.seconds_per_op or 0) * 1e3:.2f} ms, bus bandwidth {c.busbw_gbps:.1f} GB/s", highlight=False)
+    elif c is not None:
+        out.print(f"NCCL all-reduce across {c.world_size} GPUs: [red]FAILED[/] ({escape(c.error or '')})",
+                  highlight=False)
     for p in facts.problems:
         err.print(f"[yellow]note:[/] {escape(p)}", highlight=False, soft_wrap=True)
     if needs is not None:

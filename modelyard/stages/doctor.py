@@ -2,10 +2,13 @@
 
 Two halves, so the judgement can be tested without a GPU:
 
-- :func:`collect_host_facts` reads the host: ``nvidia-smi --query-gpu`` (model, memory, compute
-  capability, driver) and its banner (the CUDA version the driver supports), then the vLLM runtime's
-  interpreter (``MODELYARD_VLLM_PYTHON``, as the smoke stage finds it) in a subprocess with a timeout
-  for vLLM, torch, torch's CUDA and NCCL, and ``torch.cuda`` devices when nvidia-smi is absent.
+- :func:`collect_host_facts` reads the host: NVML (``nvidia-ml-py``, the library nvidia-smi is built
+  on: model, memory in bytes, compute capability, driver and the CUDA version the driver supports),
+  else ``nvidia-smi --query-gpu`` and its banner; then the vLLM runtime's interpreter
+  (``MODELYARD_VLLM_PYTHON``, as the smoke stage finds it) in a subprocess with a timeout for vLLM,
+  torch, torch's CUDA and NCCL, and ``torch.cuda`` devices when neither NVML nor nvidia-smi answers.
+  With two or more GPUs it runs :func:`nccl_check`, an all-reduce across all of them in that
+  interpreter (``_nccl_runner.py``), and reports whether the sum was right and the bus bandwidth.
 - :func:`judge_needs` is pure: :class:`HostFacts` x :class:`ArtifactNeeds` -> :class:`NeedCheck` list.
 
 Rules and their sources:
@@ -19,15 +22,20 @@ Rules and their sources:
 - bfloat16 needs >= 8.0 (vLLM ``_check_if_gpu_supports_dtype`` refuses bf16 below it).
 - The quantization method must be one the vLLM release knows
   (:data:`modelyard.checks.quantization.QUANT_METHOD_SINCE`).
-- Tensor parallel size N needs N visible GPUs (vLLM refuses with fewer).
+- Tensor parallel size N needs N visible GPUs (vLLM refuses with fewer), and for N > 1 a working NCCL
+  all-reduce between them (vLLM's tensor parallelism all-reduces every layer's output through NCCL).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +52,7 @@ from modelyard.settings import Settings
 from modelyard.stages.quantize.compat import scheme_label
 
 MIB = 2**20
+NCCL_RUNNER = Path(__file__).with_name("_nccl_runner.py")
 
 _PROBE = r"""
 import json, importlib.metadata as md
@@ -85,6 +94,24 @@ class GpuDevice:
 
 
 @dataclass(frozen=True)
+class NcclCheck:
+    """One all-reduce check across ``world_size`` GPUs (``_nccl_runner.py``): ``ok`` when the sum was
+    right on every element; ``bytes`` per all-reduce (float32), ``seconds_per_op`` wall seconds,
+    ``algbw_gbps`` / ``busbw_gbps`` in 10**9 bytes/s (nccl-tests' algorithm and bus bandwidth);
+    ``error`` says why it failed."""
+
+    ok: bool
+    world_size: int
+    backend: str = "nccl"
+    nccl_version: str | None = None
+    bytes: int | None = None
+    seconds_per_op: float | None = None
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class HostFacts:
     """What a serving host has. Unknown facts are None; ``problems`` says why a probe failed."""
 
@@ -96,8 +123,9 @@ class HostFacts:
     nccl_version: str | None = None
     vllm_version: str | None = None
     vllm_python: str | None = None
-    source: str = "none"  # nvidia-smi | torch | none
+    source: str = "none"  # nvml | nvidia-smi | torch | none
     problems: tuple[str, ...] = ()
+    nccl: NcclCheck | None = None  # the all-reduce check, run when two or more GPUs are visible
 
     def min_compute_capability(self) -> str | None:
         ccs = [g.compute_capability for g in self.gpus if g.compute_capability]
@@ -164,14 +192,106 @@ def parse_nvidia_smi(query_csv: str, banner: str = "") -> tuple[tuple[GpuDevice,
     return tuple(gpus), driver, m.group(1) if m else None
 
 
-def collect_host_facts(settings: Settings | None = None, *, timeout: float = 60.0) -> HostFacts:
-    """Probe this host (never raises): nvidia-smi when on PATH, then the vLLM runtime interpreter."""
+def cuda_version_string(v: int) -> str:
+    """NVML's CUDA version integer as "major.minor": ``1000 * major + 10 * minor`` (NVML's
+    ``nvmlSystemGetCudaDriverVersion``), so 12040 -> "12.4", 13000 -> "13.0"."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def read_nvml() -> tuple[tuple[GpuDevice, ...], str | None, str | None, str | None]:
+    """``(gpus, driver, cuda, problem)`` from NVML: each device's name, total memory in bytes
+    (``nvmlDeviceGetMemoryInfo``) and compute capability, the driver version and the CUDA version the
+    driver supports. ``problem`` (and no GPUs) when nvidia-ml-py or the driver's libnvidia-ml is
+    missing or NVML fails. Never raises."""
+    try:
+        import pynvml  # noqa: PLC0415 - optional (nvidia-ml-py): its absence is a finding, not a crash
+    except ImportError as exc:
+        return (), None, None, f"NVML: nvidia-ml-py is not installed ({exc})"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return (), None, None, f"NVML: {exc} (no NVIDIA driver on this host)"
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        cuda = cuda_version_string(pynvml.nvmlSystemGetCudaDriverVersion())
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+            gpus.append(GpuDevice(i, _text(pynvml.nvmlDeviceGetName(h)), int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+                                  f"{major}.{minor}"))
+        return tuple(gpus), _text(driver), cuda, None
+    except pynvml.NVMLError as exc:
+        return (), None, None, f"NVML: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _text(v: str | bytes) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def nccl_check(python: Path | str, world_size: int, *, timeout: float = 120.0, nbytes: int = 256 * MIB,
+               iters: int = 20, backend: str = "nccl") -> NcclCheck:
+    """All-reduce ``nbytes`` of float32 across ``world_size`` GPUs (one process each) with
+    ``python``'s torch (the serving runtime's NCCL): right sum, then ``iters`` timed all-reduces;
+    :class:`NcclCheck` with the bus bandwidth. ``backend="gloo"`` does the same on CPU tensors.
+    NVLink multicast stays off (``NCCL_NVLS_ENABLE=0``) unless the caller's environment sets it:
+    the check asks for the ring and tree paths every host has. Never raises; a run past ``timeout``
+    seconds is killed with its process group."""
+    with tempfile.TemporaryDirectory(prefix="modelyard-nccl-") as tmp:
+        result = Path(tmp) / "result.json"
+        cmd = [str(python), str(NCCL_RUNNER), "--world-size", str(world_size), "--port", str(_free_port()),
+               "--bytes", str(nbytes), "--iters", str(iters), "--backend", backend, "--result", str(result)]
+        env = {**os.environ, "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0")}
+        try:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                 start_new_session=True)
+        except OSError as exc:
+            return NcclCheck(False, world_size, backend, error=f"{python}: {exc}")
+        try:
+            log, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            return NcclCheck(False, world_size, backend, error=f"the all-reduce did not finish in {timeout:g} s")
+        try:
+            r = json.loads(result.read_text())
+        except (OSError, ValueError):
+            return NcclCheck(False, world_size, backend,
+                             error=f"the runner exited {p.returncode} with no result: {(log or '').strip()[-300:]}")
+    if "sizes" not in r:
+        return NcclCheck(False, world_size, backend, error=str(r.get("error") or "no figures")[:500])
+    row = r["sizes"][-1]
+    err = None if r["ok"] else f"wrong sum: expected {r['expected']}, got {r['got_min']} .. {r['got_max']}"
+    return NcclCheck(bool(r["ok"]), world_size, backend, r.get("nccl"), row["bytes"], row["seconds_per_op"],
+                     row["algbw_gbps"], row["busbw_gbps"], err)
+
+
+def collect_host_facts(settings: Settings | None = None, *, timeout: float = 60.0, nccl: bool = True) -> HostFacts:
+    """Probe this host (never raises): NVML, else nvidia-smi when on PATH, then the vLLM runtime
+    interpreter; with ``nccl`` and two or more GPUs that torch sees, :func:`nccl_check` across all
+    of them (``timeout`` seconds each for the probe and the check)."""
     settings = settings or Settings()
     problems: list[str] = []
-    gpus: tuple[GpuDevice, ...] = ()
-    driver = cuda = None
     source = "none"
-    if shutil.which("nvidia-smi"):
+    gpus, driver, cuda, nvml_problem = read_nvml()
+    if gpus:
+        source = "nvml"
+    else:
+        problems.append(nvml_problem or "NVML: no GPUs")
+    if gpus:
+        pass  # NVML answered: nvidia-smi would print the same figures, rounded to MiB
+    elif shutil.which("nvidia-smi"):
         q, e = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,driver_version",
                      "--format=csv,noheader,nounits"], 30)
         banner, _ = _run(["nvidia-smi"], 30)
@@ -202,10 +322,15 @@ def collect_host_facts(settings: Settings | None = None, *, timeout: float = 60.
     for k in ("torch_error", "nccl_error"):
         if probe.get(k):
             problems.append(f"{k.split('_')[0]}: {probe[k]}")
+    check = None
+    if nccl and len(gpus) >= 2 and len(probe.get("devices") or ()) >= 2:
+        check = nccl_check(python, len(probe["devices"]), timeout=timeout)
+        if not check.ok:
+            problems.append(f"NCCL all-reduce across {check.world_size} GPUs failed: {check.error}")
     return HostFacts(gpus=gpus, driver_version=driver, cuda_version=cuda, torch_version=probe.get("torch"),
                      torch_cuda=probe.get("torch_cuda"), nccl_version=probe.get("nccl"),
                      vllm_version=probe.get("vllm"), vllm_python=str(python), source=source,
-                     problems=tuple(problems))
+                     problems=tuple(problems), nccl=check)
 
 
 def artifact_needs(path: Path) -> ArtifactNeeds:
@@ -266,6 +391,19 @@ def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
                          "" if have_gpus >= n else
                          ("Run on a host with an NVIDIA GPU and driver (nvidia-smi must work)." if not have_gpus else
                           f"Run on a host with {n} GPUs, or re-plan: modelyard serve-plan ... --gpus {have_gpus}.")))
+    if n > 1:
+        c = facts.nccl
+        req = f"NCCL all-reduce across {n} GPUs"
+        if c is None:
+            out.append(NeedCheck("NCCL", req, "not measured", None, "warning",
+                                 "Run doctor on the serving host, with torch in the runtime (MODELYARD_VLLM_PYTHON)."))
+        elif not c.ok or c.world_size < n:
+            out.append(NeedCheck("NCCL", req, c.error or f"measured across {c.world_size} GPUs", False, "error",
+                                 "Fix NCCL on this host (NCCL_DEBUG=INFO shows why) before serving with "
+                                 "tensor parallelism."))
+        else:
+            out.append(NeedCheck("NCCL", req, f"ok, bus bandwidth {c.busbw_gbps:.1f} GB/s across {c.world_size}",
+                                 True, "info"))
     cc = facts.min_compute_capability()
     for feature, hard, full in needs.min_cc:
         req = f"compute capability >= {hard}" + (f" (>= {full} for native speed)" if full else "")

@@ -3,9 +3,14 @@ pure function tested with constructed facts."""
 
 from __future__ import annotations
 
+import ctypes.util
+import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from modelyard.cli import app
@@ -133,3 +138,58 @@ def test_cli_doctor(monkeypatch, tmp_path):
 
 def test_cli_doctor_bad_path(tmp_path: Path):
     assert CliRunner().invoke(app, ["doctor", str(tmp_path / "missing")]).exit_code == 2
+
+
+def test_cuda_version_string():
+    assert [d.cuda_version_string(v) for v in (12040, 13000, 11080)] == ["12.4", "13.0", "11.8"]
+
+
+def test_bus_bandwidth_is_nccl_tests_definition():
+    from modelyard.stages._nccl_runner import bus_bandwidth
+
+    assert bus_bandwidth(10**9, 0.5, 2) == (2.0, 2.0)  # 2 ranks: busbw = algbw
+    assert bus_bandwidth(10**9, 0.5, 4) == (2.0, 3.0)  # x 2 (n-1)/n
+    assert bus_bandwidth(10**9, 0.25, 8) == (4.0, 7.0)
+
+
+@pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this host has an NVIDIA driver")
+def test_read_nvml_without_a_driver():
+    assert d.read_nvml() == ((), None, None, "NVML: NVML Shared Library Not Found (no NVIDIA driver on this host)")
+
+
+def test_allreduce_check_on_cpu_with_gloo():
+    """The same runner the GPU check uses, two real processes on CPU tensors (gloo)."""
+    c = d.nccl_check(sys.executable, 2, backend="gloo", nbytes=4096, iters=3, timeout=120)
+    assert (c.ok, c.world_size, c.backend, c.bytes, c.error, c.nccl_version) == (True, 2, "gloo", 4096, None, None)
+    assert c.busbw_gbps == c.algbw_gbps == 4096 / c.seconds_per_op / 1e9
+
+
+def test_allreduce_runner_checks_the_sum(tmp_path):
+    r = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, str(d.NCCL_RUNNER), "--world-size", "3", "--port", str(d._free_port()),
+                        "--bytes", "64", "1024", "--iters", "2", "--warmup", "1", "--backend", "gloo", "--result", str(r)],
+                       timeout=120)
+    res = json.loads(r.read_text())
+    assert p.returncode == 0
+    assert (res["ok"], res["world_size"], res["expected"], res["got_min"], res["got_max"]) == (True, 3, 6.0, 6.0, 6.0)
+    assert [s["bytes"] for s in res["sizes"]] == [64, 1024] and [s["iters"] for s in res["sizes"]] == [2, 2]
+
+
+def test_allreduce_check_reports_a_missing_interpreter(tmp_path):
+    c = d.nccl_check(tmp_path / "python", 2)
+    assert (c.ok, c.error) == (False, f"{tmp_path / 'python'}: [Errno 2] No such file or directory: "
+                                      f"'{tmp_path / 'python'}'")
+
+
+def test_tensor_parallel_needs_a_working_allreduce():
+    tp2 = ArtifactNeeds("m", tensor_parallel_size=2)
+    assert _by(judge_needs(h100(2), tp2), "NCCL") == d.NeedCheck(
+        "NCCL", "NCCL all-reduce across 2 GPUs", "not measured", None, "warning",
+        "Run doctor on the serving host, with torch in the runtime (MODELYARD_VLLM_PYTHON).")
+    good = dataclasses.replace(h100(2), nccl=d.NcclCheck(True, 2, "nccl", "2.27.3", 256 * MIB, 0.00125, 214.75, 214.75))
+    assert _by(judge_needs(good, tp2), "NCCL").have == "ok, bus bandwidth 214.8 GB/s across 2"
+    assert _by(judge_needs(good, tp2), "NCCL").ok is True
+    bad = dataclasses.replace(h100(2), nccl=d.NcclCheck(False, 2, error="wrong sum: expected 3.0, got 0.0 .. 3.0"))
+    c = _by(judge_needs(bad, tp2), "NCCL")
+    assert (c.ok, c.severity, c.have) == (False, "error", "wrong sum: expected 3.0, got 0.0 .. 3.0")
+    assert all(c.need != "NCCL" for c in judge_needs(good, ArtifactNeeds("m")))  # one GPU: no all-reduce

@@ -59,7 +59,7 @@ class Scheme:
     weight_bits: int
     max_ppl_ratio: float  # quantized / parent perplexity on the held-out text
     max_kl: float  # mean per-token KL(parent || quantized), nats
-    backend: str = "llm-compressor"  # or a legacy backend of pipeline/legacy.py
+    backend: str = "llm-compressor"  # or a legacy backend of stages/quantize/legacy.py
 
 
 #: Thresholds are per family: 8-bit schemes should be near-lossless; 4-bit ones lose more, most on
@@ -72,7 +72,7 @@ SCHEMES: dict[str, Scheme] = {
     "nvfp4": Scheme("nvfp4", "fp4", True, 4, 1.60, 0.60),
     "nvfp4a16": Scheme("nvfp4a16", "fp4", False, 4, 1.50, 0.50),
 }
-#: legacy formats (pipeline/legacy.py), each made by its own library in its own venv.
+#: legacy formats (stages/quantize/legacy.py), each made by its own library in its own venv.
 LEGACY_SCHEMES: dict[str, Scheme] = {
     "gptq": Scheme("gptq", "int4", True, 4, 1.35, 0.35, backend="gptqmodel"),
     "awq-gemm": Scheme("awq-gemm", "int4", True, 4, 1.35, 0.35, backend="autoawq"),
@@ -400,21 +400,22 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     t0 = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     calib = load_calibration(calibration, num_samples=num_samples, max_seq_len=max_seq_len, tokenizer=tok)
+    kw: dict[str, Any] = {}
     with _quiet_libraries():
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="auto", local_files_only=True)
         _cpu_only_workarounds()
-        from datasets import Dataset  # noqa: PLC0415 - heavy: datasets, imported on first use
         from llmcompressor import oneshot  # noqa: PLC0415 - heavy: llm-compressor, imported on first use
 
-        ds = Dataset.from_dict({"text": list(calib.texts)}).map(
-            lambda r: tok(r["text"], truncation=True, max_length=max_seq_len, add_special_tokens=False),
-            remove_columns=["text"])
+        if sch.needs_data:  # data-free schemes (fp8-dynamic, nvfp4a16) skip the datasets import and the tokenizing
+            from datasets import Dataset  # noqa: PLC0415 - heavy: datasets, imported on first use
+
+            ds = Dataset.from_dict({"text": list(calib.texts)}).map(
+                lambda r: tok(r["text"], truncation=True, max_length=max_seq_len, add_special_tokens=False),
+                remove_columns=["text"])
+            kw = {"dataset": ds, "max_seq_length": max_seq_len, "num_calibration_samples": len(calib.texts)}
     layers = int(cfg.get("num_hidden_layers") or 1)
     with _staged_output(model_dir, out_model) as tmp:
         with progress.task(f"quantizing {sch.name} (llm-compressor, {layers} layers)", total=None):
-            kw: dict[str, Any] = {}
-            if sch.needs_data:
-                kw = {"dataset": ds, "max_seq_length": max_seq_len, "num_calibration_samples": len(calib.texts)}
             with _quiet_libraries():
                 oneshot(model=model, recipe=recipe.text, **kw)
                 model.save_pretrained(str(tmp), save_compressed=True)
@@ -434,7 +435,7 @@ def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Reci
                      calibration: Path | None, num_samples: int, max_seq_len: int, quality_text: Path | None,
                      max_ppl_ratio: float | None, max_kl: float | None, evaluate: bool) -> QuantizeResult:
     """:func:`quantize_model` for the legacy formats: the backend runs in its own venv
-    (``pipeline/legacy.py``); the output is renamed into place only when complete."""
+    (``stages/quantize/legacy.py``); the output is renamed into place only when complete."""
 
 
     try:
@@ -500,8 +501,8 @@ def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None =
                      max_ppl_ratio: float = 1.35, max_kl: float = 0.35) -> Quality:
     """Perplexity of both models on ``text_file`` (default: modelyard's held-out text) in windows
     of ``max_seq_len`` tokens, and the mean per-token KL(parent || quantized) in nats, computed
-    with transformers on CPU (the quantized model is loaded from its saved compressed-tensors
-    files, as it will be served)."""
+    with transformers (the quantized model is loaded from its saved compressed-tensors
+    files, as it will be served) on :func:`eval_device`."""
     import torch  # noqa: PLC0415 - heavy: torch, imported on first use
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy: transformers, imported on first use
 
@@ -510,13 +511,28 @@ def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None =
     raw = path.read_bytes()
     tok = AutoTokenizer.from_pretrained(str(parent_dir), local_files_only=True)
     wins = _quality.windows(tok(raw.decode("utf-8"), add_special_tokens=False)["input_ids"], max_seq_len)
+    dev = eval_device()
+    place: dict[str, Any] = {} if dev == "cpu" else {"device_map": dev}
     with progress.task("quality: perplexity and KL", total=len(wins) * 2, unit="windows") as adv:
         m = _quality.compare(
-            lambda: AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32, local_files_only=True),
+            lambda: AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32, local_files_only=True,
+                                                         **place),
             # "auto": compressed-tensors layers keep their scales in the checkpoint dtype (NVFP4 fails in float32).
-            lambda: AutoModelForCausalLM.from_pretrained(str(quant_dir), dtype="auto", local_files_only=True),
+            lambda: AutoModelForCausalLM.from_pretrained(str(quant_dir), dtype="auto", local_files_only=True, **place),
             wins, adv)
     return quality_from(m, max_ppl_ratio, max_kl, hashlib.sha256(raw).hexdigest())
+
+
+def eval_device() -> str:
+    """Where :func:`evaluate_quality` runs both models: ``MODELYARD_EVAL_DEVICE`` when set (``cpu``,
+    ``cuda``, ``cuda:1``), else ``cuda`` when torch sees a CUDA GPU, else ``cpu``. Quantization
+    itself needs no such choice: llm-compressor onloads each layer to the accelerator it finds."""
+    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
+
+    configured = (Settings().eval_device or "").strip()
+    if configured:
+        return configured
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def quality_from(m: dict[str, Any], max_ppl_ratio: float, max_kl: float, text_sha256: str) -> Quality:

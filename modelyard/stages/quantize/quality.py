@@ -18,28 +18,41 @@ def windows(ids: Sequence[int], max_seq_len: int) -> list[list[int]]:
     return [list(ids[i:i + max_seq_len]) for i in range(0, len(ids), max_seq_len) if len(ids[i:i + max_seq_len]) > 1]
 
 
+def model_device(model: Any) -> Any:
+    """The device of ``model``'s first parameter (where its inputs must be); CPU for a model without
+    parameters."""
+    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
+
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
 def compare(load_parent: Callable[[], Any], load_quant: Callable[[], Any], wins: list[list[int]],
             advance: Callable[[int], None] = lambda n: None) -> dict[str, float]:
     """Run the parent then the quantized model (one in memory at a time) over ``wins`` and return
     ``{"ppl_parent", "ppl_quantized", "ppl_ratio", "kl_mean", "tokens"}``: perplexities over every
     predicted token, and the mean per-token KL(parent || quantized) in nats. ``advance(1)`` is called
-    per window and model."""
+    per window and model.
+
+    Each model runs where it was loaded (CPU or a GPU: the token ids go to :func:`model_device`); the
+    logits come back to the CPU as float32, so the sums are the same code on both."""
     import torch  # noqa: PLC0415 - heavy: torch, imported on first use
     import torch.nn.functional as F  # noqa: PLC0415 - heavy: torch, imported on first use
 
     parent_logits = []
     model = load_parent()
+    dev = model_device(model)
     with torch.no_grad():
         for w in wins:
-            parent_logits.append(model(torch.tensor([w])).logits[0, :-1].float())
+            parent_logits.append(model(torch.tensor([w], device=dev)).logits[0, :-1].float().cpu())
             advance(1)
     del model
     quant = load_quant()
+    dev = model_device(quant)
     nll_p = nll_q = kl_sum = 0.0
     n_tok = 0
     with torch.no_grad():
         for w, lp in zip(wins, parent_logits):
-            lq = quant(torch.tensor([w])).logits[0, :-1].float()
+            lq = quant(torch.tensor([w], device=dev)).logits[0, :-1].float().cpu()
             target = torch.tensor(w[1:])
             nll_p += F.cross_entropy(lp, target, reduction="sum").item()
             nll_q += F.cross_entropy(lq, target, reduction="sum").item()
