@@ -11,7 +11,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from modelyard.artifact.identity import SMOKE_LEVEL_RANK
 from modelyard.cli._common import VERBOSE_HELP, _quiet_libraries, json_option, out, verbose_option, working
+from modelyard.errors import InvalidTargetError
 
 
 def _watch_table(decisions: list[dict[str, Any]]) -> None:
@@ -58,6 +60,10 @@ def promote(
     to: list[Path] = typer.Option(..., "--to", help="target store folder (repeatable)"),
     from_dir: Optional[Path] = typer.Option(None, "--from", help="staging store (default: MODELYARD_HOME or ./artifacts)"),
     timeout: int = typer.Option(3600, "--timeout", min=1, help="seconds to wait for approval before failing"),
+    require_smoke: str = typer.Option("load", "--require-smoke",
+                                      help="the vLLM smoke level the artifact must have passed: load, server or bench"),
+    no_smoke_required: bool = typer.Option(False, "--no-smoke-required",
+                                           help="promote without vLLM smoke evidence (e.g. an artifact ingested with --no-smoke)"),
     as_json: bool = json_option("print the promotion record as JSON on stdout"),
     verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
@@ -73,8 +79,12 @@ def promote(
     )
 
     parse_ref(ref)
+    if require_smoke not in SMOKE_LEVEL_RANK:
+        raise InvalidTargetError(f"--require-smoke {require_smoke!r} is not a smoke level",
+                                 fix=f"Use one of: {', '.join(SMOKE_LEVEL_RANK)}.")
     try:
-        result = promote_flow(ref, [str(t) for t in to], str(from_dir) if from_dir else None, timeout)
+        result = promote_flow(ref, [str(t) for t in to], str(from_dir) if from_dir else None, timeout,
+                              require_smoke=None if no_smoke_required else require_smoke)
     except FlowPauseTimeout as exc:
         raise PromotionRejectedError(f"nobody approved the promotion of {ref} within {timeout} s; nothing was promoted",
                                      fix="Start it again and answer with `modelyard approve RUN_ID --by NAME`.") from exc

@@ -27,6 +27,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.input import RunInput
 
+from modelyard.artifact.identity import SMOKE_LEVEL_RANK
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.store import Store
 from modelyard.errors import (
@@ -56,8 +57,11 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 
 @task(name="check-gates", cache_policy=NO_CACHE)
-def check_gates(artifact: Path) -> dict[str, Any]:
-    """The evidence for the approver; raises :class:`PromotionGateError` when a gate failed."""
+def check_gates(artifact: Path, require_smoke: str | None = "load") -> dict[str, Any]:
+    """The evidence for the approver; raises :class:`PromotionGateError` when a gate failed: the
+    verification did not pass, the smoke failed, or ``require_smoke`` (load, server, bench; None: no
+    smoke needed) asks for smoke evidence at a level the stored smoke does not reach (a server smoke
+    stands for a load one, a bench smoke for both)."""
     try:
         m = Manifest.load(artifact)
     except OSError as exc:
@@ -71,6 +75,14 @@ def check_gates(artifact: Path) -> dict[str, Any]:
     if smoke is not None and not smoke.get("passed"):
         raise PromotionGateError(f"{artifact}: the vLLM smoke test failed ({smoke.get('error')})",
                                  fix="See the smoke block of manifest.json; ingest again once it passes.")
+    if require_smoke is not None:
+        have = (smoke or {}).get("level", "load") if smoke else None
+        if have is None or SMOKE_LEVEL_RANK.get(have, -1) < SMOKE_LEVEL_RANK[require_smoke]:
+            raise PromotionGateError(
+                f"{artifact}: no vLLM smoke evidence at level {require_smoke} "
+                f"({'it was stored without a smoke test' if have is None else f'its smoke ran at level {have}'})",
+                fix=f"Ingest it again with --smoke {require_smoke}, or promote with --no-smoke-required "
+                    "to accept it without that evidence.")
     summary = None
     if smoke:
         summary = {k: smoke.get(k) for k in ("passed", "level", "vllm_version", "finish_reason", "load_seconds",
@@ -95,9 +107,10 @@ def _announce(run_id: UUID, ref: str, timeout: int) -> None:
 
 @flow(name="promote", log_prints=False, validate_parameters=False)
 def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None, timeout: int = 3600,
-                 poll_interval: int = 2) -> dict[str, Any]:
+                 poll_interval: int = 2, require_smoke: str | None = "load") -> dict[str, Any]:
     """Promote artifact ``ref`` (NAME@REVISION) from the store ``from_target`` (default MODELYARD_HOME)
-    to each store folder of ``to_targets`` once a human approved; returns the promotion record."""
+    to each store folder of ``to_targets`` once a human approved; returns the promotion record.
+    ``require_smoke``: the smoke level the artifact must have passed (None: none needed)."""
     from prefect.context import FlowRunContext  # noqa: PLC0415 - heavy: prefect, imported on first use
     from prefect.flow_runs import pause_flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
 
@@ -105,7 +118,7 @@ def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None
     name, revision = parse_ref(ref)
     source = (Path(from_target) if from_target else Settings().store_dir()).absolute()
     artifact = source / name / revision
-    evidence = check_gates(artifact)
+    evidence = check_gates(artifact, require_smoke)
     ctx = FlowRunContext.get()
     run_id = ctx.flow_run.id if ctx and ctx.flow_run else None
     if run_id is not None:
