@@ -121,3 +121,21 @@ def test_include_and_exclude_patterns_on_the_command_line(hub, tmp_path):
     bad = run_cli("ingest", "hf://org/tiny@main", "--include", "*.md", "--no-smoke", env=_env(hub, tmp_path / "b"))
     assert bad.returncode == 2
     assert "has no config.json" in bad.stderr
+
+
+def test_offline_ingest_uses_the_local_hub_cache(hub, tmp_path):
+    """With HF_HUB_OFFLINE=1 and no endpoint to reach, a cached ref or commit ingests from the local
+    hub cache, and an uncached one is refused at once."""
+    head = hub["shas"][-1]
+    online = run_cli("ingest", "hf://org/tiny@main", "--no-smoke", "--json", env=_env(hub, tmp_path))
+    assert online.returncode == 0, online.stderr
+    first = json.loads(online.stdout)
+    dead = {"HF_ENDPOINT": "http://127.0.0.1:9", "MODELYARD_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    for ref in ("main", head):
+        r = run_cli("ingest", f"hf://org/tiny@{ref}", "--no-smoke", "--json", env=dead)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert (out["commit"], out["content_digest"], out["reused"]) == (head, first["content_digest"], True)
+    missing = run_cli("ingest", "hf://org/tiny@v9", "--no-smoke", env=dead)
+    assert missing.returncode == 2
+    assert "hf://org/tiny@v9 is not in the local hub cache" in missing.stderr

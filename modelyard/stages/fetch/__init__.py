@@ -199,6 +199,8 @@ def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: 
     where = endpoint or "https://huggingface.co"
     repo, rev = source.repo_id, source.revision
     assert repo is not None and rev is not None
+    if hub_offline():
+        return _fetch_hf_cached(source, settings, allow, ignore, where)
     api = HfApi(endpoint=endpoint, token=token or False)
     try:
         info = api.model_info(repo, revision=rev)
@@ -211,6 +213,8 @@ def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: 
                                   allow_patterns=selected, endpoint=endpoint, token=token or False,
                                   tqdm_class=_HubProgress)  # type: ignore[arg-type]
         sweep_incomplete(settings.cache_dir() / "hf", repo)
+        if commit and rev != commit:
+            _record_ref(settings.cache_dir() / "hf", repo, rev, commit)
     except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError) as exc:
         raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where} (or needs a token)",
                                   fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from exc
@@ -237,6 +241,65 @@ def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: 
         ))
     return Snapshot(root=Path(local), source=source.uri, kind="hf", files=tuple(files), repo_id=repo,
                     revision=rev, commit=commit, provenance={"endpoint": where})
+
+
+def _record_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> None:
+    """Write ``refs/<revision>`` = ``commit`` in the hub cache, as huggingface_hub does when it
+    downloads a branch or tag itself (modelyard downloads by commit), so that an offline run can
+    resolve the same revision. Best effort: a failure only costs that offline resolution."""
+    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+    ref = cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model") / "refs" / revision
+    try:
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
+        tmp.write_text(commit)
+        os.replace(tmp, ref)
+    except OSError:
+        pass
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set (1, true, yes, on), as huggingface_hub reads it: no call
+    may reach the hub, the local hub cache is the only source."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_SHA1 = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _fetch_hf_cached(source: Source, settings: Settings, allow: Sequence[str], ignore: Sequence[str],
+                     where: str) -> Snapshot:
+    """``hf://`` from the local hub cache alone (``HF_HUB_OFFLINE=1``): the revision resolves through
+    the cache's ``refs/<revision>`` (or is a commit with a snapshot there); each file's expected digest
+    is its blob's name, which huggingface_hub sets to the file's etag: the LFS sha256 for LFS files,
+    the git blob id for the rest. Raises :class:`SourceNotFoundError` (exit 2) when the revision or
+    a selected file is not cached."""
+    from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+    repo, rev = source.repo_id, source.revision
+    assert repo is not None and rev is not None
+    folder = settings.cache_dir() / "hf" / repo_folder_name(repo_id=repo, repo_type="model")
+    ref = folder / "refs" / rev
+    commit = rev if _SHA1.fullmatch(rev) and (folder / "snapshots" / rev).is_dir() else \
+        (ref.read_text().strip() if ref.is_file() else None)
+    snap_dir = folder / "snapshots" / commit if commit else None
+    if snap_dir is None or not snap_dir.is_dir():
+        raise SourceNotFoundError(f"hf://{repo}@{rev} is not in the local hub cache {folder.parent} (HF_HUB_OFFLINE is set)",
+                                  fix="Ingest it once with the hub reachable (or unset HF_HUB_OFFLINE), or pin a cached commit.")
+    everything = sorted(p.relative_to(snap_dir).as_posix() for p in snap_dir.rglob("*") if p.is_file())
+    selected = _filter(everything, allow, ignore)
+    _require_model_files(f"hf://{repo}@{commit} (local hub cache)", selected, everything)
+    files = []
+    for p in selected:
+        path = snap_dir / p
+        etag = path.resolve().name if path.is_symlink() else ""
+        files.append(FileEntry(path=p, size=path.stat().st_size,
+                               expected_sha256=etag if _SHA256.fullmatch(etag) else None,
+                               expected_git_oid=etag if _SHA1.fullmatch(etag) else None))
+    return Snapshot(root=snap_dir, source=source.uri, kind="hf", files=tuple(files), repo_id=repo, revision=rev,
+                    commit=commit, provenance={"endpoint": where, "offline": True})
 
 
 def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
