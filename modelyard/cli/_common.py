@@ -209,18 +209,25 @@ class Command(TyperCommand):
             _stop_progress()
 
 
-def _findings_table(report) -> None:  # noqa: ANN001
-    """One finding per block: severity, code, file/field, message, then the fix (wraps cleanly)."""
+#: the order ``verify`` lists findings in: errors first
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def _findings_table(report, console: Console | None = None, by_severity: bool = False) -> None:  # noqa: ANN001
+    """One finding per block: severity, code, file/field, message, then the fix (wraps cleanly), on
+    ``console`` (default stderr); ``by_severity`` lists errors, then warnings, then infos (stable)."""
+    console = console or err
     colors = {"error": "red", "warning": "yellow", "info": "cyan"}
-    for f in report.findings:
+    findings = sorted(report.findings, key=lambda f: SEVERITY_ORDER[f.severity.value]) if by_severity else report.findings
+    for f in findings:
         where = f.file or ""
         if f.field:
             where += f" [{f.field}]" if where else f.field
-        err.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{escape(f.code)}[/]  {escape(where)}",
-                  highlight=False, soft_wrap=True)
-        err.print(f"        {escape(f.message)}", highlight=False, soft_wrap=True)
+        console.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{escape(f.code)}[/]  {escape(where)}",
+                      highlight=False, soft_wrap=True)
+        console.print(f"        {escape(f.message)}", highlight=False, soft_wrap=True)
         if f.fix:
-            err.print(f"        fix: {escape(f.fix)}", highlight=False, soft_wrap=True)
+            console.print(f"        fix: {escape(f.fix)}", highlight=False, soft_wrap=True)
 
 
 def _human(n: int) -> str:

@@ -62,11 +62,12 @@ def verify(
         sys.stdout.write(report.to_json())
     elif markdown:
         sys.stdout.write(report.to_markdown(f"verification of {path}"))
-    else:
-        _findings_table(report)
+    else:  # findings on stdout, errors first, then the verdict on one unwrapped line
+        _findings_table(report, out, by_severity=True)
         verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-        out.print(f"{verdict} {path}: {len(report.errors)} errors, "
-                  f"{sum(1 for f in report.findings if f.severity.value == 'warning')} warnings", highlight=False)
+        out.print(f"{verdict} {escape(str(path))}: {len(report.errors)} errors, "
+                  f"{sum(1 for f in report.findings if f.severity.value == 'warning')} warnings", highlight=False,
+                  soft_wrap=True)
     raise typer.Exit(0 if report.passed else 1)
 
 

@@ -118,9 +118,21 @@ def test_c05_derived_limit():
 def test_cli_exit_codes_on_cases():
     bad = run_cli("verify", str(SHARED_CASES / "C07-index-missing-shard"))
     assert bad.returncode == 1
-    assert "model-00002-of-00002.safetensors" in bad.stderr and "lm_head.weight" in bad.stderr
+    assert "model-00002-of-00002.safetensors" in bad.stdout and "lm_head.weight" in bad.stdout
     good = run_cli("verify", str(SHARED_CASES / "B-healthy"))
     assert good.returncode == 0, good.stderr
     assert "PASS" in good.stdout
     rope = run_cli("verify", str(SHARED_CASES / "C04-rope-llama3-old-runtime"), "--vllm-version", "0.4.0")
-    assert rope.returncode == 1 and "0.5.3.post1" in rope.stderr
+    assert rope.returncode == 1 and "0.5.3.post1" in rope.stdout
+
+
+def test_cli_verify_lists_findings_on_stdout_errors_first_then_the_verdict():
+    """C01 reports an info before its error; the human output lists the error first, on stdout, and
+    ends with the verdict on one line (not wrapped when piped)."""
+    case = SHARED_CASES / "C01-llama3-eot-not-stop"
+    r = run_cli("verify", str(case))
+    lines = r.stdout.splitlines()
+    severities = [ln.split()[0] for ln in lines if ln[:1] not in (" ", "") and ln.split()[0] in ("error", "warning", "info")]
+    assert r.returncode == 1
+    assert severities == sorted(severities, key=["error", "warning", "info"].index) and severities[0] == "error"
+    assert lines[-1].startswith(f"FAIL {case}: ") and lines[-1].endswith(" warnings")
