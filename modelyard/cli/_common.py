@@ -28,7 +28,7 @@ from rich.traceback import Traceback
 from typer.core import TyperCommand
 
 from modelyard import progress
-from modelyard.errors import ModelyardError, VerificationFailedError
+from modelyard.errors import InvalidTargetError, ModelyardError, VerificationFailedError
 from modelyard.model.modes import DEFAULT_SERVE
 
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
@@ -51,6 +51,41 @@ def serve_option() -> Any:
     :data:`~modelyard.model.modes.DEFAULT_SERVE`). The value is validated by ``Target.create``
     (exit 2 naming the accepted modes), so a bad value fails the same way in every command."""
     return typer.Option(DEFAULT_SERVE, "--serve", help=SERVE_HELP, show_default=False)
+
+
+#: ``--help`` text of ``--store``
+STORE_HELP = "store folder (default: MODELYARD_HOME or ./artifacts)"
+
+
+def store_option(help: str = STORE_HELP) -> Any:
+    """``--store DIR``: the store folder, in every command that reads or writes one. One word per
+    meaning: ``--store`` is a store, ``-o/--output`` a new file or folder a command writes, ``--smoke``
+    a smoke level. The older spellings (``--out`` for a store or an output folder, ``--into``,
+    ``--write``, ``smoke --level``) still work as hidden aliases (:func:`alias_option`)."""
+    return typer.Option(None, "--store", help=help)
+
+
+def output_option(help: str) -> Any:
+    """``-o/--output PATH``: the new file or folder a command writes."""
+    return typer.Option(None, "-o", "--output", help=help)
+
+
+def alias_option(*names: str) -> Any:
+    """An older spelling of an option, kept working but not shown in ``--help``."""
+    return typer.Option(None, *names, hidden=True)
+
+
+def either(value: Any, alias: Any, flag: str, *, required: bool = False) -> Any:
+    """The value of option ``flag`` given under its name or its hidden older spelling. Raises
+    :class:`~modelyard.errors.InvalidTargetError` (exit 2) when both are given with different values,
+    or ``required`` and neither is."""
+    if value is not None and alias is not None and value != alias:
+        raise InvalidTargetError(f"{flag} was given twice, under two spellings, with different values",
+                                 fix=f"Pass {flag} once.")
+    picked = value if value is not None else alias
+    if required and picked is None:
+        raise InvalidTargetError(f"{flag} is required", fix=f"Pass {flag} PATH.")
+    return picked
 
 
 #: ``--help`` text of ``--json`` in most commands (some say what the object is instead)

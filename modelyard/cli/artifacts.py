@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modelyard.cli._common import _human, json_option, out, verbose_option, working
+from modelyard.cli._common import _human, alias_option, either, json_option, out, output_option, store_option, verbose_option, working
 from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError, StoreError
 from modelyard.settings import Settings
 from modelyard.transport.bundle import bundle_artifact, resolve_artifact
@@ -46,7 +46,8 @@ def bundle_cmd(
 
 def unbundle_cmd(
     bundle: Path = typer.Argument(..., help="a .tar.zst made by `modelyard bundle`"),
-    into: Optional[Path] = typer.Option(None, "--into", help="new artifact folder to create"),
+    output: Optional[Path] = output_option("new artifact folder to create"),
+    into: Optional[Path] = alias_option("--into"),
     hf_cache: Optional[Path] = typer.Option(None, "--hf-cache", help="a Hugging Face cache folder (HF_HUB_CACHE) to add the model to"),
     repo_id: Optional[str] = typer.Option(None, "--repo-id", help="with --hf-cache: org/name (default: the manifest's hub repo)"),
     max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0, help="refuse bundles declaring more than this x their compressed size"),
@@ -56,11 +57,12 @@ def unbundle_cmd(
     verbose: bool = verbose_option(),
 ) -> None:
     """Check every byte of BUNDLE against its manifest and extract it (all or nothing): as an artifact
-    folder (--into) or into a Hugging Face cache (--hf-cache) that transformers loads offline."""
+    folder (-o/--output) or into a Hugging Face cache (--hf-cache) that transformers loads offline."""
     with working(as_json):
+        into = either(output, into, "--output")
         if (into is None) == (hf_cache is None):
-            raise InvalidTargetError("pass exactly one of --into DIR and --hf-cache DIR",
-                                     fix="--into for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
+            raise InvalidTargetError("pass exactly one of -o/--output DIR and --hf-cache DIR",
+                                     fix="-o/--output for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
         if into is not None:
             c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root)
             d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
@@ -107,14 +109,15 @@ def publish_cmd(
 
 def pull_cmd(
     ref: str = typer.Argument(..., help="oci://HOST[:PORT]/REPO:TAG (or @sha256:...) or s3://BUCKET/PREFIX"),
-    into: Path = typer.Option(..., "--into", help="new artifact folder to create"),
+    output: Optional[Path] = output_option("new artifact folder to create (required)"),
+    into: Optional[Path] = alias_option("--into"),
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): verify model.sig after the download"),
     as_json: bool = json_option(),
     verbose: bool = verbose_option(),
 ) -> None:
     """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
     with working(as_json):
-        res = pull(ref, into, public_key=key)
+        res = pull(ref, either(output, into, "--output", required=True), public_key=key)
     d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
          "signature_verified": res.signature_verified}
     if as_json:
@@ -173,16 +176,18 @@ def verify_signature_cmd(
 
 
 def list_cmd(
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option(),
+    out_dir: Optional[Path] = alias_option("--out"),
     as_json: bool = json_option("print a JSON list on stdout"),
     verbose: bool = verbose_option(),
 ) -> None:
     """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
+    out_dir = either(store, out_dir, "--store")
     home = (out_dir if out_dir is not None else Settings().store_dir()).expanduser().absolute()
     with working(as_json):
         if not home.is_dir():
             raise StoreError(f"there is no store at {home}",
-                             fix="Pass --out STORE or set MODELYARD_HOME to the store's folder (`modelyard ingest` creates it).")
+                             fix="Pass --store DIR or set MODELYARD_HOME to the store's folder (`modelyard ingest` creates it).")
         arts = list_artifacts(home)
     if as_json:
         out.print_json(json.dumps([a.to_dict() for a in arts]))
@@ -210,13 +215,14 @@ def list_cmd(
 
 def show_cmd(
     ref: str = typer.Argument(..., help="NAME[@REVISION] in the store, or an artifact folder"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option(),
+    out_dir: Optional[Path] = alias_option("--out"),
     as_json: bool = json_option(),
     verbose: bool = verbose_option(),
 ) -> None:
     """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
     with working(as_json):
-        d = show_artifact(ref, out_dir)
+        d = show_artifact(ref, either(store, out_dir, "--store"))
     if as_json:
         out.print_json(json.dumps({"ok": True, **d}, default=str))
         return

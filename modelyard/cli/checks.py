@@ -17,9 +17,12 @@ from modelyard.cli._common import (
     VERBOSE_HELP,
     _findings_table,
     _quiet_libraries,
+    alias_option,
+    either,
     err,
     json_option,
     out,
+    output_option,
     serve_option,
     verbose_option,
     working,
@@ -73,7 +76,8 @@ def verify(
 
 def patch_cmd(
     path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="new folder to write: OUT/model, OUT/patches.json, OUT/patch.diff"),
+    output: Optional[Path] = output_option("new folder to write: OUTPUT/model, OUTPUT/patches.json, OUTPUT/patch.diff"),
+    out_dir: Optional[Path] = alias_option("--out"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the diff, write nothing"),
     add_special_token: list[str] = typer.Option([], "--add-special-token",
                                                 help="mark an existing vocabulary token special (repeatable)"),
@@ -86,8 +90,9 @@ def patch_cmd(
 
     Exit 0 when the result verifies without errors (or for --dry-run), 1 when errors remain, 2 for bad input."""
     _quiet_libraries(False)
+    out_dir = either(output, out_dir, "--output")
     if out_dir is None and not dry_run:
-        raise InvalidTargetError("--out is required unless --dry-run", fix="Pass --out NEW_FOLDER or --dry-run.")
+        raise InvalidTargetError("-o/--output is required unless --dry-run", fix="Pass -o NEW_FOLDER or --dry-run.")
     res = patch_folder(path, out_dir, target=Target.create(serve=serve), dry_run=dry_run,
                        add_special_tokens=add_special_token, chat_template=chat_template)
     sys.stdout.write(res.plan.diff)
@@ -110,7 +115,8 @@ def quantize_cmd(
     path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
     scheme: str = typer.Option(..., "--scheme", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; "
                                 "legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
-    out_dir: Path = typer.Option(..., "--out", help="new folder: OUT/model, OUT/quantization.json, OUT/recipe.yaml"),
+    output: Optional[Path] = output_option("new folder (required): OUTPUT/model, OUTPUT/quantization.json, OUTPUT/recipe.yaml"),
+    out_dir: Optional[Path] = alias_option("--out"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
     num_samples: int = typer.Option(64, "--num-samples", min=1),
@@ -122,13 +128,14 @@ def quantize_cmd(
     as_json: bool = json_option("print quantization.json on stdout"),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Quantize PATH with llm-compressor into OUT, measure perplexity and KL against it, and judge the
+    """Quantize PATH with llm-compressor into OUTPUT, measure perplexity and KL against it, and judge the
     output against the target vLLM runtime. Exit 0 when every gate passes, 1 when one fails, 2 for bad input."""
     _quiet_libraries(verbose)
+    out_dir = either(output, out_dir, "--output", required=True)
     with working(as_json):
         q.scheme(scheme)
         if out_dir.exists():
-            raise q.QuantizeError(f"{out_dir} already exists", fix="Pass --out a folder that does not exist yet.")
+            raise q.QuantizeError(f"{out_dir} already exists", fix="Pass -o/--output a folder that does not exist yet.")
         out_dir.mkdir(parents=True)
         try:
             res = q.quantize_model(model_root(path), out_dir / "model", scheme, recipe_file=recipe,

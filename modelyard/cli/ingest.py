@@ -12,9 +12,12 @@ import typer
 from modelyard.cli._common import (
     VERBOSE_HELP,
     _quiet_libraries,
+    alias_option,
+    either,
     json_option,
     out,
     serve_option,
+    store_option,
     verbose_option,
     working,
 )
@@ -101,7 +104,8 @@ def ingest(
     source: str = typer.Argument(..., help="hf://org/name@revision (or https://huggingface.co/org/name/tree/REV), "
                                            "file:///path, gguf:///path/model.gguf, or tar:///path/bundle.tar.zst"),
     name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option(),
+    out_dir: Optional[Path] = alias_option("--out"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="target TP size"),
     serve: str = serve_option(),
@@ -137,7 +141,7 @@ def ingest(
     """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact.
 
     Judged and smoke-tested for chat serving unless --serve says otherwise, as `modelyard verify` judges it."""
-    d = _run_ingest(source, name=name, out_dir=out_dir, max_model_len=max_model_len,
+    d = _run_ingest(source, name=name, out_dir=either(store, out_dir, "--store"), max_model_len=max_model_len,
                     tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
                     serve=serve, dtype=dtype, vllm_version=vllm_version,
                     patch={"patch": not no_patch, "add_special_tokens": tuple(add_special_token),
@@ -167,13 +171,14 @@ def demo_gguf_path() -> Path:
 
 
 def demo(
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option(),
+    out_dir: Optional[Path] = alias_option("--out"),
     smoke_level: str = typer.Option("load", "--smoke", help="load, server or bench (see `ingest --help`)"),
     as_json: bool = json_option(None),
     verbose: bool = verbose_option(),
 ) -> None:
     """Ingest the built-in demo model (SmolLM2-135M-Instruct, GGUF) and chat with it in vLLM."""
-    d = _run_ingest(f"gguf://{demo_gguf_path()}", name="smollm2-135m-instruct", out_dir=out_dir, max_model_len=None,
-                    tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose,
+    d = _run_ingest(f"gguf://{demo_gguf_path()}", name="smollm2-135m-instruct", out_dir=either(store, out_dir, "--store"),
+                    max_model_len=None, tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose,
                     patch={"smoke_level": _smoke_level(smoke_level)})
     _print_result(d, as_json)

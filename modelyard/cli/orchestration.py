@@ -12,7 +12,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.artifact.identity import SMOKE_LEVEL_RANK
-from modelyard.cli._common import VERBOSE_HELP, _quiet_libraries, json_option, out, verbose_option, working
+from modelyard.cli._common import (
+    VERBOSE_HELP,
+    _quiet_libraries,
+    alias_option,
+    either,
+    json_option,
+    out,
+    store_option,
+    verbose_option,
+    working,
+)
 from modelyard.errors import InvalidTargetError
 
 
@@ -30,7 +40,8 @@ def _watch_table(decisions: list[dict[str, Any]]) -> None:
 
 def watch(
     config: Path = typer.Option(..., "--config", help="watch YAML: repos with branch, name and ingest options"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option(),
+    out_dir: Optional[Path] = alias_option("--out"),
     once: bool = typer.Option(False, "--once", help="check every repo once and exit (for cron / a deployment)"),
     interval: int = typer.Option(600, "--interval", min=1, help="seconds between checks without --once"),
     as_json: bool = json_option("print the decisions as JSON on stdout"),
@@ -40,12 +51,13 @@ def watch(
     changed; other changes (README, docs) are recorded and skipped. Exit 1 if an ingest failed."""
 
     _quiet_libraries(verbose)
+    store = either(store, out_dir, "--store")
     while True:
         with working(as_json):
             from modelyard.flows.watch import load_config, watch_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
             load_config(config)  # bad config is bad usage: fail before any run is created
-            decisions = [d.to_dict() for d in watch_flow(str(config.absolute()), str(out_dir) if out_dir else None)]
+            decisions = [d.to_dict() for d in watch_flow(str(config.absolute()), str(store) if store else None)]
         if as_json:
             out.print_json(json.dumps({"ok": all(d["action"] != "failed" for d in decisions), "decisions": decisions}))
         else:
@@ -123,7 +135,8 @@ def deploy(
     cron: str = typer.Option("*/30 * * * *", "--cron", help="schedule of the watch runs (cron, UTC by default)"),
     timezone: Optional[str] = typer.Option(None, "--timezone", help="IANA timezone of the cron schedule"),
     name: str = typer.Option("watch", "--name", help="deployment name (watch/NAME)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="store folder the worker ingests into"),
+    store: Optional[Path] = store_option("store folder the worker ingests into"),
+    out_dir: Optional[Path] = alias_option("--out"),
     image: Optional[str] = typer.Option(None, "--image", help="image with modelyard installed (docker/kubernetes pools)"),
     as_json: bool = json_option(None),
     verbose: bool = verbose_option(),
@@ -132,7 +145,8 @@ def deploy(
     _quiet_libraries(verbose)
     from modelyard.flows.deployments import deploy_watch  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
-    dep_id = deploy_watch(config, work_pool=pool, cron=cron, name=name, home=str(out_dir) if out_dir else None,
+    store = either(store, out_dir, "--store")
+    dep_id = deploy_watch(config, work_pool=pool, cron=cron, name=name, home=str(store) if store else None,
                           image=image, timezone=timezone)
     if as_json:
         out.print_json(json.dumps({"ok": True, "deployment_id": str(dep_id), "name": f"watch/{name}", "pool": pool,

@@ -13,14 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
-from modelyard.cli._common import (
-    _quiet_libraries,
-    err,
-    json_option,
-    out,
-    verbose_option,
-    working,
-)
+from modelyard.cli._common import _quiet_libraries, alias_option, either, err, json_option, out, output_option, verbose_option, working
 from modelyard.errors import InvalidTargetError, MissingConfigError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
@@ -71,7 +64,8 @@ def _print_server_smoke(s: dict[str, Any]) -> None:
 
 def smoke_cmd(
     path: Path = typer.Argument(..., help="an artifact folder (manifest.json + model/ [+ serve/]) or a model folder"),
-    level: str = typer.Option("server", "--level", help="load, server or bench"),
+    smoke_level: Optional[str] = typer.Option(None, "--smoke", help="load, server or bench (default: server)"),
+    level: Optional[str] = alias_option("--level"),
     golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML (default: the demo set of the "
                                           "serving mode)"),
     question: Optional[str] = typer.Option(None, "--question", help="the prompt (default: 'What is the capital of "
@@ -91,7 +85,7 @@ def smoke_cmd(
     2 for bad input."""
     _quiet_libraries(verbose)
     with working(as_json):
-        level = _smoke_level(level)
+        level = _smoke_level(either(smoke_level, level, "--smoke") or "server")
         mode = check_mode(serve or _recorded_serve(path) or DEFAULT_SERVE)
         question = question or default_prompt(mode)
         model_dir = model_root(path)
@@ -135,8 +129,8 @@ def serve_plan_cmd(
                                                        help="default: the largest valid size <= --gpus"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="context to plan for (tokens)"),
     name: Optional[str] = typer.Option(None, "--served-model-name", help="default: the artifact or folder name"),
-    write: Optional[Path] = typer.Option(None, "--write", help="write serve/ into this folder (default: PATH "
-                                                               "when it is an artifact)"),
+    output: Optional[Path] = output_option("write serve/ into this folder (default: PATH when it is an artifact)"),
+    write: Optional[Path] = alias_option("--write"),
     no_write: bool = typer.Option(False, "--no-write", help="only print the plan"),
     proxy: bool = typer.Option(False, "--proxy", help="also an nginx front with an API key (serve/nginx.conf)"),
     as_json: bool = json_option("print the plan as JSON"),
@@ -149,6 +143,7 @@ def serve_plan_cmd(
     plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
                                         kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                                         max_model_len=max_model_len), name=name)
+    write = either(output, write, "--output")
     dest = write if write is not None else (path if is_artifact(path) else None)
     written = None
     if dest is not None and not no_write:

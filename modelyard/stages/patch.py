@@ -355,19 +355,19 @@ def patch_folder(source: Path, out: Path | None, *, target: Any = None, dry_run:
         o, r = Path(out).resolve(), root.resolve()
         if o == r or o.is_relative_to(r) or r.is_relative_to(o):
             raise PatchError(f"--out {out} is inside the source {root} (or contains it); the source is never written",
-                             fix="Pass --out a new folder outside the model folder.")
+                             fix="Pass -o/--output a new folder outside the model folder.")
     plan = plan_patches(root, before, add_special_tokens=add_special_tokens, chat_template=chat_template)
     if dry_run or out is None:
         return PatchResult(root, None, plan, before, None)
     out = Path(out)
     if out.exists():
-        raise PatchError(f"{out} already exists", fix="Pass --out a folder that does not exist yet.")
+        raise PatchError(f"{out} already exists", fix="Pass -o/--output a folder that does not exist yet.")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as exc:
         raise PatchError(f"--out {out}: cannot create it ({exc.strerror or exc})",
-                         fix="Pass --out a new folder under a writable directory.") from exc
+                         fix="Pass -o/--output a new folder under a writable directory.") from exc
     try:
         ckpt = Checkpoint(root)
         files = tuple(FileEntry(rel, (root / rel).stat().st_size) for rel in ckpt.files)

@@ -428,7 +428,7 @@ def test_cli_bundle_unbundle_and_bad_input(artifact, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr + r.stdout
     assert "member '../evil.txt'" in r.stderr and "fix:" in r.stderr
     r = run_cli("unbundle", str(evil), timeout=120)
-    assert r.returncode == 2 and "exactly one of --into" in r.stderr
+    assert r.returncode == 2 and "exactly one of -o/--output" in r.stderr
 
 
 def test_read_bundle_hash_only(bundle):

@@ -155,3 +155,21 @@ def test_help_keeps_brackets_and_shows_no_bool_metavar():
     assert "NAME[@REVISION] in the store, or an artifact folder" in show
     ingest = CliRunner().invoke(app, ["ingest", "--help"], env={"COLUMNS": "120"}).output
     assert "tar:///path/bundle.tar.zst" in ingest and "<bool>" not in ingest
+
+
+def test_one_word_per_meaning_with_the_old_spellings_as_hidden_aliases(tiny_llama_dir, tmp_path):
+    """--store is a store, -o/--output a new path; --out, --into, --write and smoke --level still work,
+    are not in --help, and clash when given twice with different values."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    r = CliRunner().invoke(app, ["quantize", str(tiny_llama_dir), "--scheme", "w8a8", "--out", str(a), "-o", str(b), "--json"])
+    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, "--output was given twice, under two spellings, "
+                                                                  "with different values")
+    assert not a.exists() and not b.exists()
+    r = CliRunner().invoke(app, ["pull", "oci://127.0.0.1:9/x:y", "--json"])
+    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, "--output is required")
+    r = CliRunner().invoke(app, ["list", "--out", str(tmp_path / "none"), "--json"])
+    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, f"there is no store at {tmp_path / 'none'}")
+    for command, old in (("ingest", "--out"), ("list", "--out"), ("patch", "--out"), ("unbundle", "--into"),
+                         ("serve-plan", "--write"), ("smoke", "--level")):
+        text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "120"}).output
+        assert old not in text.replace("--output", ""), (command, old)
