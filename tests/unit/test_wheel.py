@@ -9,6 +9,7 @@ not loaded and ``modelyard`` can only come from the wheel).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +19,8 @@ from pathlib import Path
 from modelyard.version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the fresh venv's environment: no PYTHONPATH that could put a source tree ahead of the wheel
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
 def _package_files(pkg: Path) -> set[str]:
@@ -34,20 +37,20 @@ def test_wheel_installs_with_every_data_file(tmp_path: Path) -> None:
     venv.create(env_dir, with_pip=False)
     py = env_dir / "bin" / "python"
     site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+                               check=True, capture_output=True, text=True, env=CLEAN_ENV).stdout.strip())
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
                    check=True, timeout=600)
     (site / "zz_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     where = subprocess.run([str(py), "-c", "import modelyard, os; print(os.path.dirname(modelyard.__file__))"],
-                           check=True, capture_output=True, text=True, cwd=tmp_path).stdout.strip()
+                           check=True, capture_output=True, text=True, cwd=tmp_path, env=CLEAN_ENV).stdout.strip()
     installed = Path(where)
     assert installed == site / "modelyard"  # the wheel's copy, not the source tree
 
     assert _package_files(installed) == _package_files(ROOT / "modelyard")
 
     r = subprocess.run([str(py), "-m", "modelyard", "--version"], capture_output=True, text=True, cwd=tmp_path,
-                       timeout=120)
+                       timeout=120, env=CLEAN_ENV)
     assert (r.returncode, r.stdout) == (0, f"modelyard {__version__}\n")
 
     # the paths the code opens resolve inside the installed package
@@ -55,5 +58,6 @@ def test_wheel_installs_with_every_data_file(tmp_path: Path) -> None:
              "from modelyard.stages.quantize import RECIPES, DATA; "
              "print(paths.PACKAGE, (server.DATA / 'golden-demo.yaml').is_file(), (RECIPES / 'w4a16.yaml').is_file(), "
              "(DATA / 'calibration.txt').is_file())")
-    out = subprocess.run([str(py), "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path).stdout.split()
+    out = subprocess.run([str(py), "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path,
+                         env=CLEAN_ENV).stdout.split()
     assert out == [str(installed), "True", "True", "True"]
