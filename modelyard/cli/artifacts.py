@@ -182,12 +182,8 @@ def list_cmd(
     verbose: bool = verbose_option(),
 ) -> None:
     """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
-    out_dir = either(store, out_dir, "--store")
-    home = (out_dir if out_dir is not None else Settings().store_dir()).expanduser().absolute()
+    home = _require_store(either(store, out_dir, "--store"))
     with working(as_json):
-        if not home.is_dir():
-            raise StoreError(f"there is no store at {home}",
-                             fix="Pass --store DIR or set MODELYARD_HOME to the store's folder (`modelyard ingest` creates it).")
         arts = list_artifacts(home)
     if as_json:
         out.print_json(json.dumps([a.to_dict() for a in arts]))
@@ -213,6 +209,16 @@ def list_cmd(
     out.print(t)
 
 
+def _require_store(store: Optional[Path], unless: Optional[Path] = None) -> Path:
+    """The store folder (``--store``, else MODELYARD_HOME), absolute; raises :class:`StoreError` (exit 2)
+    when it does not exist, unless ``unless`` (an artifact folder given instead of a name) exists."""
+    home = (store if store is not None else Settings().store_dir()).expanduser().absolute()
+    if not home.is_dir() and not (unless is not None and unless.exists()):
+        raise StoreError(f"there is no store at {home}",
+                         fix="Pass --store DIR or set MODELYARD_HOME to the store's folder (`modelyard ingest` creates it).")
+    return home
+
+
 def show_cmd(
     ref: str = typer.Argument(..., help="NAME[@REVISION] in the store, or an artifact folder"),
     store: Optional[Path] = store_option(),
@@ -222,7 +228,9 @@ def show_cmd(
 ) -> None:
     """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
     with working(as_json):
-        d = show_artifact(ref, either(store, out_dir, "--store"))
+        home = either(store, out_dir, "--store")
+        _require_store(home, unless=Path(ref).expanduser())
+        d = show_artifact(ref, home)
     if as_json:
         out.print_json(json.dumps({"ok": True, **d}, default=str))
         return

@@ -173,3 +173,8 @@ def test_one_word_per_meaning_with_the_old_spellings_as_hidden_aliases(tiny_llam
                          ("serve-plan", "--write"), ("smoke", "--level")):
         text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "120"}).output
         assert old not in text.replace("--output", ""), (command, old)
+
+
+def test_show_in_a_store_that_does_not_exist_says_so(tmp_path):
+    r = CliRunner().invoke(app, ["show", "nosuch", "--store", str(tmp_path / "none"), "--json"])
+    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, f"there is no store at {tmp_path / 'none'}")
