@@ -62,4 +62,4 @@ def test_demo_artifact_verifies_and_detects_tampering(demo_run, tmp_path):
     cfg.write_text(cfg.read_text().replace('"eos_token_id": 2', '"eos_token_id": 0'))
     bad = run_cli("verify", str(copy))
     assert bad.returncode == 1
-    assert "artifact.file_modified" in bad.stderr and "model/generation_config.json" in bad.stderr
+    assert "artifact.file_modified" in bad.stdout and "model/generation_config.json" in bad.stdout
