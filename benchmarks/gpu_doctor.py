@@ -133,8 +133,8 @@ def main() -> None:
         rc, out, err, sec = modelyard(["doctor", str(art), "--json"] + ([] if nccl else ["--no-nccl"]), env)
         row = {"path": str(art), "nccl": nccl, "exit": rc, "seconds": round(sec, 2)}
         try:
-            row["needs"] = json.loads(out)["needs"]
-        except (ValueError, KeyError):
+            row["needs"] = json.loads(out)["result"]["needs"]  # the --json envelope's result
+        except (ValueError, KeyError, TypeError):
             row["stdout"], row["stderr"] = out[-2000:], err[-2000:]
         res["artifacts"].append(row)
         print(f"doctor {art}: exit {rc}; " + "; ".join(f"{c['need']}: {c['have']} -> {c['ok']}"
@@ -147,8 +147,8 @@ def host_steps(a: argparse.Namespace, env: dict, res: dict) -> None:
     rc, out, err, sec = modelyard(["doctor", "--json"], env)
     res["doctor_json"] = {"exit": rc, "seconds": round(sec, 2), "stderr": err[-2000:]}
     try:
-        res["doctor_json"]["report"] = json.loads(out)
-    except ValueError:
+        res["doctor_json"]["report"] = json.loads(out)["result"]  # the --json envelope's result
+    except (ValueError, KeyError, TypeError):
         res["doctor_json"]["stdout"] = out[-3000:]
     rc, out, err, sec = modelyard(["doctor"], env)
     (a.out / "doctor.txt").write_text(out + ("\n--- stderr ---\n" + err if err else ""))

@@ -128,7 +128,7 @@ def time_ingests(ing, model: Path, tiny: Path, env: dict[str, str], tag: str) ->
     t_nos, nos_s, o2 = timed(ing(model, f"store-{tag}-nosmoke", "--no-smoke"), env)
     t_tiny, tiny_s, o3 = timed(ing(tiny, f"store-{tag}-tiny", "--no-smoke"), env)
     t_now, now_s, o4 = timed(ing(model, f"store-{tag}-nowarmup", "--no-smoke"), {**env, "MODELYARD_NO_WARMUP": "1"})
-    res = [json.loads(o) for o in (o1, o2, o3, o4)]
+    res = [json.loads(o)["result"] for o in (o1, o2, o3, o4)]  # the --json envelope's result
     for r in res:
         if r.get("cached_stages"):
             sys.exit(f"{tag}: a fresh-store ingest reused cached stages {r['cached_stages']}: not a cold run")

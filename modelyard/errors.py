@@ -156,8 +156,18 @@ class QualityGateError(ModelyardError, ValueError):
     exit_code = 1
 
 
+class AttemptsExhaustedError(ModelyardError, RuntimeError):
+    """A flow run was started again more times than ``MODELYARD_INGEST_MAX_ATTEMPTS`` allows (each time its
+    worker was lost)."""
+
+
 class DeployError(ModelyardError, RuntimeError):
     """The Prefect API refused the deployment (no server, no such work pool, bad cron)."""
+
+
+class ServerError(ModelyardError, RuntimeError):
+    """A local Prefect API server (``modelyard server``, or the one a command starts for itself) did not
+    start: its port is taken, it exited, or it did not answer in time."""
 
 
 class PromotionGateError(ModelyardError, ValueError):

@@ -4,6 +4,9 @@
 ``MODELYARD_HOME``          the artifact store folder (default ``./artifacts``); caches and
                             staging folders live under ``<home>/.cache`` and ``<home>/.staging``
                             so that the final rename never crosses a filesystem
+``MODELYARD_STORE``         the canonical store when it is not ``MODELYARD_HOME``: a folder, or
+                            ``s3://bucket/prefix`` (an object store shared by many workers; then
+                            ``MODELYARD_HOME`` is this worker's local cache of it)
 ``MODELYARD_HF_ENDPOINT``   a Hugging Face-compatible endpoint (falls back to ``HF_ENDPOINT``)
 ``MODELYARD_HF_TOKEN``      token for that endpoint (falls back to ``HF_TOKEN``); a ``SecretStr``
 ``MODELYARD_VLLM_PYTHON``   the interpreter of the vLLM runtime venv (default: ``.venv-vllm``
@@ -15,6 +18,9 @@ Publishing (``modelyard publish``/``pull``): ``MODELYARD_REGISTRY_USER`` and
 ``MODELYARD_REGISTRY_PASSWORD`` (a ``SecretStr``) for ``oci://`` registries (anonymous when unset);
 ``MODELYARD_S3_ENDPOINT_URL`` for an S3-compatible endpoint (falls back to ``AWS_ENDPOINT_URL``;
 credentials come from the usual AWS variables or files).
+
+``modelyard smoke --url``: ``MODELYARD_API_KEY`` (a ``SecretStr``), sent as ``Authorization: Bearer``
+to a server behind an API-key front such as serve/nginx.conf.
 """
 
 from __future__ import annotations
@@ -45,6 +51,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MODELYARD_", extra="ignore")
 
     home: Path = Field(default=Path("artifacts"))
+    #: the canonical store: a folder or ``s3://bucket/prefix`` (None: ``home``)
+    store: str | None = None
+    #: seconds a GPU-pool slot (Prefect global concurrency limit ``gpu-<pool>``) is leased for; renewed while
+    #: the run lives, so a worker that dies frees its slot after at most this long
+    gpu_slot_lease_seconds: float = Field(default=300.0, ge=60.0)  # the Prefect server refuses leases under 60 s
+    #: attempts of one ingest flow run (a worker lost mid-run makes the run start again on another): the
+    #: attempt after this many is refused, so a run that kills its worker every time is not retried forever
+    ingest_max_attempts: int = Field(default=3, ge=1)
     hf_endpoint: str | None = None
     hf_token: SecretStr | None = None
     vllm_python: Path | None = None
@@ -54,6 +68,8 @@ class Settings(BaseSettings):
     verify_runtime: str = "auto"
     registry_user: str | None = None
     registry_password: SecretStr | None = None
+    #: the Bearer key ``smoke --url`` sends to a server behind an API-key front (never logged)
+    api_key: SecretStr | None = None
     s3_endpoint_url: str | None = None
     #: interpreters of the legacy quantizers' venvs (default ``.venv-gptq`` / ``.venv-awq`` of the checkout)
     gptqmodel_python: Path | None = None
@@ -64,6 +80,13 @@ class Settings(BaseSettings):
     verbose: bool = False
     #: skip the warm-up thread that imports transformers while the CLI starts
     no_warmup: bool = False
+    #: where verify keeps transformers' answers about a folder's config and tokenizer (modelyard.checks.hf;
+    #: default ``$XDG_CACHE_HOME/modelyard/facts`` or ``~/.cache/modelyard/facts``; ``off``: none)
+    facts_cache: str | None = None
+    #: the Prefect API of a command's flow runs when none is configured: "auto" (the kept
+    #: ``modelyard server`` of the store, else a private ephemeral server started early) or "ephemeral"
+    #: (Prefect's own, started inside the flow call); see modelyard.flows.server
+    prefect_api: str = "auto"
     #: also append every progress event as one JSON line to this file (read by :func:`env_value`, a hot path)
     progress_jsonl: Path | None = None
     #: where the quality gate runs both models (``cpu``, ``cuda``, ``cuda:1``); None: cuda when torch sees one
@@ -92,7 +115,25 @@ class Settings(BaseSettings):
         return os.environ.get("HF_TOKEN") or None
 
     def store_dir(self) -> Path:
+        """``MODELYARD_HOME``, absolute: the local store folder (the store itself unless ``MODELYARD_STORE``
+        names another one; with an ``s3://`` store, this worker's cache of it)."""
         return self.home.expanduser().absolute()
+
+    def store_spec(self) -> str:
+        """The canonical store as the user wrote it: ``MODELYARD_STORE`` (a folder or ``s3://bucket/prefix``),
+        else :meth:`store_dir`."""
+        return self.store or str(self.store_dir())
+
+    @classmethod
+    def for_store(cls, store: str | Path | None) -> Settings:
+        """Settings for a ``--store`` value: ``s3://...`` becomes ``MODELYARD_STORE`` (``MODELYARD_HOME`` stays
+        the local cache); a folder becomes both (caches beside it, as before); None changes nothing."""
+        if store is None:
+            return cls()
+        text = str(store)
+        if text.startswith("s3://"):
+            return cls(store=text)
+        return cls(home=Path(text), store=None)
 
     def cache_dir(self) -> Path:
         return self.store_dir() / ".cache"

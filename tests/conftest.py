@@ -29,6 +29,34 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subpro
                           timeout=timeout, cwd=ROOT)
 
 
+#: the keys of every ``--json`` object, in order (modelyard.cli._common.ENVELOPE_KEYS, docs/reference/json.md)
+ENVELOPE_KEYS = ["ok", "command", "exit_code", "result", "error"]
+
+
+def json_envelope(stdout: str, command: str, exit_code: int = 0) -> dict:
+    """The one JSON object a ``--json`` command printed on ``stdout`` (nothing else there), after checking
+    the envelope: its keys in order, ``command``, ``exit_code``, ``ok`` (true exactly when ``exit_code``
+    is 0) and ``error`` (null exactly then, else ``{type, message, fix, ...}``)."""
+    env = json.loads(stdout)
+    assert list(env) == ENVELOPE_KEYS, env
+    assert (env["ok"], env["command"], env["exit_code"]) == (exit_code == 0, command, exit_code), env
+    if exit_code == 0:
+        assert env["error"] is None, env
+    else:
+        assert list(env["error"])[:3] == ["type", "message", "fix"], env
+    return env
+
+
+def json_result(stdout: str, command: str, exit_code: int = 0):
+    """The ``result`` of a ``--json`` command's envelope (:func:`json_envelope` checks the envelope)."""
+    return json_envelope(stdout, command, exit_code)["result"]
+
+
+def json_error(stdout: str, command: str, exit_code: int) -> dict:
+    """The ``error`` of a failed ``--json`` command's envelope (:func:`json_envelope` checks the envelope)."""
+    return json_envelope(stdout, command, exit_code)["error"]
+
+
 def store_artifacts(home: Path) -> list[Path]:
     """Every published artifact folder under ``home`` (name/revision with a manifest)."""
     return sorted(p.parent for p in home.glob("*/*/manifest.json"))

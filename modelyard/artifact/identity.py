@@ -54,10 +54,12 @@ def find_reusable(store: Store, name: str, revision: str, content_digest: str, *
     """The stored ``name@revision`` and its manifest when it can be reused: same ``content_digest``
     (or ``variant``, a quantized revision named by its inputs), and either no smoke asked for
     (``smoke_level`` None) or a stored smoke that covers it. Call it under ``store.lock``."""
-    existing = store.get(name, revision)
-    if existing is None or not (existing.content_digest == content_digest or variant):
+    found = store.load(name, revision)
+    if found is None:
         return None
-    prev = Manifest.load(existing.path)
+    existing, prev = found
+    if not (existing.content_digest == content_digest or variant):
+        return None
     if smoke_level is not None and not smoke_covers(prev.smoke or {}, level=smoke_level, mode=mode):
         return None
     return existing, prev

@@ -177,10 +177,9 @@ class Manifest:
     def with_promotion(self, promotion: dict[str, Any]) -> Manifest:
         """This manifest with ``promotion`` set; an earlier promotion moves into ``promotions`` (the history)."""
         extra = dict(self.extra)
-        history = [*(extra.get("promotions") or []), promotion] if extra.get("promotion") else []
+        if extra.get("promotion"):
+            extra["promotions"] = [*(extra.get("promotions") or []), extra["promotion"]]
         extra["promotion"] = promotion
-        if history:
-            extra["promotions"] = history
         return replace(self, extra=extra)
 
     def save(self, artifact_dir: Path) -> Path:

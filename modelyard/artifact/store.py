@@ -5,6 +5,11 @@ with one ``rename``: a reader never sees a half-written artifact, and a crash le
 staging folder, which the next run removes. Publishing identical content (same
 ``content_digest``) again is a no-op; different content under the same name and revision is
 refused with :class:`ArtifactConflictError`.
+
+:class:`Store` is the local folder. The object-store store
+(:class:`modelyard.transport.objectstore.S3Store`) offers the same methods (``lock``,
+``new_staging``, ``sweep_staging``, ``load``, ``get``, ``publish``, ``promote``, ``read``, ``local``,
+``revisions``, ``list``), with a local :class:`Store` as its cache; the flows use only those.
 """
 
 from __future__ import annotations
@@ -29,17 +34,32 @@ _STALE_STAGING_S = 24 * 3600
 
 @dataclass(frozen=True)
 class Artifact:
+    """A stored artifact. ``path`` is a local folder holding it: the artifact itself in a folder store;
+    for an object store, this worker's cached copy (present once :meth:`Store.local` fetched it, or
+    once this worker published it). ``uri`` is its place in an object store (None for a folder store)."""
+
     name: str
     revision: str
     path: Path
     content_digest: str
     reused: bool = False
+    uri: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the artifact lives, for people: the ``s3://`` URI, else the folder."""
+        return self.uri or str(self.path)
 
 
 class Store:
     def __init__(self, home: Path) -> None:
         self.home = Path(home).absolute()
         self.staging = self.home / ".staging"
+
+    @property
+    def where(self) -> str:
+        """The store, for messages: its folder."""
+        return str(self.home)
 
     def path_for(self, name: str, revision: str) -> Path:
         return self.home / name / revision
@@ -98,36 +118,79 @@ class Store:
         finally:
             os.close(fd)  # releases the lock
 
-    def promote(self, artifact: Path, name: str, revision: str, promotion: dict[str, Any]) -> Path:
+    def promote(self, artifact: Path, name: str, revision: str, promotion: dict[str, Any]) -> Artifact:
         """Place the artifact folder ``artifact`` (from another store) at ``<home>/<name>/<revision>``
-        with ``promotion`` recorded in its manifest (an earlier one moves to ``promotions``), under
-        this store's lock. Files are hard-linked where the filesystem allows, else copied; the
-        manifest is written last. Promoted before: only the manifest is replaced (atomically).
-        Returns the artifact's path. Raises ``OSError`` on a filesystem error."""
+        with ``promotion`` recorded in its manifest, under this store's lock. Files are hard-linked where
+        the filesystem allows, else copied; the manifest is written last. Promoted before: only the
+        manifest is replaced (atomically), and it is the manifest already here that gains the new
+        promotion, its earlier one moving to ``promotions``, so no promotion is lost.
+        Raises :class:`ArtifactConflictError` when this store holds other content under that name and
+        revision, ``OSError`` on a filesystem error."""
         final = self.path_for(name, revision)
-        manifest = Manifest.load(artifact).with_promotion(promotion)
+        source = Manifest.load(artifact)
         with self.lock(name, revision):
+            current = self.load(name, revision)
+            if current is not None:  # promoted before: replace its manifest atomically, keep the files
+                same_content(current[0], source.content_digest, f"the store {self.where}")
+                current[1].with_promotion(promotion).save(final)
+                return current[0]
             staged = self.new_staging()
             try:
                 shutil.copytree(artifact, staged, copy_function=_link_or_copy, dirs_exist_ok=True,
                                 ignore=lambda d, names: [MANIFEST] if Path(d) == artifact else [])
-                manifest.save(staged)
-                if final.exists():  # promoted before: replace its manifest atomically, keep the files
-                    manifest.save(final)
-                else:
-                    final.parent.mkdir(parents=True, exist_ok=True)
-                    os.rename(staged, final)
+                source.with_promotion(promotion).save(staged)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(staged, final)
             finally:
                 shutil.rmtree(staged, ignore_errors=True)
-        return final
+        return Artifact(name, revision, final, source.content_digest)
 
-    def get(self, name: str, revision: str) -> Artifact | None:
+    def load(self, name: str, revision: str) -> tuple[Artifact, Manifest] | None:
+        """The stored ``name@revision`` and its manifest, or None when absent (or unreadable)."""
         p = self.path_for(name, revision)
         try:
             m = Manifest.load(p)
         except (OSError, ValueError):
             return None
-        return Artifact(name, revision, p, m.content_digest, reused=True)
+        return Artifact(name, revision, p, m.content_digest, reused=True), m
+
+    def get(self, name: str, revision: str) -> Artifact | None:
+        found = self.load(name, revision)
+        return found[0] if found else None
+
+    def read(self, artifact: Artifact, rel: str) -> bytes:
+        """The bytes of ``rel`` (e.g. ``report.json``) inside the stored artifact; ``OSError`` when absent."""
+        return (artifact.path / rel).read_bytes()
+
+    def local(self, artifact: Artifact) -> Path:
+        """A local folder holding the artifact: here, the artifact's own folder."""
+        return artifact.path
+
+    def revisions(self, name: str) -> list[str]:
+        """The revisions stored under ``name`` (those with a manifest), sorted."""
+        d = self.home / name
+        try:
+            return sorted(r.name for r in d.iterdir() if (r / MANIFEST).is_file())
+        except OSError:
+            return []
+
+    def list(self) -> list[tuple[Artifact, Manifest]]:
+        """Every artifact with a readable manifest (staging and cache folders, named ``.*``, skipped).
+        Raises :class:`StoreError` when the store cannot be read."""
+        out = []
+        try:
+            for mf in self.home.glob(f"*/*/{MANIFEST}"):
+                if mf.parent.parent.name.startswith("."):
+                    continue
+                try:
+                    m = Manifest.load(mf.parent)
+                except (OSError, ValueError):
+                    continue
+                out.append((Artifact(mf.parent.parent.name, mf.parent.name, mf.parent, m.content_digest, True), m))
+        except OSError as exc:
+            raise StoreError(f"cannot read the store {self.home}: {exc.strerror or exc}",
+                             fix="Check MODELYARD_HOME (or --store).") from exc
+        return out
 
     def publish(self, staged: Path, name: str, revision: str, content_digest: str) -> Artifact:
         """Move ``staged`` to ``<home>/<name>/<revision>``. Idempotent for equal content.
@@ -154,12 +217,17 @@ class Store:
                 if existing is None:
                     raise StoreError(f"{final} appeared while publishing but has no manifest") from exc
         shutil.rmtree(staged, ignore_errors=True)
-        if existing.content_digest != content_digest:
-            raise ArtifactConflictError(
-                f"the store already holds {name}@{revision} with different content "
-                f"({existing.content_digest} != {content_digest})",
-                fix="Publish under another --name, or remove the old artifact if it is wrong.")
+        same_content(existing, content_digest)
         return existing
+
+
+def same_content(existing: Artifact, content_digest: str, where: str = "the store") -> None:
+    """Raises :class:`ArtifactConflictError` (exit 2) when ``existing`` holds other content than ``content_digest``."""
+    if existing.content_digest != content_digest:
+        raise ArtifactConflictError(
+            f"{where} already holds {existing.name}@{existing.revision} "
+            f"with different content ({existing.content_digest} != {content_digest})",
+            fix="Publish under another --name, or remove the old artifact if it is wrong.")
 
 
 def _link_or_copy(src: str, dst: str) -> None:

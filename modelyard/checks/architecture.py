@@ -3,7 +3,8 @@
 The expected names and shapes come from transformers itself: the model class named by
 ``config.architectures[0]`` is instantiated on the ``meta`` device (no weights, no memory; cost is
 independent of the model's size in bytes), and its ``state_dict`` is compared with the union of the
-shard headers. Rules and their sources:
+shard headers. transformers is asked through :mod:`modelyard.checks.hf`, which keeps its answers for the
+next run over the same config. Rules and their sources:
 
 - A parameter with no tensor is left uninitialised: vLLM's loader raises for unquantized models
   ("Following weights were not initialized from checkpoint") and skips that check for quantized ones,
@@ -28,14 +29,16 @@ shard headers. Rules and their sources:
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.checks.hf import Fusion, facts
+from modelyard.checks.hf import conversion as _conversion
 from modelyard.model.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo
+
+__all__ = ["Fusion", "_conversion", "generation_head", "parameters"]
 
 #: tensors that replace ``<module>.weight`` in a quantized checkpoint.
 QUANT_PRIMARY = {".qweight": "awq_gptq", ".weight_packed": "packed"}
@@ -50,108 +53,6 @@ IGNORED = re.compile(r"(rotary_emb\.(inv_freq|cos_cached|sin_cached)|\.attn\.bia
 _LIST = 10
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
 _SRC = "transformers model class on the meta device vs the shard headers; vLLM DefaultModelLoader"
-
-
-def expected_parameters(cfg: Any, arch: str) -> tuple[dict[str, tuple[int, ...]], set[str], str]:
-    """Instantiate ``arch`` for ``cfg`` on the meta device: ``(name -> shape, tied names, prefix)``.
-
-    Raises whatever transformers raises for an unknown class or a config it rejects."""
-    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
-    import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
-
-    cls = getattr(transformers, arch)
-    with torch.device("meta"):
-        model = cls._from_config(cfg)
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    tied_map = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
-    tied = set(tied_map) if isinstance(tied_map, dict) else set(tied_map)
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    if not getattr(text, "tie_word_embeddings", getattr(cfg, "tie_word_embeddings", False)):
-        tied = set()
-    tied = {t for t in tied if t in shapes}
-    return shapes, tied, getattr(model, "base_model_prefix", "") or ""
-
-
-def _plain(pattern: str) -> str:
-    """A transformers conversion pattern as a dotted glob: anchors dropped, ``\\.`` read as ``.``."""
-    return pattern.removeprefix("^").removesuffix("$").replace("\\.", ".")
-
-
-@functools.lru_cache(maxsize=512)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """``pattern`` (a dotted glob, ``*`` = one name component) as a regex matching whole components."""
-    body = re.escape(pattern).replace(r"\*", r"[^.]+")
-    return re.compile(("" if pattern.startswith(".") else r"(?:^|(?<=\.))") + body + r"(?=\.|$)")
-
-
-@dataclass(frozen=True)
-class Fusion:
-    """One transformers-5 ``WeightConverter``: the checkpoint tensors named by ``sources`` (dotted globs,
-    e.g. ``mlp.experts.*.gate_proj.weight``) become the parameter(s) ``targets`` at load through ``ops``
-    (operation class name and its ``dim``, in order)."""
-
-    sources: tuple[str, ...]
-    targets: tuple[str, ...]
-    ops: tuple[tuple[str, int | None], ...]
-
-    def matches(self, name: str) -> bool:
-        """Is the checkpoint tensor ``name`` (a dense name) one of this fusion's sources?"""
-        return any(_glob_regex(s).search(name) for s in self.sources)
-
-    def fuses(self, param: str) -> bool:
-        """Is the model parameter ``param`` one of this fusion's targets (substring, as transformers matches)?"""
-        return any(t in param for t in self.targets)
-
-    def unfold(self, param: str, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]] | None:
-        """The checkpoint names and shapes that fuse into ``param`` (of ``shape``); None when the fusion is
-        not a plain stack over experts.
-
-        transformers 5 ``MergeModulelist(dim=0)`` stacks the ``*``-indexed tensors into dim 0 (one per expert,
-        so ``shape[0]`` experts), and a following ``Concatenate(dim=1)`` joins the sources (``gate_proj`` then
-        ``up_proj``) along dim 1 of the stack, i.e. dim 0 of each expert's matrix, in equal parts (both are
-        ``moe_intermediate_size`` rows). Saving reverses it (``SplitModulelist``, ``Chunk``), which is the
-        layout every MoE checkpoint on the hub and every quantizer writes."""
-        merge, concat = ("MergeModulelist", 0), ("Concatenate", 1)
-        if len(self.targets) != 1 or self.ops[:1] != (merge,) or self.ops[1:] not in ((), (concat,)):
-            return None
-        target = self.targets[0]
-        if not param.endswith(target) or not (target.startswith(".") or param == target
-                                              or param.endswith("." + target)):
-            return None
-        if len(shape) < 2 or any(s.count("*") != 1 for s in self.sources):
-            return None
-        per, n = shape[1:], len(self.sources)
-        if self.ops[1:]:
-            if per[0] % n:
-                return None
-            per = (per[0] // n, *per[1:])
-        elif n != 1:
-            return None
-        head = param[: len(param) - len(target)]
-        return {head + s.replace("*", str(e)): per for s in self.sources for e in range(shape[0])}
-
-
-def _conversion(model_type: str) -> tuple[list[tuple[str, str]], list[Fusion]]:
-    """transformers 5 checkpoint conversion for ``model_type`` (``get_checkpoint_conversion_mapping``):
-    ``(renames, fusions)``. Renames are one-to-one ``WeightRenaming`` pairs; fusions every ``WeightConverter``."""
-    try:
-        from transformers.conversion_mapping import get_checkpoint_conversion_mapping  # noqa: PLC0415 - heavy: transformers, imported on first use
-
-        mapping = get_checkpoint_conversion_mapping(model_type) or []
-    except Exception:
-        return [], []
-    renames: list[tuple[str, str]] = []
-    fusions: list[Fusion] = []
-    for m in mapping:
-        src = list(getattr(m, "_original_source_patterns", None) or getattr(m, "source_patterns", []))
-        tgt = list(getattr(m, "target_patterns", []))
-        kind = type(m).__name__
-        if kind == "WeightRenaming" and len(src) == len(tgt):
-            renames.extend(zip(src, tgt))
-        elif "WeightConverter" in {c.__name__ for c in type(m).__mro__}:
-            ops = tuple((type(op).__name__, getattr(op, "dim", None)) for op in getattr(m, "operations", []) or [])
-            fusions.append(Fusion(tuple(_plain(x) for x in src), tuple(_plain(x) for x in tgt), ops))
-    return renames, fusions
 
 
 def _unfold_fused(expected: dict[str, tuple[int, ...]], fusions: list[Fusion]
@@ -222,14 +123,12 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     cfg_dict = ckpt.config
     if not isinstance(cfg_dict, dict) or not ckpt.weights_readable:
         return  # config and safetensors checks report why
-    hf_cfg, err = ckpt.hf_config
+    hf = facts(ckpt)
     archs = cfg_dict.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    if hf_cfg is None or arch is None:
+    if arch is None or hf.config_error() is not None:
         return
-    import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
-
-    if not hasattr(transformers, arch):
+    if not hf.has_class(arch):
         yield Finding(code="architecture.unknown_class", severity=Severity.INFO,
                       message=f"transformers has no class {arch}; parameter names were not compared",
                       file="config.json", field="architectures", value=arch,
@@ -245,21 +144,21 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       fix=f"Set num_hidden_layers to {max(stored_layers) + 1}, or ship the missing layers.",
                       source="vLLM/transformers build num_hidden_layers decoder layers")
         return
-    if backbone_class(arch) and _stores_head(ckpt):
+    model_type = hf.model_type() or ""
+    if hf.backbone(arch) and _stores_head(ckpt):
         # a causal-LM export labelled with its backbone class: vLLM 0.32 maps LlamaModel/MistralModel to the
         # causal LM and loads it (measured by benchmarks/differential.py); compare with that class
-        arch = causal_class(getattr(hf_cfg, "model_type", "")) or arch
-    try:
-        expected, tied, prefix = expected_parameters(hf_cfg, arch)
-    except Exception as exc:
+        arch = hf.causal(model_type) or arch
+    params = hf.parameters(arch)
+    if params.error is not None:
         yield Finding(code="architecture.instantiate_failed", severity=Severity.ERROR,
-                      message=f"transformers cannot build {arch} from config.json: {type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                      message=f"transformers cannot build {arch} from config.json: {params.error}",
                       file="config.json", field="architectures", value=arch,
                       fix="Fix the config.json value named in the message: vLLM builds the model from it too.",
                       source=_SRC)
         return
-    renames, fusions = _conversion(getattr(hf_cfg, "model_type", ""))
+    expected, tied, prefix = dict(params.shapes), set(params.tied), params.prefix
+    renames, fusions = hf.conversion(model_type)
     expected, opaque = _unfold_fused(expected, fusions)
     stored: dict[str, TensorInfo] = {}
     for name, t in ckpt.tensors.items():
@@ -375,30 +274,6 @@ def _head_dim_hint(ckpt: Checkpoint, shape_bad: list[str]) -> str | None:
             "the weights.")
 
 
-#: transformers' auto-class tables whose classes generate text (vLLM registers these for the generate runner).
-_GENERATIVE_TABLES = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
-                      "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
-                      "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES")
-
-
-def backbone_class(arch: str) -> bool:
-    """True when ``arch`` is a bare backbone in transformers' ``MODEL_MAPPING_NAMES`` (what ``AutoModel``
-    builds: ``LlamaModel``, ``MistralModel``) and in none of its text-generation tables: it has no LM head."""
-    try:
-        from transformers.models.auto import modeling_auto as ma  # noqa: PLC0415 - heavy: transformers, imported on first use
-    except ImportError:
-        return False
-
-    def names(table: str) -> set[str]:
-        out: set[str] = set()
-        for v in getattr(ma, table, {}).values():
-            out.update(v if isinstance(v, (list, tuple)) else [v])
-        return out
-
-    generative = set().union(*(names(t) for t in _GENERATIVE_TABLES))
-    return arch in names("MODEL_MAPPING_NAMES") and arch not in generative
-
-
 @check("architecture")
 def generation_head(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     """``architectures[0]`` names a class that can generate: a bare backbone saved via ``AutoModel``
@@ -406,11 +281,12 @@ def generation_head(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     model; vllm-project/vllm#9736, #10481)."""
     archs = (ckpt.config or {}).get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    if not arch or not backbone_class(arch):
+    hf = facts(ckpt)
+    if not arch or not hf.backbone(arch):
         return
     src = ("transformers MODEL_MAPPING_NAMES vs MODEL_FOR_CAUSAL_LM_MAPPING_NAMES; vLLM model registry; "
            "vllm-project/vllm#9736, #10481")
-    causal = causal_class((ckpt.config or {}).get("model_type", "")) or f"{arch.removesuffix('Model')}ForCausalLM"
+    causal = hf.causal((ckpt.config or {}).get("model_type", "")) or f"{arch.removesuffix('Model')}ForCausalLM"
     if _stores_head(ckpt):
         yield Finding(code="architecture.backbone_label", severity=Severity.WARNING,
                       message=(f"config.json architectures names the bare backbone {arch}, but the weights are a causal-LM "
@@ -436,15 +312,3 @@ def _stores_head(ckpt: Checkpoint) -> bool:
         return True
     tied = (ckpt.text_config or {}).get("tie_word_embeddings")
     return bool(tied) and any(n.startswith("model.") for n in names)
-
-
-def causal_class(model_type: str) -> str | None:
-    """transformers' causal-LM class for ``model_type`` (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``), or None."""
-    try:
-        from transformers.models.auto.modeling_auto import (  # noqa: PLC0415 - heavy: transformers, imported on first use
-            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as m,
-        )
-    except ImportError:
-        return None
-    v = m.get(model_type)
-    return v[0] if isinstance(v, (list, tuple)) else v

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.checks.hf import facts
 from modelyard.checks.versions import version_lt
 from modelyard.model.checkpoint import Checkpoint
 
@@ -105,7 +106,7 @@ def config_json(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     yield from own
     if any(f.severity == Severity.ERROR for f in own):
         return
-    _, load_err = ckpt.hf_config
+    load_err = facts(ckpt).config_error()
     if load_err:
         yield _finding("config.transformers_load_failed", Severity.ERROR,
                        f"transformers cannot load config.json: {load_err}", "model_type", data.get("model_type"),

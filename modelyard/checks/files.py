@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.checks.hf import facts
 from modelyard.model.checkpoint import PICKLE_SUFFIXES, Checkpoint
 
 LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/v1"
@@ -260,20 +261,11 @@ def remote_code(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
         if cfg_file == "config.json":
             archs = (data or {}).get("architectures")
             arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-            if arch and _native_architecture(arch):
+            if arch and facts(ckpt).has_class(arch):
                 yield Finding(code="files.remote_code.native_available", severity=Severity.INFO,
                               message=f"architectures[0] {arch} is supported natively, so the remote code may be unnecessary",
                               file="config.json", field="architectures", value=arch,
                               fix="Try loading without trust_remote_code.", source="transformers model registry")
-
-
-def _native_architecture(arch: str) -> bool:
-    try:
-        import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
-
-        return hasattr(transformers, arch)
-    except ImportError:
-        return False
 
 
 @check("files")

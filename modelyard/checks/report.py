@@ -21,6 +21,12 @@ SCHEMA_VERSION = "1"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``1 error``, ``2 errors``, ``0 warnings`` (every verdict
+    line modelyard prints counts this way)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 @dataclass(frozen=True)
 class Report:
     findings: tuple[Finding, ...]
@@ -45,6 +51,15 @@ class Report:
     def with_quantization(self, record: dict[str, Any]) -> Report:
         return replace(self, quantization=record)
 
+    def with_left_out(self, paths: tuple[str, ...] | list[str]) -> Report:
+        """This report plus one ``files.left_out`` info finding per path of ``paths``: a file of the source
+        that ``model/`` does not hold, because no runtime reads it (a trainer_state.json, eval results, a
+        README) or the fetch patterns excluded it (the rule: ``stages.fetch.RUNTIME_FILE_PATTERNS``)."""
+        return replace(self, findings=self.findings + tuple(
+            Finding("files.left_out", Severity.INFO, "not read by vLLM or transformers: left out of model/", file=p,
+                    source="the loaders' file names (modelyard/stages/fetch RUNTIME_FILE_PATTERNS)")
+            for p in paths))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -68,7 +83,7 @@ class Report:
         t = self.target
         lines = [f"# {title}", ""]
         lines.append(f"**Verdict:** {'PASS' if self.passed else 'FAIL'} "
-                     f"({self.count(Severity.ERROR)} errors, {self.count(Severity.WARNING)} warnings)")
+                     f"({counted(self.count(Severity.ERROR), 'error')}, {counted(self.count(Severity.WARNING), 'warning')})")
         lines.append("")
         lines.append(f"Target: tensor_parallel_size={t.tensor_parallel_size}, max_model_len={t.max_model_len or 'derived'}, "
                      f"dtype={t.dtype or 'auto'}, serve={t.serve or 'any'}, vllm={t.vllm_version or 'any'}"
@@ -130,10 +145,18 @@ def _server_smoke_md(s: dict[str, Any]) -> list[str]:
         sp = b.get("spec") or {}
         lines += ["", f"Load ({b.get('client')}): {sp.get('num_prompts')} requests, {sp.get('max_concurrency')} "
                       f"concurrent, {sp.get('input_len')} input / {sp.get('output_len')} output tokens", "",
-                  "| completed | failed | TTFT p50 / p95 (ms) | ITL p50 / p95 (ms) | output tokens/s |",
+                  "| completed | failed | TTFT p50 / p95 / p99 (ms) | ITL p50 / p95 / p99 (ms) | output tokens/s |",
                   "|---|---|---|---|---|",
-                  f"| {b.get('completed')} | {b.get('failed')} | {b.get('p50_ttft_ms')} / {b.get('p95_ttft_ms')} | "
-                  f"{b.get('p50_itl_ms')} / {b.get('p95_itl_ms')} | {b.get('output_throughput')} |"]
+                  f"| {b.get('completed')} | {b.get('failed')} | {b.get('p50_ttft_ms')} / {b.get('p95_ttft_ms')} / "
+                  f"{b.get('p99_ttft_ms')} | {b.get('p50_itl_ms')} / {b.get('p95_itl_ms')} / {b.get('p99_itl_ms')} | "
+                  f"{b.get('output_throughput')} |"]
+        slo = b.get("slo")
+        if slo:
+            lines += ["", f"Service-level targets (class {slo.get('class')}): "
+                          f"{'met' if slo.get('passed') else 'MISSED'}", "",
+                      "| target | limit | measured | source | met |", "|---|---|---|---|---|"]
+            lines += [f"| {v['target']} | {'≤' if v['bound'] == 'max' else '≥'} {v['limit']} | {v['value']} | "
+                      f"{v['source']} | {v['passed']} |" for v in slo.get("verdicts", [])]
         if b.get("error"):
             lines.append(f"- bench error: {b['error']}")
     return lines

@@ -16,6 +16,7 @@ from modelyard.checks import (  # noqa: F401 - imported for their @check registr
     architecture,
     config,
     files,
+    hf,
     parallelism,
     quantization,
     safetensors,
@@ -43,7 +44,8 @@ def registered() -> tuple[RegisteredCheck, ...]:
 
 
 def run_checks(ckpt: Checkpoint, ctx: CheckContext) -> list[Finding]:
-    """Run every registered check on ``ckpt``; returns findings in :func:`registered` order."""
+    """Run every registered check on ``ckpt``; returns findings in :func:`registered` order. What the
+    checks asked transformers is kept in the facts cache (:mod:`modelyard.checks.hf`) for the next run."""
     out: list[Finding] = []
     for rc in registered():
         try:
@@ -58,4 +60,5 @@ def run_checks(ckpt: Checkpoint, ctx: CheckContext) -> list[Finding]:
                     source="modelyard",
                 )
             )
+    hf.save(ckpt)
     return out

@@ -1,5 +1,6 @@
 """tokenizer: the tokenizer builds, its control tokens are special, the chat template renders, and
-the token that ends an assistant turn stops generation.
+the token that ends an assistant turn stops generation. What transformers' tokenizer answers (its size,
+special tokens, the rendered conversation) comes through :mod:`modelyard.checks.hf`, which keeps it.
 
 Rules and their sources:
 
@@ -23,7 +24,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.checks.hf import configured_eos_ids, facts, render_conversation, turn_terminator
 from modelyard.model.checkpoint import Checkpoint
+
+__all__ = ["configured_eos_ids", "render_conversation", "stop_ids", "turn_terminator"]
 
 #: slow tokenizer classes backed by a SentencePiece ``tokenizer.model`` (transformers 4 ``vocab_files_names``).
 SENTENCEPIECE_SLOW_CLASSES = {
@@ -34,12 +38,6 @@ SENTENCEPIECE_SLOW_CLASSES = {
 #: contents that are control tokens by every family's convention.
 CONTROL_TOKEN = re.compile(r"^(<\|[^|<>\s]+\|>|</?s>|<(unk|pad|mask|bos|eos|cls|sep)>|\[/?(INST|SYS)\]|"
                            r"<(start|end)_of_turn>|<\uff5c[^<>]+\uff5c>)$")
-_SENTINEL = "modelyardsentinelreply"
-_CONVERSATION = [
-    {"role": "system", "content": "You are a helpful assistant."},
-    {"role": "user", "content": "What is the capital of France?"},
-    {"role": "assistant", "content": _SENTINEL},
-]
 
 
 def _f(code: str, severity: Severity, message: str, file: str | None, field: str | None, value: Any, fix: str,
@@ -67,9 +65,10 @@ def tokenizer_files(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "tokenizer_config.json", "tokenizer_class", cls,
                  "Set tokenizer_class to \"PreTrainedTokenizerFast\" and do not serve with --tokenizer-mode slow.",
                  "huggingface/transformers#27845, #29137, #30607")
-    tok, err = ckpt.hf_tokenizer
+    hf = facts(ckpt)
+    err = hf.tokenizer().error
     if err:
-        _, cfg_err = ckpt.hf_config
+        cfg_err = hf.config_error()
         if cfg_err and cfg_err == err:
             return  # the config error is reported by config.config_json
         yield _f("tokenizer.load_failed", Severity.ERROR, f"transformers cannot build the tokenizer: {err}",
@@ -94,8 +93,8 @@ def special_tokens(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                      "tokenizer.json", "added_tokens", plain,
                      "Set \"special\": true for these tokens in tokenizer.json (and added_tokens_decoder in "
                      "tokenizer_config.json).", "vLLM detokenizer skip_special_tokens; tokenizers AddedToken.special")
-    tok, err = ckpt.hf_tokenizer
-    if tok is not None and getattr(tok, "pad_token", None) is None:
+    tok = facts(ckpt).tokenizer()
+    if tok.error is None and tok.pad_missing:
         yield _f("tokenizer.pad_token.missing", Severity.INFO,
                  "the tokenizer has no pad token; vLLM does not need one, batch tools (calibration, evals) do",
                  "tokenizer_config.json", "pad_token", None,
@@ -106,12 +105,12 @@ def special_tokens(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
 @check("tokenizer")
 def vocab_fits_embeddings(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     """Every token id the tokenizer can emit is below ``vocab_size`` (the embedding rows)."""
-    tok, _ = ckpt.hf_tokenizer
+    tok = facts(ckpt).tokenizer()
     vocab = ckpt.text_config.get("vocab_size")
-    if tok is None or not isinstance(vocab, int) or isinstance(vocab, bool):
+    if tok.error is not None or not isinstance(vocab, int) or isinstance(vocab, bool):
         return
-    size = len(tok)
-    for i, where in sorted(stop_ids(ckpt, tok).items()):
+    size = tok.size
+    for i, where in sorted(_stop_set(ckpt, tok.eos_token, tok.eos_id).items()):
         if not 0 <= i < max(size, vocab):
             yield _f("tokenizer.stop_tokens.out_of_range", Severity.ERROR,
                      f"stop id {i} ({', '.join(where)}) is not a token id (the vocabulary has {max(size, vocab)})",
@@ -127,42 +126,14 @@ def vocab_fits_embeddings(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Findi
                  "transformers resize_token_embeddings; vLLM VocabParallelEmbedding")
 
 
-def render_conversation(tok: Any) -> tuple[str | None, str | None, bool]:
-    """Render system+user+assistant through the chat template: ``(text, error, system_dropped)``.
-
-    Retries without the system message when the template rejects it (Gemma, Mistral v1)."""
-    last = None
-    for msgs, dropped in ((_CONVERSATION, False), (_CONVERSATION[1:], True)):
-        try:
-            return tok.apply_chat_template(msgs, tokenize=False), None, dropped
-        except Exception as exc:  # jinja2 TemplateError, raise_exception(...) in the template, ...
-            last = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-    return None, last, False
-
-
-def turn_terminator(tok: Any, rendered: str) -> tuple[str, int] | None:
-    """The special token that closes the assistant's turn in ``rendered``: ``(content, id)``, or None
-    when the text after the reply does not start with an added/special token."""
-    idx = rendered.rfind(_SENTINEL)
-    if idx < 0:
-        return None
-    rest = rendered[idx + len(_SENTINEL):].lstrip(" \t\r\n")
-    if not rest:
-        return None
-    candidates: dict[str, int] = {}
-    for tid, added in getattr(tok, "added_tokens_decoder", {}).items():
-        content = getattr(added, "content", str(added))
-        candidates[content] = tid
-    for t in getattr(tok, "all_special_tokens", []):
-        tid = tok.convert_tokens_to_ids(t)
-        if isinstance(tid, int):
-            candidates.setdefault(t, tid)
-    best = max((c for c in candidates if c and rest.startswith(c)), key=len, default=None)
-    return (best, candidates[best]) if best else None
-
-
 def stop_ids(ckpt: Checkpoint, tok: Any) -> dict[int, list[str]]:
     """The stop set vLLM uses: id → where it comes from (generation_config / config / tokenizer)."""
+    eos = getattr(tok, "eos_token", None)
+    return _stop_set(ckpt, eos, tok.convert_tokens_to_ids(eos) if isinstance(eos, str) else None)
+
+
+def _stop_set(ckpt: Checkpoint, eos: str | None, eos_id: Any) -> dict[int, list[str]]:
+    """:func:`stop_ids` given the tokenizer's ``eos_token`` and its id."""
     out: dict[int, list[str]] = {}
 
     def add(v: Any, where: str) -> None:
@@ -172,9 +143,8 @@ def stop_ids(ckpt: Checkpoint, tok: Any) -> dict[int, list[str]]:
 
     add((ckpt.generation_config or {}).get("eos_token_id"), "generation_config.eos_token_id")
     add(ckpt.text_config.get("eos_token_id"), "config.eos_token_id")
-    eos = getattr(tok, "eos_token", None)
     if isinstance(eos, str):
-        add(tok.convert_tokens_to_ids(eos), "tokenizer eos_token")
+        add(eos_id, "tokenizer eos_token")
     return out
 
 
@@ -192,11 +162,11 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "vLLM chat_utils: a default chat template is no longer allowed (transformers >= 4.44); "
                  "vllm-project/vllm#18140")
         return
-    tok, err = ckpt.hf_tokenizer
-    if tok is None:
+    tok = facts(ckpt).tokenizer()
+    if tok.error is not None or tok.render is None:
         return  # reported by tokenizer_files
     tfile = "chat_template.jinja" if "chat_template.jinja" in ckpt.files else "tokenizer_config.json"
-    rendered, render_err, dropped = render_conversation(tok)
+    rendered, render_err, dropped = tok.render
     if rendered is None:
         yield _f("tokenizer.chat_template.render_failed", sev,
                  f"the chat template fails on a system+user+assistant conversation: {render_err}",
@@ -214,7 +184,7 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "Fold the system text into the first user turn in the template (or document that clients must not "
                  "send system messages), then check that a system+user+assistant conversation renders.",
                  "vLLM chat_utils apply_hf_chat_template; vllm-project/vllm#2964, huggingface/chat-ui#1386")
-    term = turn_terminator(tok, rendered)
+    term = tok.terminator
     if term is None:
         yield _f("tokenizer.chat_template.no_turn_terminator", Severity.INFO,
                  "the template does not close the assistant's turn with a special token; replies stop on the "
@@ -223,7 +193,7 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "vLLM SamplingParams stop_token_ids")
         return
     content, tid = term
-    stops = stop_ids(ckpt, tok)
+    stops = _stop_set(ckpt, tok.eos_token, tok.eos_id)
     if tid in stops:
         return
     current = sorted(stops)
@@ -242,16 +212,6 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
              "vllm-project/vllm#4180, vllm-project/vllm#4182")
 
 
-def configured_eos_ids(ckpt: Checkpoint) -> list[int]:
-    """The eos ids config.json and generation_config.json declare (``eos_token_id``: an int or a list), in order."""
-    out: list[int] = []
-    for v in ((ckpt.generation_config or {}).get("eos_token_id"), ckpt.text_config.get("eos_token_id")):
-        for i in (v if isinstance(v, list) else [v]):
-            if isinstance(i, int) and not isinstance(i, bool) and i not in out:
-                out.append(i)
-    return out
-
-
 @check("tokenizer")
 def eos_token_agrees(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     """The tokenizer's ``eos_token`` is one of the eos ids config.json / generation_config.json declare.
@@ -259,20 +219,17 @@ def eos_token_agrees(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     vLLM adds the tokenizer's eos to every request's stop set (``SamplingParams`` ``eos_token_id``), and
     templates that print ``eos_token`` render it: a tokenizer eos that is not a configured eos (a GGUF
     conversion that writes ``<|im_start|>``, the bos, as eos) stops generation on the wrong token."""
-    tok, _ = ckpt.hf_tokenizer
+    tok = facts(ckpt).tokenizer()
     configured = configured_eos_ids(ckpt)
-    eos = getattr(tok, "eos_token", None) if tok is not None else None
+    eos = tok.eos_token if tok.error is None else None
     if not configured or not isinstance(eos, str):
         return
-    tid = tok.convert_tokens_to_ids(eos)
+    tid = tok.eos_id
     if not isinstance(tid, int) or tid in configured:
         return
     want = configured[0]
-    try:
-        want_tok = tok.convert_ids_to_tokens(want)
-    except Exception:  # an id past the vocabulary: reported by vocab_fits_embeddings
-        want_tok = None
-    same_as_bos = " (the same as the bos token)" if eos == getattr(tok, "bos_token", None) else ""
+    want_tok = (tok.tokens or {}).get(want)  # None: an id past the vocabulary, reported by vocab_fits_embeddings
+    same_as_bos = " (the same as the bos token)" if eos == tok.bos_token else ""
     yield _f("tokenizer.eos_token.disagrees", Severity.WARNING,
              (f"the tokenizer's eos_token is {eos} (id {tid}){same_as_bos}, but config.json/generation_config.json "
               f"declare eos_token_id {configured}: vLLM stops on the tokenizer's eos too, and templates that print "

@@ -8,16 +8,16 @@ Every command is a :class:`~modelyard.cli._common.Command`: a command raises, an
 the failure (one line, or one JSON object with --json) and picks the exit code.
 
 One module a concern: ``_common`` (consoles, progress, the failure handler, shared options), ``ingest``, ``checks`` (verify, patch,
-quantize), ``serving`` (smoke, serve-plan, doctor), ``artifacts`` (bundle ... show) and ``orchestration``
-(watch ... deploy). Commands are registered here, in the order ``--help`` lists them. Heavy modules are
-imported inside the commands, so that ``modelyard --help`` stays fast.
+quantize), ``serving`` (smoke, serve-plan, doctor), ``artifacts`` (bundle ... show), ``orchestration``
+(watch ... deploy) and ``server`` (server start, stop, status). Commands are registered here, in the order
+``--help`` lists them. Heavy modules are imported inside the commands, so that ``modelyard --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import typer
 
-from modelyard.cli import artifacts, checks, ingest, orchestration, serving
+from modelyard.cli import artifacts, checks, ingest, orchestration, server, serving
 from modelyard.cli._common import Command
 from modelyard.cli.ingest import demo_gguf_path
 from modelyard.version import __version__
@@ -63,8 +63,10 @@ for _name, _command in (
     ("promote", orchestration.promote),
     ("approve", orchestration.approve),
     ("deploy", orchestration.deploy),
+    ("deploy-ingest", orchestration.deploy_ingest),
 ):
     app.command(_name, cls=Command)(_command)
+app.add_typer(server.app, name="server")
 
 
 def main() -> None:

@@ -1,18 +1,26 @@
 """What every command shares: the stdout/stderr consoles, stage progress on stderr (:func:`working`),
-quiet libraries, the one failure handler (:class:`Command`: a failure becomes one line, or one JSON object,
-and an exit code) and the option definitions several commands must agree on (``--serve``, ``--json``,
-``--verbose``)."""
+quiet libraries, the one ``--json`` shape (:func:`emit_json`, :func:`envelope`), the one failure handler
+(:class:`Command`: a failure becomes one line, or one JSON object, and an exit code), the choice types built
+from modelyard's registries (:func:`choice`) and the option definitions several commands must agree on
+(``--serve``, ``--json``, ``--verbose``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-from collections.abc import Iterator
+import re
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.filesize import decimal
 from rich.markup import escape
 from rich.progress import (
@@ -23,13 +31,15 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Column
 from rich.text import Text
 from rich.traceback import Traceback
+from typer import _click  # typer's bundled click: its exceptions
 from typer.core import TyperCommand
 
 from modelyard import progress
 from modelyard.errors import InvalidTargetError, ModelyardError, VerificationFailedError
-from modelyard.model.modes import DEFAULT_SERVE
+from modelyard.model.modes import DEFAULT_SERVE, SERVE_MODES
 
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
 # silenced during long stages (pipeline.quantize._quiet_libraries) while this console keeps reporting.
@@ -37,8 +47,37 @@ try:
     _ERR_FILE = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
 except OSError:  # no stderr (a daemon): let rich pick
     _ERR_FILE = None
-err = Console(file=_ERR_FILE, stderr=_ERR_FILE is None)
-out = Console()
+
+#: the width a console that is not a terminal renders at: wide enough that no line is ever wrapped
+NO_WRAP_WIDTH = 1_000_000
+
+
+class _Console(Console):
+    """A rich Console that never wraps a line when it is not a terminal (CI logs, pipes, files): rich
+    renders at 80 columns there, which split long paths and verdicts over two lines. On a terminal it
+    renders at the terminal's width, as rich does."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(NO_WRAP_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+err = _Console(file=_ERR_FILE, stderr=_ERR_FILE is None)
+out = _Console()
+
+
+def choice(values: Iterable[str]) -> Any:
+    """A typer choice type (``Literal``) of ``values``, in order: ``--help`` shows them as
+    ``<a|b|c>`` and a value outside them is typer's own usage error (``Invalid value for '--x': 'y'
+    is not one of 'a', 'b', 'c'.``, exit 2) before the command runs. Build it from the registry that
+    owns the valid set (schemes, the GPU table, smoke levels...), so that the CLI and the code that
+    uses the value agree; the command receives a plain ``str``. Case-sensitive."""
+    return Literal[tuple(values)]  # type: ignore[valid-type]
 
 
 #: ``--help`` text of ``--serve``: ``ingest`` and ``verify`` judge the same folder the same way by default
@@ -46,22 +85,27 @@ SERVE_HELP = (f"how it will be served: chat (needs a chat template) or completio
               f"default: {DEFAULT_SERVE}; use --serve completion for a base model")
 
 
+#: ``--serve``'s choices: :data:`~modelyard.model.modes.SERVE_MODES` (with the other choice types in
+#: :mod:`modelyard.cli._choices`; here because :func:`serve_option` is)
+Serve = choice(SERVE_MODES)
+
+
 def serve_option() -> Any:
     """The ``--serve`` option of ``ingest`` and ``verify`` (one definition, one default:
-    :data:`~modelyard.model.modes.DEFAULT_SERVE`). The value is validated by ``Target.create``
-    (exit 2 naming the accepted modes), so a bad value fails the same way in every command."""
+    :data:`~modelyard.model.modes.DEFAULT_SERVE`); declare it as ``serve: Serve``."""
     return typer.Option(DEFAULT_SERVE, "--serve", help=SERVE_HELP, show_default=False)
 
 
 #: ``--help`` text of ``--store``
-STORE_HELP = "store folder (default: MODELYARD_HOME or ./artifacts)"
+STORE_HELP = "store: a folder or s3://BUCKET/PREFIX (default: MODELYARD_STORE, else MODELYARD_HOME or ./artifacts)"
 
 
 def store_option(help: str = STORE_HELP) -> Any:
-    """``--store DIR``: the store folder, in every command that reads or writes one. One word per
-    meaning: ``--store`` is a store, ``-o/--output`` a new file or folder a command writes, ``--smoke``
-    a smoke level. The older spellings (``--out`` for a store or an output folder, ``--into``,
-    ``--write``, ``smoke --level``) still work as hidden aliases (:func:`alias_option`)."""
+    """``--store STORE``: the store, in every command that reads or writes one: a folder or an object
+    store ``s3://bucket/prefix`` (declare it ``Optional[str]``: a ``Path`` would fold ``s3://`` into
+    ``s3:/``). One word per meaning: ``--store`` is a store, ``-o/--output`` a new file or folder a command
+    writes, ``--smoke`` a smoke level. The older spellings (``--out`` for a store or an output folder,
+    ``--into``, ``--write``, ``smoke --level``) still work as hidden aliases (:func:`alias_option`)."""
     return typer.Option(None, "--store", help=help)
 
 
@@ -88,22 +132,82 @@ def either(value: Any, alias: Any, flag: str, *, required: bool = False) -> Any:
     return picked
 
 
-#: ``--help`` text of ``--json`` in most commands (some say what the object is instead)
-JSON_HELP = "print one JSON object on stdout"
+#: the keys of every ``--json`` object, in this order (docs/reference/json.md)
+ENVELOPE_KEYS = ("ok", "command", "exit_code", "result", "error")
 #: ``--help`` text of ``--verbose`` where a command documents it
 VERBOSE_HELP = "show library logs and tracebacks"
 
 
-def json_option(text: str | None = JSON_HELP) -> Any:
-    """The ``--json`` option. Declare it as ``as_json``: :class:`Command` reads that parameter to print
-    a failure as one JSON object on stdout. ``text=None``: no help text."""
-    return typer.Option(False, "--json", help=text)
+def json_option(result: str = "the command's result") -> Any:
+    """The ``--json`` option. Declare it as ``as_json`` and print through :func:`emit_json`:
+    :class:`Command` reads that parameter to print a failure in the same shape. ``result`` says, in
+    ``--help``, what the envelope's ``result`` holds."""
+    return typer.Option(False, "--json", help=f"print one JSON object on stdout: {{ok, command, exit_code, result, "
+                                               f"error}}, result = {result}")
 
 
 def verbose_option(text: str | None = None) -> Any:
     """The ``--verbose``/``-v`` option. Declare it as ``verbose``: :class:`Command` reads that parameter to
-    print a failure's traceback. Help text: none unless given (:data:`VERBOSE_HELP`)."""
+    print a failure's traceback and to let libraries print. Help text: none unless given
+    (:data:`VERBOSE_HELP`)."""
     return typer.Option(False, "--verbose", "-v", help=text)
+
+
+def error_object(exc: BaseException) -> dict[str, Any]:
+    """The envelope's ``error`` for ``exc``: ``{type, message, fix}``, ``type`` the modelyard error class
+    (modelyard/errors.py), ``InternalError`` for anything else (its message names the Python exception)
+    or ``Interrupted``; a :class:`VerificationFailedError` adds the verification ``report`` (the report
+    schema, modelyard/checks/report.schema.json)."""
+    if isinstance(exc, ModelyardError):
+        d: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message, "fix": exc.fix}
+        report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
+        if report is not None:
+            d["report"] = report.to_dict()
+        return d
+    if isinstance(exc, KeyboardInterrupt):
+        return {"type": "Interrupted", "message": "interrupted", "fix": None}
+    return {"type": "InternalError", "message": _internal_message(exc), "fix": "Re-run with --verbose for details."}
+
+
+def envelope(command: str, result: Any, *, exit_code: int = 0, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one ``--json`` shape of every command, success and failure alike:
+    ``{"ok": exit_code == 0, "command": command, "exit_code": exit_code, "result": result, "error": error}``.
+    ``result`` is the command's own object (null when it failed before producing one); ``error`` is null on
+    success, else ``{type, message, fix}`` (:func:`error_object`). A gate that judged and failed (verify
+    with errors, a failed smoke, unmet host needs) carries both its result and its error."""
+    return {"ok": exit_code == 0, "command": command, "exit_code": exit_code, "result": result, "error": error}
+
+
+def emit_json(result: Any, *, exit_code: int = 0, error: BaseException | dict[str, Any] | None = None,
+              final: bool = True) -> None:
+    """Print the running command's :func:`envelope` of ``result`` as one JSON object on stdout; with a
+    non-zero ``exit_code``, then exit with it (so the object's ``exit_code`` is the process's), unless
+    ``final`` is False (a command that goes on printing one object per round: ``watch`` without
+    ``--once``). ``error``: a :class:`ModelyardError` (not raised: a gate's verdict) or an
+    :func:`error_object`; required when ``exit_code`` is not 0. Raises :class:`ValueError` when it is
+    missing."""
+    if exit_code and error is None:
+        raise ValueError("a failed result needs an error")
+    err_obj = error_object(error) if isinstance(error, BaseException) else error
+    _write_json(envelope(_state.command, result, exit_code=exit_code, error=err_obj))
+    if exit_code and final:
+        raise typer.Exit(exit_code)
+
+
+def _write_json(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+class _State:
+    """What :class:`Command` knows of the running command: its name (the envelope's ``command``) and
+    whether ``--verbose`` was given."""
+
+    command = "modelyard"
+    verbose = False
+
+
+_state = _State()
 
 
 class _AmountColumn(ProgressColumn):
@@ -120,11 +224,18 @@ class _AmountColumn(ProgressColumn):
 
 
 class _RichReporter:
-    """progress.Reporter drawing rich bars on stderr; one live display for the whole command."""
+    """progress.Reporter drawing rich bars on stderr (a terminal); one live display for the whole command."""
 
     def __init__(self, console: Console) -> None:
-        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=16), _AmountColumn(),
-                          TimeElapsedColumn(), console=console, transient=False)
+        # no column wraps: on a narrow terminal the description is cut with an ellipsis, one line per stage
+        amount, elapsed, bar = len("999.9 MB/999.9 MB"), len("0:00:00"), 16
+        desc = max(12, console.width - (1 + bar + amount + elapsed + 4))  # 4: the spaces between the 5 columns
+        self.p = Progress(SpinnerColumn(),
+                          TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis",
+                                                                               max_width=desc)),
+                          BarColumn(bar_width=bar), _AmountColumn(table_column=Column(no_wrap=True, min_width=amount)),
+                          TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=elapsed)),
+                          console=console, transient=False)
         self.p.start()
 
     def start(self, description: str, total: float | None, unit: str) -> object:
@@ -144,19 +255,95 @@ class _RichReporter:
         self.p.stop()
 
 
-_reporter: _RichReporter | None = None  # the live display of the running command, if any
+def stage_line(description: str, done: float, total: float | None, unit: str, seconds: float) -> str:
+    """The one line a finished stage prints when stderr is not a terminal:
+    ``"{description}: {amount} in {seconds:.1f} s"``; the amount is a decimal size for bytes
+    (``272.6 MB``), ``N {unit}`` for counts and ``done`` for work of unknown size."""
+    if total is None:
+        amount = "done"
+    elif unit == "B":
+        amount = decimal(int(done))
+    else:
+        amount = f"{int(done)} {unit}"
+    return f"{description}: {amount} in {seconds:.1f} s"
+
+
+class _LineReporter:
+    """progress.Reporter for a stderr that is not a terminal (CI logs, pipes): no bars, one plain line per
+    finished stage (:func:`stage_line`), never wrapped. A stage that fails prints nothing: the error
+    follows."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.lock = threading.Lock()  # Prefect runs stages in worker threads
+        self.tasks: dict[int, list[Any]] = {}
+        self.next = 0
+
+    def start(self, description: str, total: float | None, unit: str) -> object:
+        with self.lock:
+            self.next += 1
+            self.tasks[self.next] = [description, total, unit, 0.0, time.monotonic()]
+            return self.next
+
+    def advance(self, handle: object, amount: float) -> None:
+        with self.lock:
+            self.tasks[handle][3] += amount  # type: ignore[index]
+
+    def finish(self, handle: object) -> None:
+        failed = sys.exc_info()[0] is not None  # finish runs in progress.task's finally, also on failure
+        with self.lock:
+            description, total, unit, done, t0 = self.tasks.pop(handle)  # type: ignore[call-overload]
+            if not failed:
+                line = stage_line(description, total if total is not None else done, total, unit,
+                                  time.monotonic() - t0)
+                self.console.print(escape(line), highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        pass
+
+
+_reporter: _RichReporter | _LineReporter | None = None  # the progress display of the running command, if any
 
 
 @contextmanager
 def working(as_json: bool) -> Iterator[None]:
-    """Stage progress as rich bars on stderr while the block runs (none with --json). When the block
-    fails the display stays up until :class:`Command` has printed the error beneath it, then closes."""
+    """Stage progress on stderr while the block runs: rich bars on a terminal, one plain line per finished
+    stage otherwise (:class:`_LineReporter`), nothing with --json. Unless --verbose, what libraries print
+    on stderr meanwhile (tqdm bars, warnings) is dropped (:func:`_quiet_stderr`). When the block fails
+    the display stays up until :class:`Command` has printed the error beneath it, then closes."""
     global _reporter
     _stop_progress()
-    _reporter = None if as_json else _RichReporter(err)
+    _reporter = None if as_json else _RichReporter(err) if err.is_terminal else _LineReporter(err)
     progress.set_reporter(_reporter)
-    yield
+    with _quiet_stderr(_state.verbose):
+        yield
     _stop_progress()
+
+
+@contextmanager
+def _quiet_stderr(verbose: bool) -> Iterator[None]:
+    """Unless ``verbose``: send file descriptor 2 and ``sys.stderr`` to /dev/null and ignore Python
+    warnings while the block runs, so that libraries' progress bars (transformers' GGUF conversion bar,
+    tqdm) and warnings never reach the user's stderr. modelyard's own stderr output goes through
+    :data:`err`, a duplicate of the original descriptor 2, and stays visible. No-op when ``err`` writes
+    to ``sys.stderr`` itself (no descriptor 2 to duplicate: it would be silenced too)."""
+    if verbose or err.file is sys.stderr or err.file is sys.__stderr__:
+        yield
+        return
+    with contextlib.ExitStack() as stack, open(os.devnull, "w") as devnull:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):
+            saved = None
+        if saved is not None:
+            os.dup2(devnull.fileno(), 2)
+            stack.callback(os.close, saved)
+            stack.callback(os.dup2, saved, 2)
+        stack.enter_context(contextlib.redirect_stderr(devnull))
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _stop_progress() -> None:
@@ -174,6 +361,12 @@ def _quiet_libraries(verbose: bool) -> None:
         # gets one line from us instead. --verbose shows Prefect's own logs.
         os.environ["PREFECT_LOGGING_LEVEL"] = "CRITICAL"
         os.environ["PREFECT_LOGGING_LOG_PRINTS"] = "false"
+        # Prefect's queue services (the API log and event workers) log "Still processing items" on loggers
+        # named after their class, outside "prefect", while the interpreter shuts down; a failed ingest then
+        # printed that warning and, with stderr already closed, a logging traceback after our one error line.
+        for name in ("APILogWorker", "EventsWorker", "QueueService"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        logging.raiseExceptions = False  # a handler's write to a closed stream at exit stays silent
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -184,32 +377,31 @@ def _quiet_libraries(verbose: bool) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
+def _internal_message(exc: BaseException) -> str:
+    return f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
 def _render_failure(exc: BaseException, as_json: bool) -> int:
-    """Print ``exc`` as one line on stderr (or, with --json, one JSON object on stdout); return its exit
-    code: the error's own for a :class:`ModelyardError`, 130 when interrupted, 3 for anything else."""
+    """Print ``exc`` as one line on stderr (or, with --json, the :func:`envelope` with its
+    :func:`error_object` on stdout); return its exit code: the error's own for a :class:`ModelyardError`,
+    130 when interrupted, 3 for anything else."""
+    code = exc.exit_code if isinstance(exc, ModelyardError) else 130 if isinstance(exc, KeyboardInterrupt) else 3
+    if as_json:
+        _write_json(envelope(_state.command, None, exit_code=code, error=error_object(exc)))
+        return code
     if isinstance(exc, ModelyardError):
         report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
-        if as_json:
-            payload: dict[str, Any] = {"ok": False, "error": type(exc).__name__, "message": exc.message, "fix": exc.fix}
-            if report is not None:
-                payload["report"] = report.to_dict()
-            out.print_json(json.dumps(payload, default=str))
-        else:
-            if report is not None:
-                _findings_table(report)
-            err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
-            if exc.fix:
-                err.print(f"[bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
-        return exc.exit_code
-    if isinstance(exc, KeyboardInterrupt):
+        if report is not None:
+            _findings_table(report)
+        err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
+        if exc.fix:
+            err.print(f"[bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
+    elif isinstance(exc, KeyboardInterrupt):
         err.print("interrupted")
-        return 130
-    msg = f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    if as_json:
-        out.print_json(json.dumps({"ok": False, "error": "InternalError", "message": msg}))
     else:
-        err.print(f"[bold red]{escape(msg)}[/] (re-run with --verbose for details)", highlight=False)
-    return 3
+        err.print(f"[bold red]{escape(_internal_message(exc))}[/] (re-run with --verbose for details)", highlight=False,
+                  soft_wrap=True)
+    return code
 
 
 def _print_traceback(exc: BaseException) -> None:
@@ -219,19 +411,46 @@ def _print_traceback(exc: BaseException) -> None:
     while tb is not None and (tb.tb_frame.f_globals.get("__name__") == __name__
                               or str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0] == "typer"):
         tb = tb.tb_next
-    err.print(Traceback.from_exception(type(exc), exc, tb or exc.__traceback__))
+    err.print(Traceback.from_exception(type(exc), exc, tb or exc.__traceback__), width=min(err.width, 120))
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text``'s first paragraph, on one line: what ``modelyard --help`` lists
+    beside each command (click would cut it at about 45 characters and add "...")."""
+    para = " ".join(text.strip().split("\n\n")[0].split())
+    m = re.match(r"(.+?[.!?])(?:\s|$)", para)
+    return m.group(1) if m else para
 
 
 class Command(TyperCommand):
     """Every ``modelyard`` command (``app.command(name, cls=Command)``): the one place where a failure
     becomes output and an exit code, under ``main()`` and ``typer.testing.CliRunner`` alike.
 
-    A command raises; this prints the error as one line on stderr, or as one JSON object on stdout when
-    the command's ``as_json`` parameter (``--json``) is set, plus the traceback when its ``verbose``
-    parameter is, and exits with :func:`_render_failure`'s code. ``typer.Exit`` passes through. Any
-    progress display a failed :func:`working` block left up is closed after the error is printed."""
+    A command raises; this prints the error as one line on stderr, or as the JSON :func:`envelope` on
+    stdout when the command's ``as_json`` parameter (``--json``) is set, plus the traceback when its
+    ``verbose`` parameter is, and exits with :func:`_render_failure`'s code. ``typer.Exit`` passes
+    through. Any progress display a failed :func:`working` block left up is closed after the error is
+    printed. A bad command line (typer's usage errors: an unknown option, a value outside its choices
+    or range) is typer's own message on stderr, exit 2; with ``--json`` among the arguments it is the
+    envelope on stdout (``error.type`` ``UsageError``). ``modelyard --help`` lists the command with
+    the first sentence of its help (:func:`first_sentence`)."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        given = list(args)  # the parser consumes ``args``
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _click.exceptions.ClickException as exc:
+            if "--json" not in given or "--help" in given:
+                raise
+            code = exc.exit_code
+            _write_json(envelope(_command_name(parent, info_name), None, exit_code=code,
+                                 error={"type": "UsageError", "message": exc.format_message(),
+                                        "fix": f"See `modelyard {info_name} --help`."}))
+            raise typer.Exit(code) from exc
 
     def invoke(self, ctx: typer.Context) -> Any:
+        _state.command = _command_name(ctx.parent, ctx.info_name)
+        _state.verbose = bool(ctx.params.get("verbose"))
         try:
             return super().invoke(ctx)
         except typer.Exit:
@@ -242,6 +461,18 @@ class Command(TyperCommand):
             raise typer.Exit(_render_failure(exc, bool(ctx.params.get("as_json")))) from exc
         finally:
             _stop_progress()
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        return first_sentence(self.help or "")
+
+
+def _command_name(parent: Any, info_name: str | None) -> str:
+    """The command as typed after ``modelyard``: ``ingest``, or ``server start`` for a subcommand."""
+    names = [info_name or ""]
+    while parent is not None and parent.parent is not None:
+        names.insert(0, parent.info_name or "")
+        parent = parent.parent
+    return " ".join(n for n in names if n)
 
 
 #: the order ``verify`` lists findings in: errors first

@@ -3,7 +3,6 @@ inspecting stored artifacts."""
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -13,12 +12,26 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modelyard.cli._common import _human, alias_option, either, json_option, out, output_option, store_option, verbose_option, working
+from modelyard.checks.report import counted
+from modelyard.cli._common import (
+    _human,
+    alias_option,
+    either,
+    emit_json,
+    json_option,
+    out,
+    output_option,
+    store_option,
+    verbose_option,
+    working,
+)
 from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError, StoreError
 from modelyard.settings import Settings
 from modelyard.transport.bundle import bundle_artifact, resolve_artifact
 from modelyard.transport.catalog import list_artifacts, show_artifact
 from modelyard.transport.hfcache import rehydrate
+from modelyard.transport.objectstore import is_remote
+from modelyard.transport.oci import OciRef, parse_oci_ref
 from modelyard.transport.publish import publish, pull
 from modelyard.transport.signing import sign_artifact, verify_signature
 from modelyard.transport.unbundle import unbundle
@@ -29,16 +42,17 @@ def bundle_cmd(
     output: Path = typer.Option(..., "-o", "--output", help="the .tar.zst to write (written to a temp name, then renamed)"),
     level: int = typer.Option(3, "--level", min=1, max=19, help="zstd level"),
     force: bool = typer.Option(False, "--force", help="replace OUTPUT if it exists"),
-    as_json: bool = json_option(),
+    store: Optional[str] = store_option(),
+    as_json: bool = json_option("{bundle, bytes_in, bytes_out, files, content_digest}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Write an artifact as one deterministic .tar.zst for an air-gapped site (manifest.json first)."""
     with working(as_json):
-        res = bundle_artifact(artifact, output, level=level, force=force)
+        res = bundle_artifact(artifact, output, level=level, force=force, home=store)
     d = {"bundle": str(res.path), "bytes_in": res.bytes_in, "bytes_out": res.bytes_out, "files": res.files,
          "content_digest": res.content_digest}
     if as_json:
-        out.print_json(json.dumps({"ok": True, **d}))
+        emit_json(d)
     else:
         out.print(f"bundle: {res.path}  ({res.files} files, {res.bytes_in} bytes -> {res.bytes_out} bytes)", highlight=False)
         out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
@@ -53,7 +67,8 @@ def unbundle_cmd(
     max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0, help="refuse bundles declaring more than this x their compressed size"),
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): model.sig must verify before anything is kept"),
     trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for model.sig"),
-    as_json: bool = json_option(),
+    as_json: bool = json_option("{artifact, files, content_digest, signature_verified} or, with --hf-cache, "
+                                "{hf_cache, repo_id, commit, commit_synthesized, snapshot, files, reused}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Check every byte of BUNDLE against its manifest and extract it (all or nothing): as an artifact
@@ -74,7 +89,7 @@ def unbundle_cmd(
                  "commit_synthesized": r.commit_synthesized, "snapshot": str(r.snapshot), "files": r.files,
                  "reused": r.reused}
     if as_json:
-        out.print_json(json.dumps({"ok": True, **d}))
+        emit_json(d)
     elif into is not None:
         out.print(f"artifact: {d['artifact']}  ({d['files']} files verified)", highlight=False)
         out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
@@ -88,23 +103,41 @@ def unbundle_cmd(
 def publish_cmd(
     artifact: str = typer.Argument(..., help="an artifact folder or a store reference NAME[@REVISION]"),
     to: str = typer.Option(..., "--to", help="oci://HOST[:PORT]/REPO[:TAG] or s3://BUCKET/PREFIX"),
-    as_json: bool = json_option(),
+    flavour: str = typer.Option("modelpack", "--flavour", help="OCI only: modelpack (the whole artifact, one raw layer "
+                                "per file) or modelcar (model/ as a runnable image for KServe's oci:// storage)"),
+    as_json: bool = json_option("{uri, files, bytes, skipped, digest, content_digest, flavour, storage_uri}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
-    digest = the file's sha256) or to S3 (manifest.json last). Credentials: MODELYARD_REGISTRY_USER /
-    MODELYARD_REGISTRY_PASSWORD; the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
+    digest = the file's sha256; or with --flavour modelcar a KServe ModelCar image, model/ under /models)
+    or to S3 (manifest.json last). Credentials: MODELYARD_REGISTRY_USER / MODELYARD_REGISTRY_PASSWORD;
+    the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
 
     with working(as_json):
-        res = publish(artifact, to)
+        res = publish(artifact, to, flavour=flavour)
+    storage = _storage_uri(res.uri, res.digest, flavour)
     if as_json:
-        out.print_json(json.dumps({"ok": True, **asdict(res)}))
+        emit_json(asdict(res) | {"flavour": flavour if to.startswith("oci://") else None, "storage_uri": storage})
         return
     out.print(f"published: {res.uri}  ({res.files} files, {res.bytes} bytes"
               + (f", {res.skipped} blobs already there" if res.skipped else "") + ")", highlight=False, soft_wrap=True)
     if res.digest:
         out.print(f"manifest digest: {res.digest}", highlight=False, soft_wrap=True)
     out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+    if storage:
+        out.print(f"KServe storageUri: {storage}  (modelyard serve-plan ... --storage-uri {storage})",
+                  highlight=False, soft_wrap=True)
+
+
+def _storage_uri(uri: str, digest: str | None, flavour: str) -> str | None:
+    """Where KServe reads the published model from, or None (a ModelPack artifact is not a ModelCar):
+    the S3 prefix (serve-plan adds /model), or the ModelCar pinned by its index digest."""
+    if uri.startswith("s3://"):
+        return uri
+    if flavour == "modelcar" and digest:
+        ref = parse_oci_ref(uri)
+        return str(OciRef(ref.host, ref.repo, None, digest))
+    return None
 
 
 def pull_cmd(
@@ -112,7 +145,7 @@ def pull_cmd(
     output: Optional[Path] = output_option("new artifact folder to create (required)"),
     into: Optional[Path] = alias_option("--into"),
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): verify model.sig after the download"),
-    as_json: bool = json_option(),
+    as_json: bool = json_option("{artifact, files, bytes, content_digest, signature_verified}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
@@ -121,7 +154,7 @@ def pull_cmd(
     d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
          "signature_verified": res.signature_verified}
     if as_json:
-        out.print_json(json.dumps({"ok": True, **d}))
+        emit_json(d)
         return
     out.print(f"artifact: {res.path}  ({res.files} files verified)", highlight=False, soft_wrap=True)
     out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
@@ -143,14 +176,14 @@ def sign_cmd(
     key: Path = typer.Option(..., "--key", help="elliptic-curve private key (PEM)"),
     password: Optional[str] = typer.Option(None, "--password", envvar="MODELYARD_SIGNING_KEY_PASSWORD",
                                            help="the key's password, if encrypted (or MODELYARD_SIGNING_KEY_PASSWORD)"),
-    as_json: bool = json_option(),
+    as_json: bool = json_option("{signature, method}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Sign ARTIFACT's model/ with OpenSSF model-signing; writes model.sig beside model/."""
     with working(as_json):
         res = sign_artifact(_signing_root(artifact), private_key=key, password=password)
     if as_json:
-        out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method}))
+        emit_json({"signature": str(res.signature), "method": res.method})
         return
     out.print(f"signed: {res.signature}", highlight=False, soft_wrap=True)
 
@@ -161,7 +194,7 @@ def verify_signature_cmd(
     trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for certificate signatures"),
     identity: Optional[str] = typer.Option(None, "--identity", help="Sigstore keyless: the signer's identity (e-mail, workflow)"),
     issuer: Optional[str] = typer.Option(None, "--issuer", help="Sigstore keyless: the OIDC issuer"),
-    as_json: bool = json_option(),
+    as_json: bool = json_option("{signature, method, files}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
@@ -169,16 +202,17 @@ def verify_signature_cmd(
         res = verify_signature(_signing_root(artifact), public_key=key, trust_root=trust_root, identity=identity,
                                oidc_issuer=issuer)
     if as_json:
-        out.print_json(json.dumps({"ok": True, "signature": str(res.signature), "method": res.method, "files": res.files}))
+        emit_json({"signature": str(res.signature), "method": res.method, "files": res.files})
         return
     out.print(f"[bold green]signature verified[/] ({res.method}): {escape(str(res.signature))} covers "
               f"{res.files} files of model/", highlight=False, soft_wrap=True)
 
 
 def list_cmd(
-    store: Optional[Path] = store_option(),
-    out_dir: Optional[Path] = alias_option("--out"),
-    as_json: bool = json_option("print a JSON list on stdout"),
+    store: Optional[str] = store_option(),
+    out_dir: Optional[str] = alias_option("--out"),
+    as_json: bool = json_option("{store, artifacts: [{name, revision, content_digest, created_at, quantization, "
+                                "size, ...}]}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
@@ -186,7 +220,7 @@ def list_cmd(
     with working(as_json):
         arts = list_artifacts(home)
     if as_json:
-        out.print_json(json.dumps([a.to_dict() for a in arts]))
+        emit_json({"store": str(home), "artifacts": [a.to_dict() for a in arts]})
         return
     out.print(f"store: {escape(str(home))}", highlight=False, soft_wrap=True)
     if not arts:
@@ -209,30 +243,34 @@ def list_cmd(
     out.print(t)
 
 
-def _require_store(store: Optional[Path], unless: Optional[Path] = None) -> Path:
-    """The store folder (``--store``, else MODELYARD_HOME), absolute; raises :class:`StoreError` (exit 2)
-    when it does not exist, unless ``unless`` (an artifact folder given instead of a name) exists."""
-    home = (store if store is not None else Settings().store_dir()).expanduser().absolute()
+def _require_store(store: Optional[str], unless: Optional[Path] = None) -> str:
+    """The store (``--store``, else MODELYARD_STORE, else MODELYARD_HOME): an ``s3://`` URI as given, a
+    folder made absolute; raises :class:`StoreError` (exit 2) when the folder does not exist, unless
+    ``unless`` (an artifact folder given instead of a name) exists."""
+    spec = store if store is not None else Settings().store_spec()
+    if is_remote(spec):
+        return spec
+    home = Path(spec).expanduser().absolute()
     if not home.is_dir() and not (unless is not None and unless.exists()):
         raise StoreError(f"there is no store at {home}",
                          fix="Pass --store DIR or set MODELYARD_HOME to the store's folder (`modelyard ingest` creates it).")
-    return home
+    return str(home)
 
 
 def show_cmd(
     ref: str = typer.Argument(..., help="NAME[@REVISION] in the store, or an artifact folder"),
-    store: Optional[Path] = store_option(),
-    out_dir: Optional[Path] = alias_option("--out"),
-    as_json: bool = json_option(),
+    store: Optional[str] = store_option(),
+    out_dir: Optional[str] = alias_option("--out"),
+    as_json: bool = json_option("the summary: identity, path, source, files, quantization, verification, smoke, "
+                                "signature, report"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
     with working(as_json):
-        home = either(store, out_dir, "--store")
-        _require_store(home, unless=Path(ref).expanduser())
+        home = _require_store(either(store, out_dir, "--store"), unless=Path(ref).expanduser())
         d = show_artifact(ref, home)
     if as_json:
-        out.print_json(json.dumps({"ok": True, **d}, default=str))
+        emit_json(d)
         return
     out.print(f"[bold]{escape(d['name'])}[/]@{escape(d['revision'])}  {escape(d['path'])}", highlight=False, soft_wrap=True)
     out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
@@ -243,8 +281,8 @@ def show_cmd(
     out.print(f"source: {escape(str(src.get('uri')))}" + (f"  commit: {src['commit']}" if src.get("commit") else ""),
               highlight=False, soft_wrap=True)
     v = d.get("verification") or {}
-    out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({v.get('errors', 0)} errors, "
-              f"{v.get('warnings', 0)} warnings)", highlight=False)
+    out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({counted(v.get('errors', 0), 'error')}, "
+              f"{counted(v.get('warnings', 0), 'warning')})", highlight=False)
     s = d.get("smoke")
     out.print(f"smoke: vLLM {s['vllm_version']}, loaded in {s['load_seconds']} s, finish_reason {s['finish_reason']}"
               if s else "smoke: not run", highlight=False)

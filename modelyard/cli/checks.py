@@ -12,41 +12,65 @@ from rich.markup import escape
 
 from modelyard.artifact.draft import write_quantization_records
 from modelyard.artifact.layout import model_root
-from modelyard.checks import Target
+from modelyard.checks import Report, Target
+from modelyard.checks.report import counted
+from modelyard.cli._choices import Dtype, QuantRuntime, Scheme, Serve, VerifyRuntime
 from modelyard.cli._common import (
     VERBOSE_HELP,
     _findings_table,
     _quiet_libraries,
     alias_option,
     either,
+    emit_json,
     err,
     json_option,
     out,
     output_option,
     serve_option,
+    store_option,
     verbose_option,
     working,
 )
-from modelyard.errors import InvalidTargetError
+from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, QualityGateError, StoreError, VerificationFailedError
+from modelyard.model.source import parse_source
 from modelyard.stages import quantize as q
 from modelyard.stages.patch import patch_folder
-from modelyard.stages.verify import verify_folder
+from modelyard.stages.verify import verify_folder, verify_source
+from modelyard.transport.bundle import resolve_artifact
+
+
+def _stored(path: Path, store: Optional[str]) -> Path:
+    """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME@REV``,
+    or any ``NAME`` with ``--store``), that artifact's folder: from an object store, downloaded to the
+    local cache with every file checked. Raises :class:`StoreError` (exit 2) when it is not there."""
+    text = str(path)
+    if path.exists() or "/" in text or (store is None and "@" not in text):
+        return path
+    try:
+        return resolve_artifact(text, store)
+    except BundleError as exc:
+        raise StoreError(exc.message, fix=exc.fix) from exc
 
 
 def verify(
-    path: Path = typer.Argument(..., help="a model folder, or an artifact folder (manifest.json + model/)"),
+    path: str = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/), NAME[@REVISION] "
+                                          "of an artifact in the store (re-hashed against its manifest), or "
+                                          "hf://org/name@revision: judged from its small files and safetensors "
+                                          "headers (HTTP range), before any weight byte is downloaded"),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="vLLM --dtype: auto, float16, bfloat16, float32"),
-    serve: str = serve_option(),
+    dtype: Optional[Dtype] = typer.Option(None, "--dtype", help="the vLLM --dtype it will be served with"),
+    serve: Serve = serve_option(),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it, e.g. 0.6.3"),
     transformers_version: Optional[str] = typer.Option(None, "--transformers-version",
                                                        help="the transformers beside it, e.g. 4.45.2"),
     gpu_cc: Optional[str] = typer.Option(None, "--gpu-cc", help="the GPU's compute capability, e.g. 8.0"),
-    runtime: str = typer.Option("none", "--runtime",
-                                help="none: hand-written rules only; local: also ask the installed vLLM (the runtime "
-                                     "venv) what it decides at startup (runtime.* findings, ~10-15 s)"),
-    as_json: bool = json_option("print the JSON report on stdout"),
+    runtime: VerifyRuntime = typer.Option("none", "--runtime",
+                                          help="none: hand-written rules only; local: also ask the installed vLLM (the "
+                                               "runtime venv) what it decides at startup (runtime.* findings, ~10-15 s)"),
+    store: Optional[str] = store_option("the store PATH names an artifact of, as NAME[@REVISION] (a folder or "
+                                        "s3://BUCKET/PREFIX; default: MODELYARD_STORE, else MODELYARD_HOME)"),
+    as_json: bool = json_option("the verification report (report.schema.json)"),
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
     verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
@@ -60,17 +84,25 @@ def verify(
     target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
                            serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
                            gpu_cc=gpu_cc)
-    report = verify_folder(path, target, runtime=runtime)
+    src = parse_source(path) if "://" in path else None
+    if src is not None and src.kind == "hf":
+        report = verify_source(src, target, runtime=runtime)
+    else:
+        report = verify_folder(_stored(src.path if src is not None and src.path else Path(path), store), target,
+                               runtime=runtime)
+    counts = (f"{counted(len(report.errors), 'error')}, "
+              f"{counted(sum(1 for f in report.findings if f.severity.value == 'warning'), 'warning')}")
     if as_json:
-        sys.stdout.write(report.to_json())
-    elif markdown:
+        emit_json(report.to_dict(), exit_code=0 if report.passed else 1,
+                  error=None if report.passed else VerificationFailedError(
+                      f"{path} has {counts}", fix="Each finding in result.findings names the file, the field and the fix."))
+        return
+    if markdown:
         sys.stdout.write(report.to_markdown(f"verification of {path}"))
     else:  # findings on stdout, errors first, then the verdict on one unwrapped line
         _findings_table(report, out, by_severity=True)
         verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
-        out.print(f"{verdict} {escape(str(path))}: {len(report.errors)} errors, "
-                  f"{sum(1 for f in report.findings if f.severity.value == 'warning')} warnings", highlight=False,
-                  soft_wrap=True)
+        out.print(f"{verdict} {escape(str(path))}: {counts}", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if report.passed else 1)
 
 
@@ -82,7 +114,7 @@ def patch_cmd(
     add_special_token: list[str] = typer.Option([], "--add-special-token",
                                                 help="mark an existing vocabulary token special (repeatable)"),
     chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
-    serve: Optional[str] = typer.Option(None, "--serve", help="chat or completion (how findings are judged)"),
+    serve: Optional[Serve] = typer.Option(None, "--serve", help="how findings are judged"),
     verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Repair the fixable findings of PATH into a new folder, printing the unified diff on stdout.
@@ -107,25 +139,29 @@ def patch_cmd(
     _findings_table(res.after)
     verdict = "[bold green]PASS[/]" if res.after.passed else "[bold red]FAIL[/]"
     err.print(f"{n} change(s) -> {escape(str(res.out))}/model; verification after patch: {verdict} "
-              f"({len(res.after.errors)} errors)", highlight=False)
+              f"({counted(len(res.after.errors), 'error')})", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if res.after.passed else 1)
 
 
 def quantize_cmd(
     path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
-    scheme: str = typer.Option(..., "--scheme", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; "
-                                "legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
+    scheme: Scheme = typer.Option(..., "--scheme", help="the quantization scheme (legacy formats: gptq with gptqmodel, "
+                                                         "awq-gemm with autoawq)"),
     output: Optional[Path] = output_option("new folder (required): OUTPUT/model, OUTPUT/quantization.json, OUTPUT/recipe.yaml"),
     out_dir: Optional[Path] = alias_option("--out"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
     num_samples: int = typer.Option(64, "--num-samples", min=1),
     max_seq_len: int = typer.Option(512, "--max-seq-len", min=8),
-    max_ppl_ratio: Optional[float] = typer.Option(None, "--max-ppl-ratio", help="quality limit (default: per scheme family)"),
-    max_kl: Optional[float] = typer.Option(None, "--max-kl", help="quality limit, nats/token (default: per family)"),
+    max_ppl_ratio: Optional[float] = typer.Option(None, "--max-ppl-ratio", min=1.0,
+                                                  help="quality limit: quantized / parent perplexity (default: per "
+                                                       "scheme family)"),
+    max_kl: Optional[float] = typer.Option(None, "--max-kl", min=0.0,
+                                           help="quality limit, nats/token (default: per family)"),
     accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss"),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for (default: local)"),
-    as_json: bool = json_option("print quantization.json on stdout"),
+    runtime: Optional[QuantRuntime] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for "
+                                                                          "(default: the local one)"),
+    as_json: bool = json_option("quantization.json with the verification summary and findings"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Quantize PATH with llm-compressor into OUTPUT, measure perplexity and KL against it, and judge the
@@ -149,20 +185,33 @@ def quantize_cmd(
                 out_dir.rmdir()
             raise
 
+    error = _quantize_verdict(res, report, out_dir, accept_quality_loss)
     if as_json:
         rd = report.to_dict()
-        sys.stdout.write(json.dumps(record | {"verification": rd["summary"] | {
-            "findings": [f for f in rd["findings"] if f["severity"] != "info"]}}, indent=2) + "\n")
-    else:
-        _findings_table(report)
-        qual = res.quality
-        for note in res.recipe.adjustments:
-            err.print(f"recipe: {escape(note)}", highlight=False)
-        out.print(f"{scheme}: {out_dir}/model in {res.seconds:.1f} s", highlight=False)
-        if qual:
-            out.print(f"perplexity {qual.ppl_parent} -> {qual.ppl_quantized} (x{qual.ppl_ratio}, limit x{qual.max_ppl_ratio}); "
-                      f"KL {qual.kl_mean} nats/token (limit {qual.max_kl}): {'passed' if qual.passed else 'FAILED'}",
-                      highlight=False)
-        out.print(f"verification: {'passed' if report.passed else 'FAILED'} ({len(report.errors)} errors)")
-    ok = report.passed and (res.quality is None or res.quality.passed or accept_quality_loss)
-    raise typer.Exit(0 if ok else 1)
+        emit_json(record | {"verification": rd["summary"] | {
+            "findings": [f for f in rd["findings"] if f["severity"] != "info"]}}, exit_code=1 if error else 0, error=error)
+        return
+    _findings_table(report)
+    qual = res.quality
+    for note in res.recipe.adjustments:
+        err.print(f"recipe: {escape(note)}", highlight=False)
+    out.print(f"{scheme}: {out_dir}/model in {res.seconds:.1f} s", highlight=False)
+    if qual:
+        out.print(f"perplexity {qual.ppl_parent} -> {qual.ppl_quantized} (x{qual.ppl_ratio}, limit x{qual.max_ppl_ratio}); "
+                  f"KL {qual.kl_mean} nats/token (limit {qual.max_kl}): {'passed' if qual.passed else 'FAILED'}",
+                  highlight=False)
+    out.print(f"verification: {'passed' if report.passed else 'FAILED'} ({counted(len(report.errors), 'error')})")
+    raise typer.Exit(1 if error else 0)
+
+
+def _quantize_verdict(res: q.QuantizeResult, report: Report, out_dir: Path, accept_quality_loss: bool) -> ModelyardError | None:
+    """The gate ``quantize`` failed, as the error ``ingest --quantize`` would raise for it (the envelope's
+    ``error``), or None when every gate passed: verification errors first, then the quality gate."""
+    if not report.passed:
+        return VerificationFailedError(f"{out_dir}/model has {counted(len(report.errors), 'error')} for the target runtime",
+                                       fix="Each finding in result.verification.findings names the file, the field and the fix.")
+    try:
+        q.quality_gate(res, accept=accept_quality_loss)
+    except QualityGateError as exc:
+        return exc
+    return None

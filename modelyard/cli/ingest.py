@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from modelyard.checks.report import counted
+from modelyard.cli._choices import Dtype, Gpu, QuantRuntime, Scheme, Serve, SmokeLevel
 from modelyard.cli._common import (
     VERBOSE_HELP,
     _quiet_libraries,
     alias_option,
     either,
+    emit_json,
     json_option,
     out,
     serve_option,
@@ -21,24 +23,25 @@ from modelyard.cli._common import (
     verbose_option,
     working,
 )
-from modelyard.cli.serving import _print_server_smoke, _smoke_level
+from modelyard.cli.serving import _print_server_smoke, slo_class_option, slo_option
 from modelyard.errors import SourceNotFoundError
+from modelyard.flows.server import connect
 from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.model.source import parse_source, sanitize_name
-from modelyard.stages.fetch import check_folder
+from modelyard.settings import Settings
+from modelyard.stages.fetch import check_local
 from modelyard.stages.quantize import scheme
 from modelyard.stages.smoke import warmup
 from modelyard.transport.publish import check_target
 
 
-def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], max_model_len: Optional[int],
+def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[str], max_model_len: Optional[int],
                 tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
                 serve: str = DEFAULT_SERVE, dtype: Optional[str] = None, vllm_version: Optional[str] = None,
                 patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     _quiet_libraries(verbose)
     with working(as_json):
-        from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
-        from modelyard.flows.options import IngestOptions  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
+        from modelyard.flows.options import IngestOptions  # noqa: PLC0415 - heavy: pydantic, imported on first use
 
         if (patch or {}).get("quantize"):
 
@@ -49,35 +52,44 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[Path], ma
                 check_target(to)
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                              smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
-        _precheck(source, opts)  # bad usage fails in a second, not after Prefect's start
+        _precheck(source, opts)  # bad input fails in a second, before Prefect is imported or started
+        api = connect(out_dir or Settings().store_dir())  # a kept server, or a private one booting meanwhile
+        from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
-        warmup.start()  # verify's imports load while Prefect's API starts and the source is hashed
-        result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
+        local = parse_source(source)
+        warmup.start(local.path if local.kind == "file" else None)  # verify's imports, beside Prefect's start
+        with api.use():
+            result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
     return result.to_dict()
 
 
 def _precheck(source: str, opts: Any) -> None:
-    """The flow's own input checks, run before Prefect starts: the source URI, a local source's
-    existence and the target options. Raises what the flow would raise (same messages, exit 2)."""
+    """The flow's own input checks, run before Prefect is imported: the source URI, every check of a
+    local source that needs no network (:func:`~modelyard.stages.fetch.check_local`: a folder without
+    config.json or safetensors, a file that is not a GGUF, a damaged bundle) and the target options.
+    Raises what the flow would raise (same messages, exit 2)."""
 
     src = parse_source(source)
     if opts.name:
         sanitize_name(opts.name)
-    if src.kind == "file" and src.path is not None:
-        check_folder(src.path)
+    check_local(src, allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns)
     opts.check()  # the target's values, --gpu and --quantize
 
 
 def _print_result(d: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        out.print_json(json.dumps({"ok": True, **d}, default=str))
+        emit_json(d)
         return
     v = d["verification"]
     out.print(f"[bold green]artifact:[/] {d['artifact']}" + ("  (already in the store)" if d["reused"] else ""), highlight=False,
               soft_wrap=True)
     out.print(f"name: {d['name']}  revision: {d['revision']}", highlight=False)
     out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
-    out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({v['errors']} errors, {v['warnings']} warnings)")
+    out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({counted(v['errors'], 'error')}, "
+              f"{counted(v['warnings'], 'warning')})")
+    if d.get("left_out"):
+        out.print(f"left out of model/ (no runtime reads them; see report.json): {', '.join(d['left_out'])}",
+                  highlight=False, soft_wrap=True)
     cached = d.get("cached_stages") or []
     if cached or d.get("hashed_bytes") == 0:
         hashed = "; hash: 0 bytes read (digest cache)" if d.get("hashed_bytes") == 0 else ""
@@ -104,38 +116,43 @@ def ingest(
     source: str = typer.Argument(..., help="hf://org/name@revision (or https://huggingface.co/org/name/tree/REV), "
                                            "file:///path, gguf:///path/model.gguf, or tar:///path/bundle.tar.zst"),
     name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),
-    store: Optional[Path] = store_option(),
-    out_dir: Optional[Path] = alias_option("--out"),
+    store: Optional[str] = store_option(),
+    out_dir: Optional[str] = alias_option("--out"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="target TP size"),
-    serve: str = serve_option(),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="target vLLM --dtype (judged by the checks)"),
+    serve: Serve = serve_option(),
+    dtype: Optional[Dtype] = typer.Option(None, "--dtype", help="target vLLM --dtype (judged by the checks)"),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it"),
     no_patch: bool = typer.Option(False, "--no-patch", help="do not repair fixable findings"),
     add_special_token: list[str] = typer.Option([], "--add-special-token",
                                                 help="mark an existing vocabulary token special (repeatable)"),
     chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
-    quantize: Optional[str] = typer.Option(None, "--quantize", help="w4a16, awq, w8a8, fp8-dynamic, nvfp4, nvfp4a16; "
-                                            "legacy formats: gptq (gptqmodel), awq-gemm (autoawq)"),
+    quantize: Optional[Scheme] = typer.Option(None, "--quantize", help="quantize with this scheme (legacy formats: gptq "
+                                                                       "with gptqmodel, awq-gemm with autoawq)"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
     num_samples: int = typer.Option(64, "--num-samples", min=1, help="calibration samples"),
     max_seq_len: int = typer.Option(512, "--max-seq-len", min=8, help="calibration/evaluation window (tokens)"),
     accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss", help="publish even if the quality gate fails"),
-    runtime: Optional[str] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for (default: local)"),
+    runtime: Optional[QuantRuntime] = typer.Option(None, "--runtime", help="vLLM runtime to judge a quantized model's "
+                                                                          "loadability for (default: the local one)"),
     no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
-    smoke_level: str = typer.Option("load", "--smoke", help="load (in-process chat), server (OpenAI server checks "
-                                                            "+ golden prompts) or bench (server + a short load test)"),
+    smoke_level: SmokeLevel = typer.Option("load", "--smoke", help="load (in-process chat), server (OpenAI server "
+                                                                   "checks + golden prompts) or bench (server + a short "
+                                                                   "load test)"),
     golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML for --smoke server|bench"),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="serve/ plan target GPU, e.g. H100-80GB (default: H100-80GB "
-                                                          "on the fewest GPUs that fit)"),
+    slo: Optional[str] = slo_option(),
+    slo_class: Optional[str] = slo_class_option(),
+    gpu: Optional[Gpu] = typer.Option(None, "--gpu", help="serve/ plan target GPU (default: H100-80GB on the fewest "
+                                                          "GPUs that fit)"),
     gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="serve/ plan GPU count"),
-    include: list[str] = typer.Option([], "--include", help="hub files to fetch, a glob (repeatable; "
-                                                            "default: weights, configs, tokenizer files)"),
-    exclude: list[str] = typer.Option([], "--exclude", help="hub files not to fetch, a glob (repeatable)"),
+    include: list[str] = typer.Option([], "--include", help="source files to take into model/, a glob (repeatable; "
+                                                            "default: the files a runtime reads)"),
+    exclude: list[str] = typer.Option([], "--exclude", help="source files not to take, a glob (repeatable)"),
     publish: list[str] = typer.Option([], "--publish", help="also push to oci://host/repo[:tag] or s3://bucket/prefix "
                                                             "(repeatable)"),
-    as_json: bool = json_option(),
+    as_json: bool = json_option("the stored artifact: path, name, revision, content digest, verification summary, "
+                                "smoke, published, left_out"),
     verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact.
@@ -149,7 +166,8 @@ def ingest(
                            "quantize": quantize, "recipe": str(recipe) if recipe else None,
                            "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
                            "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime,
-                           "smoke_level": _smoke_level(smoke_level), "golden": str(golden) if golden else None,
+                           "smoke_level": smoke_level, "golden": str(golden) if golden else None,
+                           "slo": slo, "slo_class": slo_class,
                            "gpu": gpu, "gpus": gpus, "publish": tuple(publish),
                            "allow_patterns": tuple(include) or None, "ignore_patterns": tuple(exclude) or None})
     _print_result(d, as_json)
@@ -171,14 +189,14 @@ def demo_gguf_path() -> Path:
 
 
 def demo(
-    store: Optional[Path] = store_option(),
-    out_dir: Optional[Path] = alias_option("--out"),
-    smoke_level: str = typer.Option("load", "--smoke", help="load, server or bench (see `ingest --help`)"),
-    as_json: bool = json_option(None),
+    store: Optional[str] = store_option(),
+    out_dir: Optional[str] = alias_option("--out"),
+    smoke_level: SmokeLevel = typer.Option("load", "--smoke", help="the smoke level (see `ingest --help`)"),
+    as_json: bool = json_option("the stored artifact, as for ingest"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Ingest the built-in demo model (SmolLM2-135M-Instruct, GGUF) and chat with it in vLLM."""
     d = _run_ingest(f"gguf://{demo_gguf_path()}", name="smollm2-135m-instruct", out_dir=either(store, out_dir, "--store"),
                     max_model_len=None, tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose,
-                    patch={"smoke_level": _smoke_level(smoke_level)})
+                    patch={"smoke_level": smoke_level})
     _print_result(d, as_json)

@@ -13,23 +13,52 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
-from modelyard.cli._common import _quiet_libraries, alias_option, either, err, json_option, out, output_option, verbose_option, working
-from modelyard.errors import InvalidTargetError, MissingConfigError
+from modelyard.cli._choices import Gpu, KvCacheDtype, Serve, SmokeLevel
+from modelyard.cli._common import (
+    _quiet_libraries,
+    alias_option,
+    either,
+    emit_json,
+    err,
+    json_option,
+    out,
+    output_option,
+    verbose_option,
+    working,
+)
+from modelyard.errors import InvalidTargetError, MissingConfigError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
 from modelyard.stages import smoke
 from modelyard.stages.serve import DEFAULT_GPU, ServeTarget, plan_serve
 from modelyard.stages.serve.files import vllm_config, write_serve_files
+from modelyard.stages.serve.k8s import manifests as k8s_manifests
+from modelyard.stages.serve.k8s import write_k8s_files
+from modelyard.stages.serve.monitoring import DASHBOARD_FILE
+from modelyard.stages.smoke import bench
 from modelyard.stages.smoke import server as serve_smoke
-from modelyard.stages.smoke.server import LEVELS
 
 
-def _smoke_level(level: str) -> str:
+def slo_option() -> Any:
+    """``--slo key=value,...``: the bench level's service-level targets (``ingest`` and ``smoke``)."""
+    return typer.Option(None, "--slo", help="bench targets, e.g. ttft_p95_ms=500,itl_p95_ms=50,error_rate=0 "
+                                            "(keys: " + ", ".join(bench.SLO_METRICS) + "); others: the class defaults")
 
-    if level not in LEVELS:
-        raise InvalidTargetError(f"--smoke {level!r} is not a smoke level", fix=f"Use one of: {', '.join(LEVELS)}.")
-    return level
+
+def slo_class_option() -> Any:
+    """``--slo-class``: the row of default targets (``cpu`` or a GPU class)."""
+    return typer.Option(None, "--slo-class", help="default targets of this class: cpu or a GPU such as H100-80GB "
+                                                  "(default: the device the vLLM runtime runs on)")
+
+
+def _slo_targets(level: str, slo: str | None, cls: str | None) -> tuple[dict[str, float], str | None]:
+    """The parsed ``--slo`` targets and canonical ``--slo-class``; exit 2 for a bad value or when
+    given below the bench level."""
+    if (slo or cls) and level != "bench":
+        raise InvalidTargetError(f"--slo and --slo-class judge the bench load, not --smoke {level}",
+                                 fix="Add --smoke bench.")
+    return bench.parse_slo(slo), bench.slo_class(cls) if cls else None
 
 
 def _recorded_serve(path: Path) -> str | None:
@@ -42,7 +71,8 @@ def _recorded_serve(path: Path) -> str | None:
 
 
 def _print_server_smoke(s: dict[str, Any]) -> None:
-    out.print(f"vLLM {s.get('vllm_version')} OpenAI server ({s['level']}): /health after {s.get('startup_seconds')} s, "
+    where = f"at {s['url']}" if s.get("url") else f"/health after {s.get('startup_seconds')} s"
+    out.print(f"vLLM {s.get('vllm_version')} OpenAI server ({s['level']}): {where}, "
               f"served as {s.get('served_model_name')}", highlight=False)
     out.print(f"{'prompt' if s.get('mode') == 'completion' else 'question'}: {s['question']}", highlight=False)
     out.print(f"answer: {s['text']}", highlight=False)
@@ -56,36 +86,49 @@ def _print_server_smoke(s: dict[str, Any]) -> None:
     if b:
         sp = b.get("spec") or {}
         out.print(f"bench ({sp.get('num_prompts')} requests, {sp.get('max_concurrency')} concurrent): "
-                  f"{b.get('completed')} completed, {b.get('failed')} failed; TTFT p50 {b.get('p50_ttft_ms')} ms, "
-                  f"p95 {b.get('p95_ttft_ms')} ms; ITL p50 {b.get('p50_itl_ms')} ms, p95 {b.get('p95_itl_ms')} ms; "
-                  f"{b.get('output_throughput')} output tokens/s" + (f"; error: {b['error']}" if b.get("error") else ""),
+                  f"{b.get('completed')} completed, {b.get('failed')} failed; TTFT p50/p95/p99 {b.get('p50_ttft_ms')} / "
+                  f"{b.get('p95_ttft_ms')} / {b.get('p99_ttft_ms')} ms; ITL p50/p95/p99 {b.get('p50_itl_ms')} / "
+                  f"{b.get('p95_itl_ms')} / {b.get('p99_itl_ms')} ms; {b.get('output_throughput')} output tokens/s, "
+                  f"{b.get('request_throughput')} requests/s" + (f"; error: {b['error']}" if b.get("error") else ""),
                   highlight=False)
+        for v in (b.get("slo") or {}).get("verdicts", []):
+            op = "<=" if v["bound"] == "max" else ">="
+            out.print(f"  {'ok ' if v['passed'] else 'FAIL'} SLO {v['target']}: {v['value']} {op} {v['limit']} "
+                      f"({v['source']}, class {(b.get('slo') or {}).get('class')})", highlight=False)
 
 
 def smoke_cmd(
     path: Path = typer.Argument(..., help="an artifact folder (manifest.json + model/ [+ serve/]) or a model folder"),
-    smoke_level: Optional[str] = typer.Option(None, "--smoke", help="load, server or bench (default: server)"),
-    level: Optional[str] = alias_option("--level"),
+    smoke_level: Optional[SmokeLevel] = typer.Option(None, "--smoke", help="the smoke level (default: server)"),
+    level: Optional[SmokeLevel] = alias_option("--level"),
     golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML (default: the demo set of the "
                                           "serving mode)"),
     question: Optional[str] = typer.Option(None, "--question", help="the prompt (default: 'What is the capital of "
                                            "France?' for chat, 'The capital of France is' for completion)"),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=16, help="CPU smoke context (tokens)"),
-    serve: Optional[str] = typer.Option(None, "--serve", help="chat (the chat API) or completion (plain-text "
-                                        "prompts, for a base model); default: the serving mode the artifact was "
-                                        "ingested for (report.json), else chat"),
-    as_json: bool = json_option("print the result as JSON"),
+    serve: Optional[Serve] = typer.Option(None, "--serve", help="chat (the chat API) or completion (plain-text "
+                                          "prompts, for a base model); default: the serving mode the artifact was "
+                                          "ingested for (report.json), else chat"),
+    url: Optional[str] = typer.Option(None, "--url", help="check the vLLM server already running at this URL "
+                                      "(e.g. http://127.0.0.1:8000) instead of starting one (server, bench)"),
+    slo: Optional[str] = slo_option(),
+    slo_class_name: Optional[str] = slo_class_option(),
+    as_json: bool = json_option("the smoke result"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Smoke-test PATH in the local vLLM runtime. server/bench start the OpenAI server from the
-    artifact's serve/vllm.yaml (CPU overrides applied), check the API and the golden prompts, and
-    (bench) run vLLM's benchmark client. The question goes through the chat API, or as a plain-text prompt
-    through the completions API with --serve completion. Exit 0 when every check passes, 1 when one fails,
-    2 for bad input."""
+    artifact's serve/vllm.yaml (CPU overrides applied), or use the one at --url, check the API and the
+    golden prompts, and (bench) run vLLM's benchmark client and judge it against the --slo targets.
+    The question goes through the chat API, or as a plain-text prompt through the completions API with
+    --serve completion. Exit 0 when every check and target passes, 1 when one fails, 2 for bad input."""
     _quiet_libraries(verbose)
     with working(as_json):
-        level = _smoke_level(either(smoke_level, level, "--smoke") or "server")
+        level = either(smoke_level, level, "--smoke") or "server"
+        targets, cls = _slo_targets(level, slo, slo_class_name)
+        if url and level == "load":
+            raise InvalidTargetError("--url needs --smoke server or bench (load runs vLLM in-process)",
+                                     fix="Pass --smoke server or --smoke bench with --url.")
         mode = check_mode(serve or _recorded_serve(path) or DEFAULT_SERVE)
         question = question or default_prompt(mode)
         model_dir = model_root(path)
@@ -106,11 +149,15 @@ def smoke_cmd(
             prompts, src = serve_smoke.load_golden(golden, mode)
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
-                                           bench=serve_smoke.BenchSpec() if level == "bench" else None, mode=mode)
+                                           bench=serve_smoke.BenchSpec() if level == "bench" else None, mode=mode,
+                                           url=url, slo=targets, slo_class=cls)
     d = res.to_dict()
     if as_json:
-        out.print_json(json.dumps({"ok": res.passed, **d}, default=str))
-    elif level == "load":
+        emit_json(d, exit_code=0 if res.passed else 1,
+                  error=None if res.passed else SmokeFailedError(f"vLLM {level} smoke failed: {res.error}",
+                                                                 fix="See result for the answer and the failed checks."))
+        return
+    if level == "load":
         out.print(f"answer: {res.text}\nfinish_reason: {res.finish_reason}", highlight=False)
     else:
         _print_server_smoke(d)
@@ -121,10 +168,17 @@ def smoke_cmd(
 
 def serve_plan_cmd(
     path: Path = typer.Argument(..., help="a model folder or an artifact folder (manifest.json + model/)"),
-    gpu: str = typer.Option(..., "--gpu", help="GPU model, e.g. H100-80GB, H200-141GB, A100-40GB, L4-24GB"),
-    gpus: int = typer.Option(1, "--gpus", min=1, help="GPUs available on the host"),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM's fraction of GPU memory"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (the model dtype) or fp8"),
+    gpu: Gpu = typer.Option(..., "--gpu", help="GPU model"),
+    gpus: int = typer.Option(1, "--gpus", "--gpus-per-node", min=1, help="GPUs available on the host (on each node)"),
+    nodes: int = typer.Option(1, "--nodes", min=1, help="nodes available; the plan uses the fewest that hold the "
+                              "model and its context (tensor parallel inside a node, pipeline parallel across nodes, "
+                              "served through Ray)"),
+    pipeline_parallel_size: Optional[int] = typer.Option(None, "--pipeline-parallel-size", "--pp", min=1,
+                                                         help="default: one stage per node used"),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", min=0.01, max=1.0,
+                                                 help="vLLM's fraction of GPU memory"),
+    kv_cache_dtype: KvCacheDtype = typer.Option("auto", "--kv-cache-dtype",
+                                                help="KV cache dtype (auto: the model's dtype)"),
     tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size", "--tp", min=1,
                                                        help="default: the largest valid size <= --gpus"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="context to plan for (tokens)"),
@@ -133,28 +187,44 @@ def serve_plan_cmd(
     write: Optional[Path] = alias_option("--write"),
     no_write: bool = typer.Option(False, "--no-write", help="only print the plan"),
     proxy: bool = typer.Option(False, "--proxy", help="also an nginx front with an API key (serve/nginx.conf)"),
-    as_json: bool = json_option("print the plan as JSON"),
+    k8s: bool = typer.Option(False, "--k8s", help="also Kubernetes manifests (serve/k8s/: Deployment, Service, PVC)"),
+    storage_uri: Optional[str] = typer.Option(None, "--storage-uri", help="where the artifact was published "
+                                              "(s3://BUCKET/PREFIX, or oci://...@sha256:... of a ModelCar): adds a "
+                                              "KServe InferenceService to serve/k8s/ (implies --k8s)"),
+    as_json: bool = json_option("the plan, with serve_dir (where serve/ was written, or null), k8s_dir and storage_uri"),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Size PATH for vLLM on --gpus x --gpu: weights and KV cache per rank, tokens that fit, valid
-    tensor-parallel sizes, max_model_len and max_num_seqs; write serve/ (vllm.yaml, compose.yaml, README.md).
-    Exit 0 with a plan, 2 when it cannot fit (the message says why and what to change)."""
+    """Size PATH for vLLM on --gpus x --gpu (x --nodes): weights and KV cache per rank, tokens that fit, valid
+    tensor-parallel sizes, the pipeline stages across nodes, max_model_len and max_num_seqs; write serve/
+    (vllm.yaml, compose.yaml, README.md, prometheus.yml, grafana-dashboard.json, nginx.conf with --proxy;
+    ray-head.sh, ray-worker.sh and serve.sh for several nodes; with --k8s
+    or --storage-uri, serve/k8s/).
+    Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
     _quiet_libraries(verbose)
     plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
                                         kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-                                        max_model_len=max_model_len), name=name)
+                                        max_model_len=max_model_len, nodes=nodes,
+                                        pipeline_parallel_size=pipeline_parallel_size), name=name)
     write = either(output, write, "--output")
     dest = write if write is not None else (path if is_artifact(path) else None)
-    written = None
+    written = kube = None
+    k8s = k8s or storage_uri is not None
+    if k8s:  # refuse a bad location or a multi-node plan before anything is written
+        k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri)
     if dest is not None and not no_write:
         model = "model" if (dest / "model").is_dir() else str(path.resolve())
         written = write_serve_files(dest, plan, model=model, proxy=proxy)
+        if k8s:
+            mdir = model_root(path)
+            kube = write_k8s_files(dest, plan, yaml.safe_load(written.vllm_yaml.read_text()), storage=storage_uri,
+                                   model_bytes=sum(p.stat().st_size for p in mdir.rglob("*") if p.is_file()))
     if as_json:
-        d = plan.to_dict() | {"ok": True, "serve_dir": str(written.dir) if written else None}
-        out.print_json(json.dumps(d))
+        emit_json(plan.to_dict() | {"serve_dir": str(written.dir) if written else None,
+                                    "k8s_dir": str(kube.dir) if kube else None,
+                                    "storage_uri": kube.storage_uri if kube else None})
         return
 
-    t = Table(title=f"serve plan: {escape(plan.served_model_name)} on {plan.gpus} x {plan.gpu}", title_justify="left")
+    t = Table(title=f"serve plan: {escape(plan.served_model_name)} on {plan.target_label()}", title_justify="left")
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_column("how")
@@ -164,17 +234,23 @@ def serve_plan_cmd(
     for n in plan.notes:
         out.print(f"note: {escape(n)}", highlight=False, soft_wrap=True)
     if written:
-        out.print(f"wrote {escape(str(written.dir))}/: vllm.yaml, compose.yaml, README.md"
-                  + (", nginx.conf" if written.nginx_conf else ""), highlight=False)
+        out.print(f"wrote {escape(str(written.dir))}/: vllm.yaml, compose.yaml, README.md, prometheus.yml, "
+                  f"{DASHBOARD_FILE}"
+                  + (", nginx.conf" if written.nginx_conf else "")
+                  + "".join(f", {p.name}" for p in written.ray_scripts), highlight=False)
+    if kube:
+        out.print(f"wrote {escape(str(kube.dir))}/: pvc.yaml, deployment.yaml, service.yaml, README.md"
+                  + (f", inferenceservice.yaml (storageUri {escape(kube.storage_uri)})" if kube.storage_uri else ""),
+                  highlight=False, soft_wrap=True)
 
 
 def doctor(
     artifact: Optional[Path] = typer.Argument(None, help="an artifact or model folder whose needs to judge (optional)"),
-    timeout: float = typer.Option(60.0, "--timeout",
+    timeout: float = typer.Option(60.0, "--timeout", min=1.0,
                                   help="seconds the vLLM runtime probe (and the NCCL check) may take"),
     nccl: bool = typer.Option(True, "--nccl/--no-nccl",
                               help="with two or more GPUs, all-reduce across them through NCCL (bus bandwidth)"),
-    as_json: bool = json_option("print the facts (and judged needs) as JSON"),
+    as_json: bool = json_option("{host: the facts, needs: the judged needs}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Report this serving host (GPUs, compute capability, driver, CUDA, torch, NCCL, vLLM; an NCCL
@@ -187,10 +263,9 @@ def doctor(
     failed = any(c.ok is False and c.severity == "error" for c in checks) or \
         any(c.ok is None and c.severity == "error" for c in checks)
     if as_json:
-
-        out.print_json(json.dumps({"ok": not failed, "host": facts.to_dict(),
-                                   "needs": [asdict(c) for c in checks]}))
-        raise typer.Exit(1 if failed else 0)
+        emit_json({"host": facts.to_dict(), "needs": [asdict(c) for c in checks]}, exit_code=1 if failed else 0,
+                  error=_needs_error(checks) if failed else None)
+        return
 
     if facts.gpus:
         out.print(f"GPUs ({facts.source}): {len(facts.gpus)}", highlight=False)
@@ -227,3 +302,12 @@ def doctor(
                 err.print(f"[bold]fix ({escape(c.need)}):[/] {escape(c.fix)}", highlight=False, soft_wrap=True)
         out.print("[bold red]needs not met[/]" if failed else "[bold green]needs met[/]")
     raise typer.Exit(1 if failed else 0)
+
+
+def _needs_error(checks: list[doc.NeedCheck]) -> dict[str, Any]:
+    """The envelope's ``error`` of a host that does not meet an artifact's needs: type ``NeedsNotMet``,
+    naming each unmet (or unknown) need and the first fix."""
+    unmet = [c for c in checks if c.ok is not True and c.severity == "error"]
+    return {"type": "NeedsNotMet",
+            "message": "needs not met: " + "; ".join(f"{c.need} (required {c.required}, have {c.have})" for c in unmet),
+            "fix": next((c.fix for c in unmet if c.fix), None)}

@@ -7,6 +7,12 @@ errors: a missing repo or a bad folder fails at once. The Markdown report and a 
 attached to the run as Prefect artifacts (keys ``ingest-report``, ``ingest-findings``); the run is
 named ``repo@shortsha`` once the commit is known.
 
+The store is a folder (``MODELYARD_HOME``) or an object store (``MODELYARD_STORE=s3://bucket/prefix``,
+:mod:`modelyard.transport.objectstore`) that many workers share; the flow only calls the store's methods.
+With ``gpu_pool``, the build (packaging, quantization, smoke) holds one slot of Prefect's global
+concurrency limit ``gpu-<pool>``, leased (``MODELYARD_GPU_SLOT_LEASE_SECONDS``) so that a worker that
+dies frees it; the store commit (an upload, for an object store) runs after the slot is released.
+
 Caching and resume: ``fetch`` of a hub repo pinned to a full commit and every ``verify`` are
 Prefect-cached by input digest (:mod:`modelyard.stages.cache`): re-running an ingest of the
 same content with the same options reuses them, and a run killed or failed after verify (during
@@ -16,9 +22,12 @@ artifact is the cache of everything after.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +42,13 @@ from modelyard.artifact.layout import MODEL_DIR, REPORT_JSON, REPORT_MD
 from modelyard.artifact.manifest import Manifest, build_manifest
 from modelyard.artifact.store import Artifact, Store
 from modelyard.checks import Report, Target
-from modelyard.errors import ArtifactConflictError, EndpointUnreachableError, ServePlanError, SmokeFailedError
+from modelyard.errors import (
+    ArtifactConflictError,
+    AttemptsExhaustedError,
+    EndpointUnreachableError,
+    ServePlanError,
+    SmokeFailedError,
+)
 from modelyard.flows.options import FetchOptions, IngestOptions, PatchOptions, QuantizeOptions, ServeOptions, SmokeOptions
 from modelyard.model import digest as hashing
 from modelyard.model.digest import tree_digest
@@ -45,8 +60,9 @@ from modelyard.stages import cache as stage_cache
 from modelyard.stages import fetch as fetch_stage
 from modelyard.stages import patch, quantize, serve, smoke, verify
 from modelyard.stages.serve.files import vllm_config, write_serve_files
+from modelyard.stages.smoke import bench, warmup
 from modelyard.stages.smoke import server as serve_smoke
-from modelyard.stages.smoke import warmup
+from modelyard.transport.objectstore import open_store
 from modelyard.transport.publish import publish
 
 
@@ -61,20 +77,33 @@ class IngestResult:
     published: tuple[dict[str, Any], ...] = ()  # --publish results: uri, files, bytes, digest
     cached: tuple[str, ...] = ()  # stages whose result came from the stage cache (e.g. "fetch", "verify")
     hashed_bytes: int = 0  # bytes read to hash the source (0: every digest came from the digest cache)
+    left_out: tuple[str, ...] = ()  # the source's files model/ does not hold (each a files.left_out finding)
 
     def to_dict(self) -> dict[str, Any]:
         a = self.artifact
-        return {"artifact": str(a.path), "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
+        return {"artifact": a.location, "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
                 "reused": a.reused, "source": self.source, "commit": self.commit,
                 "verification": self.report.to_dict()["summary"], "patches": self.patches, "smoke": self.smoke,
                 "published": list(self.published), "cached_stages": list(self.cached),
-                "hashed_bytes": self.hashed_bytes}
+                "hashed_bytes": self.hashed_bytes, "left_out": list(self.left_out)}
 
 
 def smoke_covers(prev: dict[str, Any], options: IngestOptions) -> bool:
     """Whether a stored smoke result ``prev`` stands for the smoke ``options`` ask for
-    (:func:`modelyard.artifact.identity.smoke_covers` at ``smoke_level`` in mode ``serve``)."""
-    return identity.smoke_covers(prev, level=options.smoke_level, mode=options.serve)
+    (:func:`modelyard.artifact.identity.smoke_covers` at ``smoke_level`` in mode ``serve``), and, when
+    they set bench targets (``slo``, ``slo_class``), whether its stored bench figures meet them."""
+    return identity.smoke_covers(prev, level=options.smoke_level, mode=options.serve) and slo_covers(prev, options)
+
+
+def slo_covers(prev: dict[str, Any], options: IngestOptions) -> bool:
+    """Whether the stored bench figures of ``prev`` meet the targets ``options`` set (always, when
+    they set none): the stored run re-judged (:func:`modelyard.stages.smoke.bench.judge`) with
+    ``slo_class`` or else the class it was judged in."""
+    if not (options.smoke and options.smoke_level == "bench" and (options.slo or options.slo_class)):
+        return True
+    b = prev.get("bench") or {}
+    cls = bench.slo_class(options.slo_class) if options.slo_class else (b.get("slo") or {}).get("class")
+    return bench.judge(b, {**bench.default_targets(cls), **bench.parse_slo(options.slo)}, cls=cls)["passed"]
 
 
 def retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
@@ -104,12 +133,32 @@ def _fetch_key(context: Any, params: dict[str, Any]) -> str | None:
                                  cache=str(settings.cache_dir().resolve()))
 
 
+@dataclass(frozen=True)
+class GateBeforeWeights:
+    """The ingest's first gate for a hub source, called by the fetch before any weight byte is
+    downloaded: verify the folder of small files and shard headers against ``target``, plan the
+    repairs (as :func:`plan_task`), and raise :class:`VerificationFailedError` (exit 1) for errors the
+    plan does not repair. Hand rules only (the runtime oracle, when on, runs in the full verify)."""
+
+    target: Target
+    patching: PatchOptions
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        warmup.wait()
+        report = verify.verify_folder(snapshot.root, self.target)
+        plan = plan_patches(snapshot.root, report, self.patching)
+        verify.gate(report, f"{snapshot.source} before its weights were downloaded (config, tokenizer, safetensors "
+                    "headers)", ignore=plan.fixes)
+
+
 @task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,
       cache_key_fn=_fetch_key, persist_result=True, result_serializer="pickle")
-def fetch_task(source: Source, settings: Settings, options: FetchOptions) -> Snapshot:
+def fetch_task(source: Source, settings: Settings, options: FetchOptions,
+               before_weights: GateBeforeWeights | None = None) -> Snapshot:
     if source.kind == "gguf":
         warmup.wait()  # the GGUF conversion imports transformers
-    return fetch_stage.fetch(source, settings, allow_patterns=options.allow_patterns, ignore_patterns=options.ignore_patterns)
+    return fetch_stage.fetch(source, settings, allow_patterns=options.allow_patterns, ignore_patterns=options.ignore_patterns,
+                             before_weights=before_weights)
 
 
 @task(name="hash", cache_policy=NO_CACHE)
@@ -139,12 +188,19 @@ def verify_task(root: Path, target: Target, tree: str) -> Report:
     return verify.verify_folder(root, target, runtime=settings.ingest_runtime(), settings=settings)
 
 
-@task(name="plan-patches", cache_policy=NO_CACHE)
-def plan_task(snapshot: Snapshot, report: Report, options: PatchOptions) -> PatchPlan:
+def plan_patches(root: Path, report: Report, options: PatchOptions) -> PatchPlan:
+    """The repairs of ``root`` judged by ``report`` (empty when patching is off)."""
     if not options.enabled:
         return PatchPlan()
-    plan = patch.plan_patches(snapshot.root, report, add_special_tokens=options.add_special_tokens,
+    return patch.plan_patches(root, report, add_special_tokens=options.add_special_tokens,
                               chat_template=Path(options.chat_template) if options.chat_template else None)
+
+
+@task(name="plan-patches", cache_policy=NO_CACHE)
+def plan_task(snapshot: Snapshot, report: Report, options: PatchOptions) -> PatchPlan:
+    plan = plan_patches(snapshot.root, report, options)
+    if plan.empty:
+        return plan
     # Errors the plan does not repair block the ingest before anything is staged.
     verify.gate(report, snapshot.source, ignore=plan.fixes)
     return plan
@@ -201,7 +257,8 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions
     res = serve_smoke.smoke_server(
         model_dir, settings, config=cfg, question=options.prompt, max_tokens=options.max_tokens,
         golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.level == "bench" else None,
-        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.mode)
+        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.mode,
+        slo=bench.parse_slo(options.slo), slo_class=bench.slo_class(options.slo_class) if options.slo_class else None)
     if not res.passed:
         raise SmokeFailedError(f"vLLM server smoke failed ({res.error}); answer was {res.text!r}", result=res,
                                fix="See the failed checks in the message; golden misses name the prompt.")
@@ -274,11 +331,15 @@ class _Stages:
             self.cached.append(task_.name)
         return value
 
-    def fetch(self, src: Source, settings: Settings, options: FetchOptions) -> Snapshot:
-        snap = self(fetch_task, src, settings, options)
+    def fetch(self, src: Source, settings: Settings, options: FetchOptions,
+              before_weights: GateBeforeWeights | None = None) -> Snapshot:
+        snap = self(fetch_task, src, settings, options, before_weights)
         if "fetch" in self.cached and not fetch_stage.snapshot_present(snap):  # the hub cache was emptied since
             self.cached.remove("fetch")
-            snap = fetch_task.with_options(refresh_cache=True, result_storage=self.storage)(src, settings, options)
+            snap = fetch_task.with_options(refresh_cache=True, result_storage=self.storage)(src, settings, options,
+                                                                                           before_weights)
+        elif "fetch" in self.cached:  # an earlier run's download: its files may have changed since, hash them
+            snap = snap.without_received()
         return snap
 
     def verify(self, root: Path, target: Target, files: tuple[FileEntry, ...]) -> Report:
@@ -287,37 +348,64 @@ class _Stages:
 
 @dataclass(frozen=True)
 class _Run:
-    """What every step of one ingest reads: the options, settings, target, the artifact's name and
-    the stage runner."""
+    """What every step of one ingest reads: the options, settings, target, the artifact's name, the
+    stage runner and the GPU pool whose slot the build holds (None: no slot)."""
 
     options: IngestOptions
     settings: Settings
     target: Target
     name: str
     stages: _Stages
+    gpu_pool: str | None = None
+
+
+@contextlib.contextmanager
+def gpu_slot(pool: str | None, settings: Settings) -> Iterator[None]:
+    """Hold one slot of Prefect's global concurrency limit ``gpu-<pool>`` (create it with ``prefect gcl
+    create gpu-<pool> --limit N``) for the block: at most N holders at once across every worker that
+    shares the Prefect server. The slot is a lease of ``settings.gpu_slot_lease_seconds``, renewed while
+    the run lives, so a killed worker's slot frees itself. A no-op without a pool, or when the limit
+    does not exist. Logs ``holds a slot of gpu-<pool>`` / ``released its slot of gpu-<pool>`` to the run."""
+    if not pool:
+        yield
+        return
+    from prefect.concurrency.sync import concurrency  # noqa: PLC0415 - heavy: prefect, imported on first use
+    from prefect.logging import get_run_logger  # noqa: PLC0415 - heavy: prefect, imported on first use
+
+    with concurrency(f"gpu-{pool}", occupy=1, strict=False, lease_duration=settings.gpu_slot_lease_seconds):
+        log = get_run_logger()
+        log.info("holds a slot of gpu-%s", pool)
+        try:
+            yield
+        finally:
+            log.info("released its slot of gpu-%s", pool)
 
 
 @flow(name="ingest", log_prints=False, validate_parameters=False, flow_run_name=_run_name)
-def ingest_flow(source: str, options: IngestOptions | None = None, home: str | None = None) -> IngestResult:
-    """Ingest ``source`` (a SOURCE URI) into the store at ``home`` (default MODELYARD_HOME):
-    fetch → hash → verify → patch → package → (verify) → (quantize → verify) → serve plan → smoke →
-    commit into the store → publish. Each arrow is one stage; the policies (revision names, reuse, the
-    artifact's writes) live in :mod:`modelyard.artifact`."""
-    warmup.start()  # verify's transformers imports run beside fetch and hash (the CLI starts it earlier)
-    options = options or IngestOptions()
-    settings = Settings(home=Path(home)) if home else Settings()
+def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = None, home: str | None = None,
+                gpu_pool: str | None = None) -> IngestResult:
+    """Ingest ``source`` (a SOURCE URI) into the store ``home`` (``--store``: a folder or
+    ``s3://bucket/prefix``; default MODELYARD_STORE, else MODELYARD_HOME): fetch → hash → verify → patch →
+    package → (verify) → (quantize → verify) → serve plan → smoke → commit into the store → publish. Each
+    arrow is one stage; the policies (revision names, reuse, the artifact's writes) live in
+    :mod:`modelyard.artifact`. ``options`` may be a dict of :class:`IngestOptions` fields (a deployment's
+    JSON parameters); ``gpu_pool``: the build holds a slot of ``gpu-<pool>`` (:func:`gpu_slot`)."""
     src = parse_source(source)
+    warmup.start(src.path if src.kind == "file" else None)  # transformers' imports beside fetch and hash
+    options = IngestOptions(**options) if isinstance(options, dict) else options or IngestOptions()
+    settings = Settings.for_store(home)
     options.check()
+    store = open_store(settings=settings)
+    _start_attempt(source, store, settings)
     stages = _Stages(settings)
-    snap = stages.fetch(src, settings, options.fetching)
-    r = _Run(options, settings, options.target(), _artifact_name(options, src, snap), stages)
-    store = Store(settings.store_dir())
+    snap = stages.fetch(src, settings, options.fetching, GateBeforeWeights(options.target(), options.patching))
+    r = _Run(options, settings, options.target(), _artifact_name(options, src, snap), stages, gpu_pool)
     precopy = store.new_staging() if src.kind == "file" else None  # a user's folder is copied while hashed
     try:
         snap, hashed_bytes = hash_task(snap, settings, precopy / MODEL_DIR if precopy else None)
         revision = source_revision(snap.commit, snap.files)
         _rename_run(f"{src.repo_id if src.kind == 'hf' else r.name}@{revision[:7] if snap.commit else revision[:14]}")
-        report = r.stages.verify(snap.root, r.target, snap.files)
+        report = verify.with_source_findings(r.stages.verify(snap.root, r.target, snap.files), snap)
         plan = plan_task(snap, report, options.patching)
         if plan.empty:
             verify.gate(report, snap.source)
@@ -328,9 +416,26 @@ def ingest_flow(source: str, options: IngestOptions | None = None, home: str | N
     finally:
         if precopy is not None:
             shutil.rmtree(precopy, ignore_errors=True)
-    published = tuple(publish_remote_task(artifact.path, to, settings) for to in options.publish)
+    published = tuple(publish_remote_task(store.local(artifact), to, settings) for to in options.publish)
     return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops), published,
-                        tuple(r.stages.cached), hashed_bytes)
+                        tuple(r.stages.cached), hashed_bytes, snap.left_out)
+
+
+def _start_attempt(source: str, store: Store, settings: Settings) -> None:
+    """Log which worker runs this attempt (host, local cache, store) to the flow run, and refuse an
+    attempt past ``settings.ingest_max_attempts`` (:class:`AttemptsExhaustedError`): a run is started
+    again only when its worker was lost (:mod:`modelyard.flows.deployments`)."""
+    from prefect.logging import get_run_logger  # noqa: PLC0415 - heavy: prefect, imported on first use
+    from prefect.runtime import flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
+
+    attempt = max(int(flow_run.run_count or 1), 1)
+    get_run_logger().info("attempt %d of ingest %s on host %s: local cache %s, store %s", attempt, source,
+                          socket.gethostname(), settings.store_dir(), store.where)
+    if attempt > settings.ingest_max_attempts:
+        raise AttemptsExhaustedError(
+            f"flow run {flow_run.id} of ingest {source} was started {attempt} times; its worker was lost each time "
+            f"(MODELYARD_INGEST_MAX_ATTEMPTS is {settings.ingest_max_attempts})",
+            fix="Look at why the workers died (memory, disk, a kill) in their logs, then submit the run again.")
 
 
 def _artifact_name(options: IngestOptions, src: Source, snap: Snapshot) -> str:
@@ -346,45 +451,66 @@ def _artifact_name(options: IngestOptions, src: Source, snap: Snapshot) -> str:
 def _store(r: _Run, store: Store, revision: str, snap: Snapshot, plan: PatchPlan, report: Report,
            precopy: Path | None) -> tuple[Artifact, Report, dict[str, Any] | None]:
     """Reuse the stored ``name@revision`` when it stands for this run, else build it in a draft and
-    commit it; under the store's lock, so concurrent identical ingests build once."""
+    commit it; under the store's lock, so concurrent identical ingests on this host build once (on
+    other hosts too, when one commits before the other's slot of the GPU pool comes free; else the
+    object store's conditional put lets one commit win and the others reuse it)."""
     files = patched_files(snap, plan)
     digest = "sha256:" + tree_digest(files)
     try:
         store.sweep_staging()  # what killed runs left behind goes, even when this run reuses the artifact
     except OSError:
         pass
-    with store.lock(r.name, revision):
+
+    def reusable() -> tuple[Artifact, Manifest] | None:
         found = find_reusable(store, r.name, revision, digest, variant=bool(r.options.quantize),
                               smoke_level=r.options.smoking.level, mode=r.options.serve)
+        return found if found is not None and slo_covers(found[1].smoke or {}, r.options) else None
+
+    with store.lock(r.name, revision):
+        found = reusable()
         if found is not None:
-            return _reuse(r, *found, plan, report)
+            return _reuse(r, store, *found, plan, report)
         with Draft(store) as draft:
-            return _build(r, draft, revision, snap, plan, files, digest, report, precopy)
+            with gpu_slot(r.gpu_pool, r.settings):
+                found = reusable() if r.gpu_pool else None  # committed elsewhere while this run waited for the slot
+                if found is not None:
+                    return _reuse(r, store, *found, plan, report)
+                report, smoke_dict, digest = _build(r, draft, revision, snap, plan, files, digest, report, precopy)
+            artifact = publish_task(draft, r.name, revision, digest)
+    _attach(store, artifact, report)
+    return artifact, report, smoke_dict
 
 
-def _reuse(r: _Run, existing: Artifact, prev: Manifest, plan: PatchPlan,
+def _reuse(r: _Run, store: Store, existing: Artifact, prev: Manifest, plan: PatchPlan,
            report: Report) -> tuple[Artifact, Report, dict[str, Any] | None]:
     """The stored artifact, with the report re-judged on its model/ when it is a variant (the stored
-    smoke stands: it is reported as the stored one)."""
-    _check_serve_plan(r, existing, prev)
-    prev_report = json.loads((existing.path / REPORT_JSON).read_text())
+    smoke stands: it is reported as the stored one). An object store's artifact is downloaded to the
+    local cache only when its model/ must be read (a variant's re-judging, explicit serve options)."""
+    _check_serve_plan(r, store, existing, prev)
+    prev_report = json.loads(store.read(existing, REPORT_JSON))
     if not plan.empty or r.options.quantize:
-        report = r.stages(verify_task, existing.path / MODEL_DIR, r.target, existing.content_digest.removeprefix("sha256:"))
+        report = r.stages(verify_task, store.local(existing) / MODEL_DIR, r.target,
+                          existing.content_digest.removeprefix("sha256:"))
         if prev.quantization:
             report = report.with_quantization(prev.quantization)
-    _attach(existing.path / REPORT_MD, report)
+    _attach(store, existing, report)
     return existing, report.with_smoke(prev_report["smoke"]) if prev_report.get("smoke") else report, prev.smoke
 
 
-def _check_serve_plan(r: _Run, existing: Artifact, prev: Manifest) -> None:
+def _check_serve_plan(r: _Run, store: Store, existing: Artifact, prev: Manifest) -> None:
     """Serve options given explicitly (``--gpu``, ``--gpus``, ``--max-model-len``) must plan what the
     stored artifact's serve/ holds: reusing it would silently keep a plan for another host. Raises
     :class:`ArtifactConflictError` (exit 2) naming both plans."""
     o = r.options.serving
     if not (o.gpu or o.gpus or o.max_model_len):
         return
-    wanted = serve_plan_task(existing.path / MODEL_DIR, o, r.name)
-    if (wanted.to_dict() if wanted else None) == prev.serve:
+    wanted = serve_plan_task(store.local(existing) / MODEL_DIR, o, r.name)
+    w = wanted.to_dict() if wanted else None
+    if w is not None and isinstance(prev.serve, dict):
+        # a manifest written before the multi-node keys (nodes, pipeline stages) existed: a one-node plan,
+        # compared on the keys it has
+        w = {k: v for k, v in w.items() if k in prev.serve}
+    if w == prev.serve:
         return
 
     def says(p: dict[str, Any] | None) -> str:
@@ -393,14 +519,15 @@ def _check_serve_plan(r: _Run, existing: Artifact, prev: Manifest) -> None:
     raise ArtifactConflictError(
         f"{existing.name}@{existing.revision} is already in the store with serve/ for {says(prev.serve)}; "
         f"the options ask for {says(wanted.to_dict() if wanted else None)}",
-        fix=f"Write serve files for that host with `modelyard serve-plan {existing.path} --gpu ... --gpus ... --write DIR`, "
+        fix=f"Write serve files for that host with `modelyard serve-plan {existing.location} --gpu ... --gpus ... --write DIR`, "
             "or ingest under another --name.")
 
 
 def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan, files: tuple[FileEntry, ...],
-           digest: str, report: Report, precopy: Path | None) -> tuple[Artifact, Report, dict[str, Any] | None]:
+           digest: str, report: Report, precopy: Path | None) -> tuple[Report, dict[str, Any] | None, str]:
     """package → (verify the patched copy) → (quantize → verify → gates) → serve plan → smoke →
-    report and manifest → commit."""
+    report and manifest, in ``draft``. Returns the report, the smoke result and the content digest
+    (a quantized model's) to commit the draft under."""
     model_dir = package_task(snap, draft, plan, r.settings, precopy / MODEL_DIR if precopy else None)
     if not plan.empty:
         report = r.stages.verify(model_dir, r.target, files)
@@ -425,14 +552,13 @@ def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan
         write_serve_files(draft.path, serve_plan)
     if smoke_dict is not None:
         report = report.with_smoke(smoke_dict)
+    report = report.with_left_out(snap.left_out)
     report_json = report.to_json().encode()
     manifest = build_manifest(name=r.name, revision=revision, snapshot=snap, report=report, report_json=report_json,
                               smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
                               serve=serve_plan.to_dict() if serve_plan else None)
     draft.add_metadata(manifest, report, report_json, title=f"{r.name}@{revision}")
-    artifact = publish_task(draft, r.name, revision, digest)
-    _attach(artifact.path / REPORT_MD, report)
-    return artifact, report, smoke_dict
+    return report, smoke_dict, digest
 
 
 def findings_rows(report: Report) -> list[dict[str, str]]:
@@ -445,12 +571,12 @@ def findings_rows(report: Report) -> list[dict[str, str]]:
                      "message": "no findings", "fix": ""}]
 
 
-def _attach(report_md: Path, report: Report) -> None:
-    """Attach the Markdown report and the findings table to the flow run as Prefect artifacts."""
+def _attach(store: Store, artifact: Artifact, report: Report) -> None:
+    """Attach the stored artifact's Markdown report and the findings table to the flow run as Prefect artifacts."""
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: PLC0415 - heavy: prefect, imported on first use
 
-        create_markdown_artifact(markdown=report_md.read_text(), key="ingest-report",
+        create_markdown_artifact(markdown=store.read(artifact, REPORT_MD).decode(), key="ingest-report",
                                  description="modelyard verification and smoke report")
         create_table_artifact(table=findings_rows(report), key="ingest-findings",
                               description="modelyard findings: severity, code, file, field, value, message, fix")

@@ -10,9 +10,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from modelyard.checks import Target
+from modelyard.errors import InvalidTargetError
 from modelyard.model.modes import DEFAULT_SERVE, default_prompt
 from modelyard.stages.quantize import scheme
 from modelyard.stages.serve.gpus import gpu_spec
+from modelyard.stages.smoke.bench import parse_slo, slo_class
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class SmokeOptions:
     max_tokens: int = 64
     golden: str | None = None
     max_model_len: int | None = None
+    slo: str | None = None  # bench targets, ``key=value,...`` (stages.smoke.bench.parse_slo)
+    slo_class: str | None = None  # their default row; None: the runtime's device
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class IngestOptions(BaseModel):
     smoke: bool = True
     smoke_level: Literal["load", "server", "bench"] = "load"  # stages.smoke.server.LEVELS
     golden: str | None = None  # YAML of golden prompts (server/bench); default modelyard/data/golden-demo.yaml
+    slo: str | None = None  # bench targets, e.g. "ttft_p95_ms=500,error_rate=0" (stages.smoke.bench.SLO_METRICS)
+    slo_class: str | None = None  # the row of default targets: cpu or a GPU class; None = the runtime's device
     gpu: str | None = None  # serve plan target (stages.serve.gpus); None = H100-80GB on the fewest GPUs that fit
     gpus: int | None = Field(default=None, gt=0)
     publish: tuple[str, ...] = ()  # oci://host/repo[:tag] or s3://bucket/prefix, after the store
@@ -109,12 +115,18 @@ class IngestOptions(BaseModel):
     def check(self) -> None:
         """Refuse what no stage could do, before any work: the target's values, an unknown ``gpu``
         (:class:`~modelyard.errors.InvalidTargetError`) or quantization ``scheme``
-        (:class:`~modelyard.errors.QuantizeError`), both exit 2 naming the accepted values."""
+        (:class:`~modelyard.errors.QuantizeError`), a bad ``slo``/``slo_class`` or one without the
+        bench smoke (InvalidTargetError), all exit 2 naming the accepted values."""
         self.target()
         if self.gpu:
             gpu_spec(self.gpu)
         if self.quantize:
             scheme(self.quantize)
+        if (self.slo or self.slo_class) and not (self.smoke and self.smoke_level == "bench"):
+            raise InvalidTargetError("--slo and --slo-class judge the bench load", fix="Add --smoke bench.")
+        parse_slo(self.slo)
+        if self.slo_class:
+            slo_class(self.slo_class)
 
     # --- per-stage groups ------------------------------------------------------------------------
     def target(self) -> Target:
@@ -138,7 +150,7 @@ class IngestOptions(BaseModel):
     @property
     def smoking(self) -> SmokeOptions:
         return SmokeOptions(self.smoke_level if self.smoke else None, self.serve, self.smoke_prompt(),
-                            self.smoke_max_tokens, self.golden, self.max_model_len)
+                            self.smoke_max_tokens, self.golden, self.max_model_len, self.slo, self.slo_class)
 
     @property
     def serving(self) -> ServeOptions:

@@ -11,8 +11,11 @@
    ``promotion`` block (approver, UTC time, note, evidence: report sha256 and smoke summary, from/to,
    flow run id) written atomically, and the folder is renamed into ``<target>/<name>/<revision>``.
 
-In this first version a target is a store home (a folder); registries come later through
-``modelyard publish``.
+A store is a folder or an object store (``s3://bucket/prefix``, :mod:`modelyard.transport.objectstore`):
+the artifact is read from the source store (downloaded to the local cache when it is remote), and an
+object-store target is written blobs first, then the manifest by compare-and-swap (``If-None-Match: *``,
+or ``If-Match`` with the ETag read), so two promoters at once lose neither promotion. Registries are
+reached through ``modelyard publish``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from prefect.input import RunInput
 
 from modelyard.artifact.identity import SMOKE_LEVEL_RANK
 from modelyard.artifact.manifest import Manifest
-from modelyard.artifact.store import Store
 from modelyard.errors import (
     InvalidSourceError,
     PromotionGateError,
@@ -37,6 +39,7 @@ from modelyard.errors import (
     SourceNotFoundError,
 )
 from modelyard.settings import Settings
+from modelyard.transport.objectstore import is_remote, open_store
 
 
 class Approval(RunInput):
@@ -92,10 +95,16 @@ def check_gates(artifact: Path, require_smoke: str | None = "load") -> dict[str,
 
 
 @task(name="promote-copy", cache_policy=NO_CACHE)
-def copy_to_target(artifact: Path, target: Path, name: str, revision: str, promotion: dict[str, Any]) -> str:
-    """Place the artifact (with the promotion block in its manifest) at ``<target>/<name>/<revision>``."""
+def copy_to_target(artifact: Path, target: str, name: str, revision: str, promotion: dict[str, Any]) -> str:
+    """Place the artifact (with the promotion block in its manifest) in the store ``target`` (a folder or
+    ``s3://bucket/prefix``); returns where it now is."""
 
-    return str(Store(target).promote(artifact, name, revision, promotion))
+    return open_store(target).promote(artifact, name, revision, promotion).location
+
+
+def _absolute(store: str) -> str:
+    """A store as recorded in the promotion block: an ``s3://`` URI as given, a folder made absolute."""
+    return store if is_remote(store) else str(Path(store).absolute())
 
 
 def _announce(run_id: UUID, ref: str, timeout: int) -> None:
@@ -108,16 +117,22 @@ def _announce(run_id: UUID, ref: str, timeout: int) -> None:
 @flow(name="promote", log_prints=False, validate_parameters=False)
 def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None, timeout: int = 3600,
                  poll_interval: int = 2, require_smoke: str | None = "load") -> dict[str, Any]:
-    """Promote artifact ``ref`` (NAME@REVISION) from the store ``from_target`` (default MODELYARD_HOME)
-    to each store folder of ``to_targets`` once a human approved; returns the promotion record.
-    ``require_smoke``: the smoke level the artifact must have passed (None: none needed)."""
+    """Promote artifact ``ref`` (NAME@REVISION) from the store ``from_target`` (a folder or ``s3://``;
+    default MODELYARD_STORE, else MODELYARD_HOME) to each store of ``to_targets`` once a human approved;
+    returns the promotion record. ``require_smoke``: the smoke level the artifact must have passed (None:
+    none needed)."""
     from prefect.context import FlowRunContext  # noqa: PLC0415 - heavy: prefect, imported on first use
     from prefect.flow_runs import pause_flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
 
 
     name, revision = parse_ref(ref)
-    source = (Path(from_target) if from_target else Settings().store_dir()).absolute()
-    artifact = source / name / revision
+    store = open_store(from_target, Settings())
+    source = _absolute(store.where)
+    found = store.get(name, revision)
+    if found is None:
+        raise SourceNotFoundError(f"the store {source} holds no artifact {ref}",
+                                  fix="Check NAME@REVISION and --from (the staging store): `modelyard list --store ...`.")
+    artifact = store.local(found)
     evidence = check_gates(artifact, require_smoke)
     ctx = FlowRunContext.get()
     run_id = ctx.flow_run.id if ctx and ctx.flow_run else None
@@ -131,10 +146,10 @@ def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None
         raise PromotionRejectedError(f"promotion of {ref} was rejected by {answer.by or 'an operator'}"
                                      + (f": {answer.note}" if answer.note else ""))
     promotion = {"approved_by": answer.by, "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 "note": answer.note, "from": str(source), "to": [str(Path(t).absolute()) for t in to_targets],
+                 "note": answer.note, "from": source, "to": [_absolute(t) for t in to_targets],
                  "flow_run_id": str(run_id) if run_id else None,
                  "evidence": evidence}
-    placed = [copy_to_target(artifact, Path(t).absolute(), name, revision, promotion) for t in to_targets]
+    placed = [copy_to_target(artifact, _absolute(t), name, revision, promotion) for t in to_targets]
     return {"ref": ref, "promotion": promotion, "placed": placed}
 
 

@@ -8,7 +8,7 @@ For each repo of a watch config (YAML)::
         name: my-model            # artifact name (default: from the repo)
         options: {smoke: false, quantize: w4a16, publish: [oci://...]}   # IngestOptions fields
         no_smoke: true            # shorthand for options.smoke = false
-        gpu_pool: a100            # hold a slot of the global concurrency limit `gpu-a100` while ingesting
+        gpu_pool: a100            # the build holds a slot of the global concurrency limit `gpu-a100`
 
 the branch head is resolved to a commit, and the file list (``list_repo_tree``, recursive: size, LFS
 sha256 or git blob id) at the last *ingested* commit is compared with the one at the head. ``ingest_flow``
@@ -23,7 +23,6 @@ commit, and a bounded history of decisions.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import json
 import os
@@ -45,14 +44,11 @@ from modelyard.errors import (
 from modelyard.flows.ingest import ingest_flow, retry_on_network
 from modelyard.flows.options import IngestOptions
 from modelyard.settings import Settings
+from modelyard.stages.fetch import RUNTIME_FILE_PATTERNS
 
-#: files whose change means a new artifact (matched against the file's name, or its full path)
-MODEL_PATTERNS: tuple[str, ...] = (
-    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
-    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "added_tokens.json",
-    "vocab.json", "vocab.txt", "merges.txt", "*.tiktoken", "chat_template.jinja", "chat_template.json", "*.jinja",
-    "preprocessor_config.json", "processor_config.json",
-)
+#: files whose change means a new artifact (matched against the file's name, or its full path): the files a
+#: runtime reads, which are all that model/ holds (:data:`modelyard.stages.fetch.RUNTIME_FILE_PATTERNS`)
+MODEL_PATTERNS: tuple[str, ...] = RUNTIME_FILE_PATTERNS
 _HISTORY = 50
 
 
@@ -267,32 +263,21 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
         reason = "model files changed: " + ", ".join(model[:5]) + ("" if len(model) <= 5 else f" and {len(model) - 5} more")
     ingest = ingest_flow.with_options(flow_run_name=f"{entry.repo}@{head[:7]}")
     try:
-        with _gpu_slot(entry.gpu_pool):
-            result = ingest(f"hf://{entry.repo}@{head}", entry.ingest_options(), str(home))
+        result = ingest(f"hf://{entry.repo}@{head}", entry.ingest_options(), settings.store_spec(), entry.gpu_pool)
     except Exception as exc:  # noqa: BLE001 - one repo's failure must not stop the others
         msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         d = Decision(**base, action="failed", changed=tuple(changed), reason=f"ingest failed: {msg}")
         _record(home, entry, state, d)
         return d
-    d = Decision(**base, action="ingested", changed=tuple(changed), reason=reason, artifact=str(result.artifact.path))
+    d = Decision(**base, action="ingested", changed=tuple(changed), reason=reason, artifact=result.artifact.location)
     _record(home, entry, state, d, files=new_files)
     return d
 
 
-def _gpu_slot(pool: str | None):  # noqa: ANN202
-    """One slot of the global concurrency limit ``gpu-<pool>`` (create it with ``prefect gcl create
-    gpu-<pool> --limit N``); a no-op without a pool, or when the limit does not exist."""
-
-    if not pool:
-        return contextlib.nullcontext()
-    from prefect.concurrency.sync import concurrency  # noqa: PLC0415 - heavy: prefect, imported on first use
-
-    return concurrency(f"gpu-{pool}", occupy=1, strict=False)
-
-
 @flow(name="watch", log_prints=False, validate_parameters=False)
 def watch_flow(config: str, home: str | None = None) -> list[Decision]:
-    """Check every repo of the watch YAML at ``config`` once; ingest the changed ones into ``home``."""
-    settings = Settings(home=Path(home)) if home else Settings()
-    store = settings.store_dir()
-    return [check_repo(e, settings, store) for e in load_config(Path(config))]
+    """Check every repo of the watch YAML at ``config`` once; ingest the changed ones into the store
+    ``home`` (a folder or ``s3://bucket/prefix``; default MODELYARD_STORE, else MODELYARD_HOME). The
+    watch state lives in the local store folder (``MODELYARD_HOME``, or ``home`` when it is a folder)."""
+    settings = Settings.for_store(home)
+    return [check_repo(e, settings, settings.store_dir()) for e in load_config(Path(config))]

@@ -6,6 +6,9 @@ id, ``sha1(b"blob <size>\\0" + content)`` (git's object format). Files are hashe
 pool (hashlib releases the GIL on large updates), largest first, with 4 MiB ``readinto`` reads into
 one reused buffer; each byte is read once and feeds both digests when both are needed.
 
+A download is hashed as it is written (:class:`DigestWriter`): the file is never read back to be
+hashed. Such a file's :class:`FileEntry` says ``received`` and the hash stage skips it.
+
 A :class:`DigestCache` (``<MODELYARD_HOME>/.cache/digests``) remembers the digests of a file keyed by
 its ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)``, so hashing an unchanged file again reads
 no byte. ``st_ctime_ns`` is in the key because ``mtime`` can be set back (``touch -d``, ``os.utime``)
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from modelyard import progress
 from modelyard.errors import HashMismatchError, StoreError
@@ -56,7 +59,8 @@ def _key(st: os.stat_result) -> tuple[int, int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while a process ``pid`` exists (``kill(pid, 0)``; one of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -87,7 +91,7 @@ class DigestCache:
         try:
             for tmp in self.folder.glob(".tmp-*"):
                 pid = tmp.name.split("-")[1]
-                if pid.isdigit() and not _alive(int(pid)):
+                if pid.isdigit() and not pid_alive(int(pid)):
                     tmp.unlink(missing_ok=True)
         except OSError:
             pass
@@ -208,6 +212,81 @@ def copy_with_digest(src: Path, dst: Path, expected_sha256: str | None = None,
     return d
 
 
+class DigestWriter:
+    """A write-only binary file for a download: each chunk written goes to ``fh`` and into the sha256
+    (and into the git blob sha1 when ``git_size`` is given: git's object header holds the size, so it
+    is the size the source promised) in the same pass, so the file is never read back to be hashed.
+    ``advance(n)`` is called per chunk with its size in bytes.
+
+    It offers what ``huggingface_hub.file_download.http_get`` asks of its ``temp_file``: ``write``,
+    ``tell``, ``seek`` and ``truncate``. After a broken connection http_get resumes with a ``Range``
+    request; a server that ignores it answers the whole file again, and http_get seeks back to the
+    start and truncates: the digests restart there. Seeking anywhere else raises ``OSError`` (a digest
+    cannot be rewound)."""
+
+    def __init__(self, fh: BinaryIO, *, git_size: int | None = None,
+                 advance: Callable[[int], None] | None = None) -> None:
+        self._fh = fh
+        self._git_size = git_size
+        self._advance = advance
+        self._restart()
+
+    def _restart(self) -> None:
+        self._sha = hashlib.sha256()
+        self._git = hashlib.sha1(f"blob {self._git_size}\0".encode()) if self._git_size is not None else None
+        self._n = 0
+
+    def write(self, data: bytes) -> int:
+        self._fh.write(data)
+        self._sha.update(data)
+        if self._git is not None:
+            self._git.update(data)
+        self._n += len(data)
+        if self._advance is not None:
+            self._advance(len(data))
+        return len(data)
+
+    def tell(self) -> int:
+        return self._n
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        if (pos, whence) != (0, 0):
+            raise OSError(f"a digest stream can only go back to its start, not to byte {pos} (whence {whence})")
+        self._fh.seek(0)
+        self._restart()
+        return 0
+
+    def truncate(self, size: int | None = None) -> int:
+        if size not in (None, self._n):
+            raise OSError(f"a digest stream cannot be truncated to {size} bytes (it holds {self._n})")
+        return self._fh.truncate()
+
+    def digest(self) -> FileDigest:
+        """The digests of every byte written since the (last) start; ``bytes_read`` is 0."""
+        return FileDigest(self._sha.hexdigest(), self._git.hexdigest() if self._git is not None else None, self._n)
+
+
+def differences(entry: FileEntry, digest: FileDigest) -> list[str]:
+    """How ``digest`` (bytes on disk or received) differs from what the source promised for ``entry``:
+    ``"<path>: expected <n> bytes, got <m>"``, ``"<path>: expected sha256 <hex>, got <hex>"``,
+    ``"<path>: expected git blob <hex>, got <hex>"``; empty when it matches (or nothing was promised)."""
+    out = []
+    if entry.expected_size is not None and digest.size != entry.expected_size:
+        out.append(f"{entry.path}: expected {entry.expected_size} bytes, got {digest.size}")
+    if entry.expected_sha256 and digest.sha256 != entry.expected_sha256:
+        out.append(f"{entry.path}: expected sha256 {entry.expected_sha256}, got {digest.sha256}")
+    if entry.expected_git_oid and digest.git_sha1 != entry.expected_git_oid:
+        out.append(f"{entry.path}: expected git blob {entry.expected_git_oid}, got {digest.git_sha1}")
+    return out
+
+
+def mismatch_error(source: str, problems: list[str], fix: str | None = None) -> HashMismatchError:
+    """The :class:`HashMismatchError` (exit 1) for ``problems`` (:func:`differences` lines) of ``source``."""
+    return HashMismatchError(
+        f"{len(problems)} file(s) differ from what {source} promised: " + "; ".join(problems),
+        fix=fix or "The download or cache is corrupt: delete the file from the cache (<home>/.cache/hf) and ingest again.")
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask where the OS has one)."""
     try:
@@ -233,8 +312,9 @@ def hash_snapshot(snapshot: Snapshot, workers: int | None = None, cache: DigestC
     ``cache`` (e.g. ``DigestCache.under(settings)``) skips files already hashed and unchanged since.
     ``workers`` defaults to two threads per usable CPU (at most 32, at most one per file): hashing a
     warm file is CPU-bound, a cold one waits on the disk.
-    Raises :class:`HashMismatchError` listing every file whose size, LFS sha256 or git blob id
-    differs from the source's promise (file, expected, actual).
+    A file whose entry says ``received`` (hashed while it was downloaded, see :class:`DigestWriter`)
+    is not read again. Raises :class:`HashMismatchError` listing every file whose size, LFS sha256 or
+    git blob id differs from the source's promise (file, expected, actual).
     """
     return hash_snapshot_counted(snapshot, workers, cache)[0]
 
@@ -258,28 +338,27 @@ def hash_snapshot_counted(snapshot: Snapshot, workers: int | None = None, cache:
             return None
         return copy_to / e.path
 
-    order = sorted(range(len(entries)), key=lambda i: -entries[i].size)  # largest first: shortest makespan
-    with progress.task("hashing (sha256)", total=sum(e.size for e in entries)) as adv:
+    # received files were hashed (and compared) as they were downloaded: no byte of them is read here
+    todo = [i for i in range(len(entries)) if not (entries[i].received and entries[i].sha256)]
+    order = sorted(todo, key=lambda i: -entries[i].size)  # largest first: shortest makespan
+    with progress.task("hashing (sha256)", total=sum(entries[i].size for i in todo)) as adv:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futs = {i: pool.submit(file_digest, snapshot.root / entries[i].path,
                                    git=entries[i].expected_git_oid is not None, cache=cache, advance=adv,
                                    copy_to=copy_path(entries[i]))
                     for i in order}
-            digests = [futs[i].result() for i in range(len(entries))]
+            digests = {i: f.result() for i, f in futs.items()}
     out: list[FileEntry] = []
-    for e, d in zip(entries, digests):
-        if e.expected_size is not None and d.size != e.expected_size:
-            problems.append(f"{e.path}: expected {e.expected_size} bytes, got {d.size}")
-        if e.expected_sha256 and d.sha256 != e.expected_sha256:
-            problems.append(f"{e.path}: expected sha256 {e.expected_sha256}, got {d.sha256}")
-        if e.expected_git_oid and d.git_sha1 != e.expected_git_oid:
-            problems.append(f"{e.path}: expected git blob {e.expected_git_oid}, got {d.git_sha1}")
+    for i, e in enumerate(entries):
+        d = digests.get(i)
+        if d is None:  # received: sha256 and size were compared with the promise when the bytes arrived
+            out.append(e)
+            continue
+        problems += differences(e, d)
         out.append(replace(e, sha256=d.sha256, size=d.size))
     if problems:
-        raise HashMismatchError(
-            f"{len(problems)} file(s) differ from what {snapshot.source} promised: " + "; ".join(problems),
-            fix="The download or cache is corrupt: delete the file from the cache (<home>/.cache/hf) and ingest again.")
-    return replace(snapshot, files=tuple(out)), sum(d.bytes_read for d in digests)
+        raise mismatch_error(snapshot.source, problems)
+    return replace(snapshot, files=tuple(out)), sum(d.bytes_read for d in digests.values())
 
 
 def tree_digest(files: tuple[FileEntry, ...]) -> str:

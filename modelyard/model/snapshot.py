@@ -6,7 +6,7 @@ For each file: size and SHA256 (filled by the hashing stage) and what the source
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,17 @@ class FileEntry:
     patched: bool = False
     original_sha256: str | None = None  # for a patched file: the source's sha256 (None when created)
     made_by: str | None = None  # a stage that produced the file (e.g. "quantized")
+    #: the source listed the file without a digest it vouches for (a gated repo's redacted or missing hash):
+    #: its sha256 is computed here and never compared, and its origin is ``unverified``
+    unverifiable: bool = False
+    #: ``sha256`` and ``size`` are those of the bytes received from the hub as they were written, already
+    #: compared with the expected digests then: the hash stage does not read the file again
+    received: bool = False
 
     @property
     def origin(self) -> str:
-        """Where the trusted digest comes from: ``hub-lfs``, ``hub-git``, ``computed``, ``patched`` or the producing stage."""
+        """Where the trusted digest comes from: ``hub-lfs``, ``hub-git``, ``computed``, ``unverified`` (the
+        hub could not vouch for it), ``patched`` or the producing stage."""
         if self.made_by:
             return self.made_by
         if self.patched:
@@ -36,7 +43,7 @@ class FileEntry:
             return "hub-lfs"
         if self.expected_git_oid:
             return "hub-git"
-        return "computed"
+        return "unverified" if self.unverifiable else "computed"
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,9 @@ class Snapshot:
     revision: str | None = None  # as requested (branch, tag or sha)
     commit: str | None = None  # resolved once, at fetch
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: the source's files that are not in ``files`` (not read by a runtime, or excluded): relative POSIX
+    #: paths, sorted; the report names each one
+    left_out: tuple[str, ...] = ()
 
     def file(self, rel: str) -> FileEntry:
         for f in self.files:
@@ -59,3 +69,15 @@ class Snapshot:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+    @property
+    def unverifiable(self) -> tuple[str, ...]:
+        """Paths of the files whose digest the source could not vouch for (:attr:`FileEntry.unverifiable`)."""
+        return tuple(f.path for f in self.files if f.unverifiable)
+
+    def without_received(self) -> Snapshot:
+        """This snapshot with the digests of the download stream dropped (``sha256`` None, ``received``
+        False): for a fetch result reused from an earlier run, whose files may have changed since and
+        must be hashed from disk."""
+        return replace(self, files=tuple(replace(f, sha256=None, received=False) if f.received else f
+                                         for f in self.files))

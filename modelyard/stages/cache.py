@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from modelyard.paths import PACKAGE
+from modelyard.version import code_digest
+from modelyard.version import library_versions as _versions
 
 if TYPE_CHECKING:
     from modelyard.settings import Settings
@@ -35,29 +34,9 @@ if TYPE_CHECKING:
 LIBRARIES = ("transformers", "tokenizers", "safetensors", "huggingface_hub")
 
 
-@lru_cache(maxsize=1)
-def code_digest() -> str:
-    """SHA256 (hex) over the relative path and bytes of every file of the ``modelyard`` package
-    (caches excluded); computed once per process (about 150 files, milliseconds)."""
-    root = PACKAGE
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"):
-            h.update(p.relative_to(root).as_posix().encode() + b"\0")
-            h.update(hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
-
-
-@lru_cache(maxsize=1)
 def library_versions() -> dict[str, str | None]:
     """Installed versions of :data:`LIBRARIES` (None when one is not installed)."""
-    out: dict[str, str | None] = {}
-    for name in LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return _versions(LIBRARIES)
 
 
 def stage_key(stage: str, **inputs: Any) -> str:

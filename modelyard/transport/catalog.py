@@ -1,8 +1,9 @@
-"""catalog: what the store at ``MODELYARD_HOME`` holds (``modelyard list``, ``modelyard show``).
+"""catalog: what a store holds (``modelyard list``, ``modelyard show``): the store folder
+(``MODELYARD_HOME``) or an object store (``MODELYARD_STORE=s3://bucket/prefix``).
 
-Reads ``<home>/<name>/<revision>/manifest.json`` only (and ``report.json`` for ``show``); never
-hashes weights. Staging and cache folders (names starting with ``.``) are skipped, and so are
-folders without a readable manifest.
+Reads manifests only (and ``report.json`` and the presence of ``model.sig`` for ``show``); never
+hashes or downloads weights. In a folder, staging and cache folders (names starting with ``.``) are
+skipped, and so are folders without a readable manifest.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 
 from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
 from modelyard.artifact.manifest import Manifest
-from modelyard.errors import BundleError, StoreError
-from modelyard.transport.bundle import resolve_artifact
+from modelyard.artifact.store import Artifact, Store
+from modelyard.errors import BundleError, PublishError, StoreError
+from modelyard.transport.bundle import find_artifact, resolve_artifact
+from modelyard.transport.objectstore import is_remote, open_store
 
 
 @dataclass(frozen=True)
@@ -26,51 +29,51 @@ class ArtifactSummary:
     created_at: str | None
     quantization: str | None  # the scheme, or None when not quantized
     size: int  # bytes of model/ (the manifest's sizes)
-    path: Path
+    path: str  # the artifact's folder, or its s3:// URI in an object store
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "path": str(self.path)}
+        return asdict(self)
 
 
-def _summary(path: Path, m: Manifest) -> ArtifactSummary:
-    return ArtifactSummary(name=m.name or path.parent.name, revision=m.revision or path.name,
+def _summary(artifact: Artifact, m: Manifest) -> ArtifactSummary:
+    return ArtifactSummary(name=m.name or artifact.name, revision=m.revision or artifact.revision,
                            content_digest=m.content_digest, created_at=m.created_at, quantization=m.scheme,
-                           size=m.model_bytes, path=path)
+                           size=m.model_bytes, path=artifact.location)
 
 
-def list_artifacts(home: Path) -> list[ArtifactSummary]:
-    """Every artifact under ``home``, sorted by name then creation time (newest last)."""
-    home = Path(home).expanduser().absolute()
-    if not home.is_dir():
+def list_artifacts(home: str | Path | None = None) -> list[ArtifactSummary]:
+    """Every artifact in the store ``home`` (a folder or ``s3://bucket/prefix``; default MODELYARD_STORE,
+    else MODELYARD_HOME), sorted by name then creation time (newest last); a folder that does not exist
+    holds none. Raises :class:`StoreError` when the store cannot be read."""
+    store = open_store(home)
+    if not is_remote(store.where) and not store.home.is_dir():
         return []
-    out = []
     try:
-        for mf in home.glob(f"*/*/{MANIFEST}"):
-            if mf.parent.parent.name.startswith("."):
-                continue
-            try:
-                out.append(_summary(mf.parent, Manifest.load(mf.parent)))
-            except (OSError, ValueError):
-                continue
-    except OSError as exc:
-        raise StoreError(f"cannot read the store {home}: {exc.strerror or exc}", fix="Check MODELYARD_HOME.") from exc
+        found = store.list()
+    except PublishError as exc:
+        raise StoreError(exc.message, fix=exc.fix) from exc
+    out = [_summary(a, m) for a, m in found]
     return sorted(out, key=lambda a: (a.name, a.created_at or "", a.revision))
 
 
-def show_artifact(ref: str | Path, home: Path | None = None) -> dict[str, Any]:
-    """A summary of one artifact (``NAME[@REV]`` in the store, or a folder): identity, source,
+def show_artifact(ref: str | Path, home: str | Path | None = None) -> dict[str, Any]:
+    """A summary of one artifact (``NAME[@REV]`` in the store ``home``, or a folder): identity, source,
     files, quantization, verification and smoke, signature presence, and the report's counts."""
     try:
-        root = resolve_artifact(ref, home)
-        m = Manifest.load(root)
-    except BundleError as exc:
+        if Path(ref).expanduser().exists():
+            root = resolve_artifact(ref, home)
+            store, artifact = Store(root.parent.parent), Artifact(root.parent.name, root.name, root, "")
+        else:
+            store, artifact = find_artifact(str(ref), home)
+        m = Manifest.from_bytes(store.read(artifact, MANIFEST))
+    except (BundleError, PublishError) as exc:
         raise StoreError(exc.message, fix=exc.fix) from exc
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot read {ref}/manifest.json: {exc}", fix="Re-ingest the model.") from exc
-    s = _summary(root, m)
+    s = _summary(artifact, m)
     report: dict[str, Any] | None = None
     try:
-        r = json.loads((root / REPORT_JSON).read_text())
+        r = json.loads(store.read(artifact, REPORT_JSON))
         findings = r.get("findings") or []
         report = {"summary": r.get("summary"),
                   "findings": [{k: f.get(k) for k in ("severity", "code", "file", "message")}
@@ -83,5 +86,13 @@ def show_artifact(ref: str | Path, home: Path | None = None) -> dict[str, Any]:
             "files": len(m.files), "verification": m.verification if "verification" in m.present else None,
             "smoke": None if not smoke else {k: smoke.get(k) for k in ("vllm_version", "load_seconds",
                                                                           "tokens_per_second", "finish_reason")},
-            "patches": (m.patches or {}).get("count", 0), "signed": (root / SIGNATURE).is_file(),
+            "patches": (m.patches or {}).get("count", 0), "signed": _has(store, artifact, SIGNATURE),
             "report": report}
+
+
+def _has(store: Store, artifact: Artifact, rel: str) -> bool:
+    try:
+        store.read(artifact, rel)
+    except OSError:
+        return False
+    return True

@@ -248,6 +248,22 @@ def _annotations(art: LocalArtifact) -> dict[str, str]:
     return {k: v for k, v in out.items() if v}
 
 
+def push_target(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
+                home: Path | None = None):  # noqa: ANN201
+    """What a push needs: ``(target OciRef with its tag, LocalArtifact, oras client, container)``. The tag
+    defaults to the artifact's revision. Raises :class:`PublishError` for a digest reference, an artifact
+    that does not match its manifest, or an unreachable registry (checked before any work)."""
+    target = parse_oci_ref(ref)
+    if target.digest:
+        raise PublishError(f"{ref}: a push needs a tag, not a digest", fix=_FIX_REF)
+    art = load_artifact(artifact_dir, home)
+    if target.tag is None:
+        rev = art.manifest.revision or "latest"
+        target = OciRef(target.host, target.repo, rev if _TAG_RE.match(rev) else "latest", None)
+    client = _client(target, insecure, Settings() if settings is None else settings)
+    return target, art, client, client.get_container(f"{target.repo}:{target.tag}")
+
+
 def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
                 chunk_size: int = DEFAULT_CHUNK, home: Path | None = None) -> PublishResult:
     """Push the artifact (folder or store reference ``NAME[@REV]``) to ``ref``
@@ -256,18 +272,7 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
     Raises :class:`PublishError` (exit 2) when the reference is malformed, the registry is unreachable
     or refuses a blob (a file whose bytes no longer match its sha256 is refused by the registry's
     digest check and named in the message)."""
-    if settings is None:
-
-        settings = Settings()
-    target = parse_oci_ref(ref)
-    if target.digest:
-        raise PublishError(f"{ref}: a push needs a tag, not a digest", fix=_FIX_REF)
-    art = load_artifact(artifact_dir, home)
-    if target.tag is None:
-        rev = art.manifest.revision or "latest"
-        target = OciRef(target.host, target.repo, rev if _TAG_RE.match(rev) else "latest", None)
-    client = _client(target, insecure, settings)
-    container = client.get_container(f"{target.repo}:{target.tag}")
+    target, art, client, container = push_target(artifact_dir, ref, settings=settings, insecure=insecure, home=home)
     entries = [(MANIFEST, len(art.manifest_bytes), _sha(art.manifest_bytes), None)]
     entries += [(f.rel, f.size, f.sha256, f.path) for f in art.files]
     layers = [{"mediaType": media_type(rel), "digest": f"sha256:{sha}", "size": size,

@@ -1,7 +1,8 @@
 """publish: send an artifact to a remote target, or pull one back, by URI scheme.
 
 ``oci://host[:port]/repo[:tag]`` → :mod:`.oci` (a ModelPack artifact, one raw layer per file);
-``s3://bucket/prefix`` → :mod:`.s3` (the files, ``manifest.json`` last). Both pulls check every
+``s3://bucket/prefix`` → :mod:`.s3` (the files, ``manifest.json`` last); ``oci://`` with the ``modelcar``
+flavour → :mod:`.modelcar` (``model/`` as a KServe ModelCar image). Both pulls check every
 file's sha256 and write into a temp folder renamed into place at the end; both verify ``model.sig``
 when a public key is given. These are the functions the ingest flow calls for ``--publish``.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 from modelyard.errors import PublishError
 from modelyard.transport._transfer import PublishResult, PullResult
+from modelyard.transport.modelcar import FLAVOURS, publish_modelcar
 from modelyard.transport.oci import parse_oci_ref, publish_oci, pull_oci
 from modelyard.transport.s3 import parse_s3_uri, publish_s3, pull_s3
 
@@ -34,10 +36,22 @@ def check_target(to: str) -> None:
         raise PublishError(f"{to!r} is not a publish target modelyard knows", fix=_FIX)
 
 
-def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path | None = None) -> PublishResult:
-    """Publish the artifact (folder or store reference ``NAME[@REV]``) to ``to`` (``oci://`` or ``s3://``)."""
-    if to.startswith("oci://"):
+def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path | None = None,
+            flavour: str = "modelpack") -> PublishResult:
+    """Publish the artifact (folder or store reference ``NAME[@REV]``) to ``to`` (``oci://`` or ``s3://``).
 
+    ``flavour`` (OCI only): ``modelpack`` (default) pushes the whole artifact as a ModelPack artifact, one raw
+    layer per file (:mod:`.oci`); ``modelcar`` pushes ``model/`` as a runnable ModelCar image for KServe's
+    ``oci://`` storage (:mod:`.modelcar`). Raises :class:`PublishError` (exit 2) for an unknown flavour or
+    ``modelcar`` with ``s3://``."""
+    if flavour not in FLAVOURS:
+        raise PublishError(f"--flavour {flavour!r} is not a publish flavour", fix=f"Use one of: {', '.join(FLAVOURS)}.")
+    if flavour == "modelcar" and not to.startswith("oci://"):
+        raise PublishError(f"--flavour modelcar is an OCI image; {to!r} is not an oci:// reference",
+                           fix="Publish the ModelCar to oci://HOST[:PORT]/REPO[:TAG] (S3 takes the artifact as files).")
+    if to.startswith("oci://"):
+        if flavour == "modelcar":
+            return publish_modelcar(artifact, to, settings=settings, home=home)
         return publish_oci(artifact, to, settings=settings, home=home)
     if to.startswith("s3://"):
 
@@ -56,4 +70,4 @@ def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings
     raise PublishError(f"{ref!r} is not a source modelyard can pull from", fix=_FIX)
 
 
-__all__ = ["publish", "pull", "PublishResult", "PullResult", "SCHEMES"]
+__all__ = ["publish", "pull", "PublishResult", "PullResult", "SCHEMES", "FLAVOURS"]

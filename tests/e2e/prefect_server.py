@@ -32,8 +32,10 @@ def free_port() -> int:
 
 
 class PrefectServer:
-    def __init__(self, workdir: Path, *, database_url: str | None = None, startup_timeout: float = 180.0) -> None:
+    def __init__(self, workdir: Path, *, database_url: str | None = None, startup_timeout: float = 180.0,
+                 server_env: dict[str, str] | None = None) -> None:
         self.workdir = Path(workdir)
+        self.server_env = server_env or {}  # more settings for the server process (e.g. its services' loops)
         self.database_url = database_url or f"sqlite+aiosqlite:///{self.workdir / 'prefect.db'}"
         self.startup_timeout = startup_timeout
         self.port: int | None = None
@@ -56,7 +58,8 @@ class PrefectServer:
         env = {**os.environ, "PREFECT_HOME": str(self.workdir / "server-home"),
                "PREFECT_API_DATABASE_CONNECTION_URL": self.database_url,
                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
-               "PREFECT_LOGGING_LEVEL": "WARNING", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+               "PREFECT_LOGGING_LEVEL": "WARNING", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+               **self.server_env}
         env.pop("PREFECT_API_URL", None)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(

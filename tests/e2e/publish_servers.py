@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
+#: moto's S3 accepts any credentials; these are what the tests set
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 def free_port() -> int:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import socket
 
 import pytest
 
-from tests.conftest import run_cli, store_artifacts
+from tests.conftest import json_error, json_result, run_cli, store_artifacts
 
 pytestmark = pytest.mark.e2e
 
@@ -54,9 +53,9 @@ def test_unreachable_endpoint_json(tmp_path):
     r = run_cli("ingest", "hf://org/tiny@main", "--json", "--out", str(tmp_path / "store"),
                 env={"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_TOKEN": "hf_canary_never_print_me"})
     assert r.returncode == 2
-    assert json.loads(r.stdout) == {"ok": False, "error": "EndpointUnreachableError",
-                                    "message": f"cannot reach the hub endpoint http://127.0.0.1:{port} (ConnectError)",
-                                    "fix": "Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network."}
+    assert json_error(r.stdout, "ingest", 2) == {
+        "type": "EndpointUnreachableError", "message": f"cannot reach the hub endpoint http://127.0.0.1:{port} (ConnectError)",
+        "fix": "Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network."}
     assert "hf_canary_never_print_me" not in r.stdout + r.stderr
     assert store_artifacts(tmp_path / "store") == []
 
@@ -65,13 +64,13 @@ def test_verify_exit_codes(tmp_path, tiny_llama_dir):
     assert run_cli("verify", str(tmp_path / "nope")).returncode == 2
     ok = run_cli("verify", str(tiny_llama_dir), "--json")
     assert ok.returncode == 0
-    assert json.loads(ok.stdout)["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "passed": True}
+    assert json_result(ok.stdout, "verify")["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "passed": True}
 
 
 def test_ingest_local_folder_without_smoke(tmp_path, tiny_llama_dir):
     r = run_cli("ingest", f"file://{tiny_llama_dir}", "--no-smoke", "--json", "--out", str(tmp_path / "store"))
     assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     assert out["name"] == "tiny-llama" and out["revision"] == "sha256-" + out["content_digest"][7:19]
     assert [p.name for p in store_artifacts(tmp_path / "store")] == [out["revision"]]
     assert sorted(p.name for p in tiny_llama_dir.iterdir()) == ["chat_template.jinja", "config.json",

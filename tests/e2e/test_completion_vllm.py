@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, store_artifacts
+from tests.conftest import json_error, json_result, run_cli, store_artifacts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -35,8 +35,8 @@ def test_base_model_publishes_for_completion_and_the_gate_follows_the_target(bas
     home = tmp_path / "store"
     chat = run_cli("ingest", f"file://{base_smollm2}", "--json", "--out", str(home))
     assert chat.returncode == 1, chat.stdout[-2000:] + chat.stderr[-2000:]
-    refused = json.loads(chat.stdout)
-    assert refused["error"] == "VerificationFailedError"
+    refused = json_error(chat.stdout, "ingest", 1)
+    assert refused["type"] == "VerificationFailedError"
     errors = {f["code"] for f in refused["report"]["findings"] if f["severity"] == "error"}
     # the hand rule, and the runtime oracle's twin when ingest asks the local vLLM (MODELYARD_VERIFY_RUNTIME)
     assert "tokenizer.chat_template.missing" in errors and errors <= {"tokenizer.chat_template.missing",
@@ -45,7 +45,7 @@ def test_base_model_publishes_for_completion_and_the_gate_follows_the_target(bas
 
     r = run_cli("ingest", f"file://{base_smollm2}", "--serve", "completion", "--json", "--out", str(home), timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     art = Path(out["artifact"])
     assert store_artifacts(home) == [art]
     assert not (art / "model" / "chat_template.jinja").exists()

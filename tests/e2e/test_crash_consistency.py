@@ -24,7 +24,7 @@ import pytest
 from modelyard.errors import ModelyardError
 from modelyard.settings import Settings
 from modelyard.transport.publish import pull
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, json_result, run_cli
 from tests.e2e.publish_servers import docker_registry, moto_s3
 from tests.fixtures import make_tiny_llama
 from tests.killing import kill_at as _kill_at
@@ -149,7 +149,7 @@ def test_four_concurrent_ingests_make_one_artifact(model, tmp_path):
              for _ in range(4)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [o[1][-1000:] for o in outs]
-    results = [json.loads(o[0]) for o in outs]
+    results = [json_result(o[0], "ingest") for o in outs]
     assert len({r["artifact"] for r in results}) == 1 and len({r["content_digest"] for r in results}) == 1
     assert sorted(r["reused"] for r in results) == [False, True, True, True]
     assert len(_store_is_consistent(home)) == 1
@@ -174,8 +174,9 @@ def test_sigkill_while_downloading_and_patching(model, tmp_path_factory, tmp_pat
         env = {**os.environ, "HF_ENDPOINT": server.endpoint, "MODELYARD_HOME": str(home),
                "MODELYARD_PROGRESS_JSONL": str(log)}
         cmd = [sys.executable, "-m", "modelyard", "ingest", "hf://org/crash@main", "--no-smoke", "--json"]
-        points = [_nth("Fetching", "start", 1)] + [_nth("Fetching", "advance", n) for n in (1, 2, 4)]
-        points += [_nth("hashing (sha256)", "advance", 2), _nth("packaging model/", "advance", 2),
+        points = [_nth("downloading config and tokenizer", "start", 1), _nth("downloading config and tokenizer", "advance", 1),
+                  _nth("downloading weights", "start", 1)] + [_nth("downloading weights", "advance", n) for n in (1, 2)]
+        points += [_nth("hashing (sha256)", "advance", 2),
                    _exists(home, ".staging/*/patches.json", "patches.json written in staging"),
                    _exists(home, ".staging/*/patch.diff", "patch.diff written in staging"),
                    _nth("writing report and manifest", "start", 1)]
@@ -187,7 +188,7 @@ def test_sigkill_while_downloading_and_patching(model, tmp_path_factory, tmp_pat
         r = run_cli("ingest", "hf://org/crash@main", "--no-smoke", "--json",
                     env={"HF_ENDPOINT": server.endpoint, "MODELYARD_HOME": str(home)})
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     (art,) = _store_is_consistent(home)
     assert out["patches"] == 1 and (art / "patches.json").is_file() and (art / "patch.diff").is_file()
     assert json.loads((art / "model" / "generation_config.json").read_text())["eos_token_id"] == [1, 2]

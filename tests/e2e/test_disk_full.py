@@ -5,7 +5,6 @@ Mounting a tmpfs needs root (CAP_SYS_ADMIN), which this project's machines and C
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import uuid
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import json_error, run_cli
 from tests.fixtures import make_tiny_llama
 from tests.unit.test_bundle import _build_artifact
 
@@ -70,6 +69,6 @@ def test_bundle_and_unbundle_on_a_full_disk_leave_nothing(model, small_fs, tmp_p
     assert run_cli("bundle", str(art), "-o", str(ok), "--level", "1").returncode == 0
     r = run_cli("unbundle", str(ok), "--into", str(small_fs / "art"), "--json")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    err = json.loads(r.stdout)
-    assert (err["ok"], err["error"]) == (False, "StoreError") and "No space left on device" in err["message"]
+    err = json_error(r.stdout, "unbundle", 2)
+    assert err["type"] == "StoreError" and "No space left on device" in err["message"]
     assert [n for n in os.listdir(small_fs) if "art" in n] == []  # no partial extraction, no temp folder

@@ -1,5 +1,7 @@
 """ingest hf://org/tiny@main from a real HF-compatible endpoint (olah on 127.0.0.1, offline mirror
-of a local git+LFS repo). One olah server per session; smoke is off (random weights cannot chat)."""
+of a local git+LFS repo). One olah server per session; smoke is off (random weights cannot chat).
+Answers olah cannot give (a gated repo's redacted hashes, a corrupted body) come from a small proxy in
+front of it (tests/e2e/hub_proxy.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, store_artifacts
+from tests.conftest import json_result, run_cli, store_artifacts
+from tests.e2e.hub_proxy import HubProxy
 from tests.e2e.olah_hub import OlahServer, make_lfs_repo
 from tests.fixtures import make_tiny_llama
 
@@ -27,8 +30,27 @@ def hub(tmp_path_factory):
         {"README.md": b"# tiny, second commit\n"},
     ])
     make_lfs_repo(mirrors, "org", "pickled", [only_pickle])
-    with OlahServer(mirrors) as server:
-        yield {"endpoint": server.endpoint, "shas": shas, "files": files}
+    broken = _broken_header(files["model.safetensors"])
+    make_lfs_repo(mirrors, "org", "broken", [{**files, "model.safetensors": broken}])
+    with OlahServer(mirrors) as server, HubProxy(server.endpoint) as proxy:
+        yield {"endpoint": server.endpoint, "shas": shas, "files": files, "proxy": proxy, "broken": broken}
+
+
+def _broken_header(weights: bytes) -> bytes:
+    """``weights`` with model.norm.weight declared [65] instead of [64] in its header (same length):
+    its data_offsets then span 128 bytes where 130 are needed."""
+    n = int.from_bytes(weights[:8], "little")
+    header = json.loads(weights[8:8 + n])
+    assert header["model.norm.weight"]["shape"] == [64]
+    raw = weights[8:8 + n].replace(json.dumps(header["model.norm.weight"], separators=(",", ":")).encode(),
+                                   json.dumps({**header["model.norm.weight"], "shape": [65]}, separators=(",", ":")).encode())
+    assert len(raw) == n and raw != weights[8:8 + n]
+    return weights[:8] + raw + weights[8 + n:]
+
+
+def _blobs(home: Path, repo: str) -> list[str]:
+    """Names of the files in the hub cache's blobs/ for ``repo`` (incomplete downloads included)."""
+    return sorted(p.name for p in (home / ".cache" / "hf" / f"models--{repo.replace('/', '--')}" / "blobs").glob("*"))
 
 
 def _env(hub, home: Path) -> dict:
@@ -38,9 +60,10 @@ def _env(hub, home: Path) -> dict:
 def test_ingest_records_resolved_commit(hub, tmp_path):
     r = run_cli("ingest", "hf://org/tiny@main", "--no-smoke", "--json", env=_env(hub, tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     head = hub["shas"][-1]
     assert out["commit"] == head and out["revision"] == head
+    assert out["hashed_bytes"] == 0  # every file was hashed while it was downloaded, none read back
     art = Path(out["artifact"])
     assert art == tmp_path / "tiny" / head
     manifest = json.loads((art / "manifest.json").read_text())
@@ -51,7 +74,10 @@ def test_ingest_records_resolved_commit(hub, tmp_path):
     assert by_path["model/model.safetensors"] == {"path": "model/model.safetensors", "size": len(w),
                                                   "sha256": hashlib.sha256(w).hexdigest(), "origin": "hub-lfs"}
     assert by_path["model/config.json"]["origin"] == "hub-git"
-    assert sorted(by_path) == sorted(f"model/{n}" for n in [*hub["files"], "README.md"])
+    assert sorted(by_path) == sorted(f"model/{n}" for n in hub["files"])  # README.md: no runtime reads it
+    assert out["left_out"] == [".gitattributes", "README.md"]
+    report = json.loads((art / "report.json").read_text())
+    assert [f["file"] for f in report["findings"] if f["code"] == "files.left_out"] == [".gitattributes", "README.md"]
     assert (art / "model" / "model.safetensors").read_bytes() == w
     # the custody chain holds: verify re-hashes against the manifest
     v = run_cli("verify", str(art), env=_env(hub, tmp_path))
@@ -59,18 +85,18 @@ def test_ingest_records_resolved_commit(hub, tmp_path):
     # publishing the same content again is a no-op
     again = run_cli("ingest", f"hf://org/tiny@{head}", "--no-smoke", "--json", env=_env(hub, tmp_path))
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout)["reused"] is True
-    assert json.loads(again.stdout)["cached_stages"] == ["verify"]  # same files: the report is reused
+    assert json_result(again.stdout, "ingest")["reused"] is True
+    assert json_result(again.stdout, "ingest")["cached_stages"] == ["verify"]  # same files: the report is reused
     assert store_artifacts(tmp_path) == [art]
     # a pinned commit's fetch is cached too, unless the hub cache lost its files since
     third = run_cli("ingest", f"hf://org/tiny@{head}", "--no-smoke", "--json", env=_env(hub, tmp_path))
-    assert json.loads(third.stdout)["cached_stages"] == ["fetch", "verify"], third.stderr
+    assert json_result(third.stdout, "ingest")["cached_stages"] == ["fetch", "verify"], third.stderr
     import shutil
 
     shutil.rmtree(tmp_path / ".cache" / "hf")
     fourth = run_cli("ingest", f"hf://org/tiny@{head}", "--no-smoke", "--json", env=_env(hub, tmp_path))
     assert fourth.returncode == 0, fourth.stderr
-    assert json.loads(fourth.stdout)["cached_stages"] == ["verify"]
+    assert json_result(fourth.stdout, "ingest")["cached_stages"] == ["verify"]
     assert (tmp_path / ".cache" / "hf").is_dir()
 
 
@@ -115,7 +141,7 @@ def test_include_and_exclude_patterns_on_the_command_line(hub, tmp_path):
     r = run_cli("ingest", "https://huggingface.co/org/tiny", "--exclude", "README.md", "--no-smoke", "--json",
                 env=_env(hub, tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     files = {f["path"] for f in json.loads((Path(out["artifact"]) / "manifest.json").read_text())["files"]}
     assert (out["revision"], sorted(files)) == (head, sorted(f"model/{n}" for n in hub["files"]))
     bad = run_cli("ingest", "hf://org/tiny@main", "--include", "*.md", "--no-smoke", env=_env(hub, tmp_path / "b"))
@@ -129,13 +155,102 @@ def test_offline_ingest_uses_the_local_hub_cache(hub, tmp_path):
     head = hub["shas"][-1]
     online = run_cli("ingest", "hf://org/tiny@main", "--no-smoke", "--json", env=_env(hub, tmp_path))
     assert online.returncode == 0, online.stderr
-    first = json.loads(online.stdout)
+    first = json_result(online.stdout, "ingest")
     dead = {"HF_ENDPOINT": "http://127.0.0.1:9", "MODELYARD_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     for ref in ("main", head):
         r = run_cli("ingest", f"hf://org/tiny@{ref}", "--no-smoke", "--json", env=dead)
         assert r.returncode == 0, r.stderr
-        out = json.loads(r.stdout)
+        out = json_result(r.stdout, "ingest")
         assert (out["commit"], out["content_digest"], out["reused"]) == (head, first["content_digest"], True)
     missing = run_cli("ingest", "hf://org/tiny@v9", "--no-smoke", env=dead)
     assert missing.returncode == 2
     assert "hf://org/tiny@v9 is not in the local hub cache" in missing.stderr
+
+
+def test_corrupted_download_is_refused_and_never_cached(hub, tmp_path):
+    """The hub's LFS sha256 is checked against the bytes received: a body with one flipped byte fails
+    the fetch naming both digests, and nothing of it stays in the hub cache (a later run downloads again)."""
+    from modelyard.errors import HashMismatchError
+    from modelyard.model.source import parse_source
+    from modelyard.settings import Settings
+    from modelyard.stages.fetch import fetch
+
+    proxy = hub["proxy"]
+    proxy.corrupt = {"org/tiny": {"model.safetensors"}}
+    try:
+        with pytest.raises(HashMismatchError) as e:
+            fetch(parse_source("hf://org/tiny@main"), Settings(home=tmp_path, hf_endpoint=proxy.endpoint))
+    finally:
+        proxy.corrupt = {}
+    w = hub["files"]["model.safetensors"]
+    flipped = bytearray(w)
+    flipped[len(w) // 2] ^= 0xFF
+    want, got = hashlib.sha256(w).hexdigest(), hashlib.sha256(bytes(flipped)).hexdigest()
+    assert f"model.safetensors: expected sha256 {want}, got {got}" in e.value.message
+    assert want not in _blobs(tmp_path, "org/tiny") and got not in _blobs(tmp_path, "org/tiny")
+    assert not [b for b in _blobs(tmp_path, "org/tiny") if b.endswith(".incomplete")]
+    again = fetch(parse_source("hf://org/tiny@main"), Settings(home=tmp_path, hf_endpoint=hub["endpoint"]))
+    assert again.file("model.safetensors").sha256 == want and again.file("model.safetensors").received
+
+
+def test_remote_verify_agrees_with_the_full_local_verify(hub, tmp_path):
+    """verify hf://... judges config, tokenizer and every safetensors header read by HTTP range, and
+    gives exactly the findings of a verify of the fully downloaded folder, for a healthy repo and a
+    broken one; no weight file is downloaded for it."""
+    from huggingface_hub import snapshot_download
+
+    from modelyard.model.source import parse_source
+    from modelyard.settings import Settings
+    from modelyard.stages.verify import verify_folder, verify_source
+
+    settings = Settings(home=tmp_path / "home", hf_endpoint=hub["endpoint"])
+    for repo, weights in (("org/tiny", hub["files"]["model.safetensors"]), ("org/broken", hub["broken"])):
+        remote = verify_source(parse_source(f"hf://{repo}@main"), settings=settings)
+        full = Path(snapshot_download(repo, revision="main", cache_dir=str(tmp_path / "full"), endpoint=hub["endpoint"],
+                                      token=False))
+        assert (full / "model.safetensors").read_bytes() == weights
+        assert remote.findings == verify_folder(full).findings, repo
+        assert hashlib.sha256(weights).hexdigest() not in _blobs(tmp_path / "home", repo)
+        assert not (tmp_path / "home" / ".cache" / "preverify").exists() or \
+            not any((tmp_path / "home" / ".cache" / "preverify").iterdir())
+    assert remote.passed is False and "safetensors.tensor.size_mismatch" in {f.code for f in remote.errors}
+    cli = run_cli("verify", "hf://org/broken@main", env={"HF_ENDPOINT": hub["endpoint"],
+                                                         "MODELYARD_HOME": str(tmp_path / "cli")})
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    assert "safetensors.tensor.size_mismatch" in cli.stdout and "FAIL hf://org/broken@main" in cli.stdout
+    assert hashlib.sha256(hub["broken"]).hexdigest() not in _blobs(tmp_path / "cli", "org/broken")
+
+
+def test_ingest_of_a_broken_repo_fails_before_its_weights_are_downloaded(hub, tmp_path):
+    r = run_cli("ingest", "hf://org/broken@main", "--no-smoke", env=_env(hub, tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "before its weights were downloaded" in r.stderr
+    assert "[safetensors.tensor.size_mismatch] model.safetensors: tensor model.norm.weight (BF16 [65])" in r.stderr
+    blobs = _blobs(tmp_path, "org/broken")
+    assert len(blobs) == len(hub["files"]) - 1  # every file but the weights
+    assert hashlib.sha256(hub["broken"]).hexdigest() not in blobs
+    assert not list((tmp_path / ".cache" / "hf").rglob("*.safetensors"))
+    assert store_artifacts(tmp_path) == []
+
+
+def test_redacted_hub_hashes_are_unverifiable_not_mismatched(hub, tmp_path):
+    """A gated repo's tree may redact the LFS sha256 (asterisks) or give none: the ingest passes with a
+    warning naming each such file, and the manifest's origin for them is "unverified", never hub-*."""
+    proxy = hub["proxy"]
+    proxy.redact = {"org/tiny": {"model.safetensors": "asterisks", "tokenizer_config.json": "null"}}
+    try:
+        r = run_cli("ingest", "hf://org/tiny@main", "--no-smoke", "--json",
+                    env={"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(tmp_path)})
+    finally:
+        proxy.redact = {}
+    assert r.returncode == 0, r.stdout + r.stderr
+    art = Path(json_result(r.stdout, "ingest")["artifact"])
+    origins = {f["path"]: (f["origin"], f["sha256"]) for f in json.loads((art / "manifest.json").read_text())["files"]}
+    w = hub["files"]["model.safetensors"]
+    assert origins["model/model.safetensors"] == ("unverified", hashlib.sha256(w).hexdigest())
+    assert origins["model/tokenizer_config.json"][0] == "unverified"
+    assert {o for p, (o, _) in origins.items() if p not in ("model/model.safetensors", "model/tokenizer_config.json")} == {"hub-git"}
+    report = json.loads((art / "report.json").read_text())
+    warned = [(f["code"], f["severity"], f["file"]) for f in report["findings"] if f["code"] == "source.hash_unverifiable"]
+    assert warned == [("source.hash_unverifiable", "warning", "model.safetensors"),
+                      ("source.hash_unverifiable", "warning", "tokenizer_config.json")]

@@ -14,7 +14,7 @@ import pytest
 
 from modelyard.settings import Settings
 from modelyard.stages.smoke import smoke_load
-from tests.conftest import run_cli
+from tests.conftest import json_result, run_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -43,7 +43,7 @@ def broken_smollm2(demo_run, tmp_path_factory):
 def test_broken_runs_past_end_of_turn_and_patch_stops_it(broken_smollm2, tmp_path):
     before = run_cli("verify", str(broken_smollm2), "--serve", "chat", "--json")
     assert before.returncode == 1
-    codes = [f["code"] for f in json.loads(before.stdout)["findings"] if f["severity"] == "error"]
+    codes = [f["code"] for f in json_result(before.stdout, "verify", 1)["findings"] if f["severity"] == "error"]
     assert codes == ["tokenizer.stop_tokens.missing_turn_terminator"]
 
     settings = Settings()
@@ -59,7 +59,7 @@ def test_broken_runs_past_end_of_turn_and_patch_stops_it(broken_smollm2, tmp_pat
     assert '"eos_token_id": [\n+    0,\n+    2\n+  ]' in r.stdout
     after = run_cli("verify", str(tmp_path / "fixed" / "model"), "--serve", "chat", "--json")
     assert after.returncode == 0
-    assert [f for f in json.loads(after.stdout)["findings"] if f["severity"] != "info"] == []
+    assert [f for f in json_result(after.stdout, "verify")["findings"] if f["severity"] != "info"] == []
 
     fixed = smoke_load(tmp_path / "fixed" / "model", settings, question=QUESTION, max_tokens=48)
     assert fixed.passed is True and fixed.finish_reason == "stop" and fixed.last_token == "<|im_end|>"

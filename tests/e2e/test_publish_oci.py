@@ -16,18 +16,11 @@ from modelyard.errors import HashMismatchError, PublishError, SignatureError
 from modelyard.transport import oci
 from modelyard.transport.oci import publish_oci, pull_oci
 from modelyard.transport.signing import sign_artifact
-from tests.conftest import run_cli
-from tests.e2e.publish_servers import docker_registry
+from tests.conftest import json_result, run_cli
 from tests.unit.test_bundle import _build_artifact
 from tests.unit.test_signing import _keypair
 
 pytestmark = pytest.mark.publish  # needs Debian docker-registry and moto_server: `make test` installs both
-
-
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory):
-    with docker_registry(tmp_path_factory.mktemp("registry")) as host:
-        yield host
 
 
 @pytest.fixture(scope="module")
@@ -156,16 +149,22 @@ def test_pull_errors(registry, pushed, tmp_path):
         pull_oci(f"oci://{registry}/models/tiny:v1", tmp_path / "exists")
 
 
+def tampered_copy(artifact: Path, copy: Path, rel: str, offset: int) -> Path:
+    """A copy of ``artifact`` at ``copy`` whose file ``rel`` has one bit flipped at ``offset`` (same size,
+    different bytes than manifest.json records)."""
+    shutil.copytree(artifact, copy)
+    p = copy / rel
+    p.chmod(0o644)
+    data = bytearray(p.read_bytes())
+    data[offset] ^= 1
+    p.write_bytes(bytes(data))
+    return copy
+
+
 def test_changed_file_refused_by_registry(artifact, registry, tmp_path):
     """A file edited after ingest no longer matches its manifest sha256: the registry's digest check
     refuses it (each byte is read once, never re-hashed locally)."""
-    copy = tmp_path / "art"
-    shutil.copytree(artifact, copy)
-    p = copy / "model" / "tokenizer_config.json"
-    p.chmod(0o644)
-    data = bytearray(p.read_bytes())
-    data[10] ^= 1  # same size, different bytes
-    p.write_bytes(bytes(data))
+    copy = tampered_copy(artifact, tmp_path / "art", "model/tokenizer_config.json", 10)
     with pytest.raises(HashMismatchError, match="model/tokenizer_config.json"):
         publish_oci(copy, f"oci://{registry}/models/changed:v1")
 
@@ -187,7 +186,7 @@ def test_signature_checked_on_pull(artifact, registry, tmp_path):
 def test_cli_publish_and_pull(artifact, registry, tmp_path):
     r = run_cli("publish", str(artifact), "--to", f"oci://{registry}/models/cli", "--json")
     assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+    d = json_result(r.stdout, "publish")
     rev = json.loads((artifact / "manifest.json").read_text())["revision"]
     assert d["uri"] == f"oci://{registry}/models/cli:{rev}" and d["digest"].startswith("sha256:")
     r = run_cli("pull", f"oci://{registry}/models/cli:{rev}", "--into", str(tmp_path / "p"))
@@ -209,7 +208,7 @@ def test_ingest_publish_pushes_the_stored_artifact(registry, tiny_llama_dir, tmp
     ref = f"oci://{registry}/modelyard/ingested:v1"
     r = run_cli("ingest", f"file://{tiny_llama_dir}", "--no-smoke", "--out", str(home), "--publish", ref, "--json")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     (pub,) = out["published"]
     assert pub["uri"] == ref and pub["digest"].startswith("sha256:") and pub["files"] >= 5
     pulled = pull_oci(ref, tmp_path / "pulled")

@@ -16,38 +16,11 @@ from modelyard.errors import HashMismatchError, PublishError
 from modelyard.settings import Settings
 from modelyard.transport import s3 as s3mod
 from modelyard.transport.s3 import publish_s3, pull_s3
-from tests.conftest import run_cli
-from tests.e2e.publish_servers import moto_s3
+from tests.conftest import json_result, run_cli
+from tests.e2e.publish_servers import AWS_ENV
 from tests.unit.test_bundle import _build_artifact
 
 pytestmark = pytest.mark.publish  # needs Debian docker-registry and moto_server: `make test` installs both
-
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory):
-    old = {k: os.environ.get(k) for k in AWS_ENV}
-    os.environ.update(AWS_ENV)
-    try:
-        with moto_s3(tmp_path_factory.mktemp("moto")) as url:
-            import boto3
-
-            boto3.client("s3", endpoint_url=url).create_bucket(Bucket="models")
-            yield url
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture(scope="session")
-def client(s3_endpoint):
-    import boto3
-
-    return boto3.client("s3", endpoint_url=s3_endpoint)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +127,7 @@ def test_cli_publish_pull(artifact, settings, tmp_path):
     env = {"MODELYARD_S3_ENDPOINT_URL": settings.s3_endpoint_url, **AWS_ENV}
     r = run_cli("publish", str(artifact), "--to", "s3://models/tiny/cli", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["uri"] == "s3://models/tiny/cli"
+    assert json_result(r.stdout, "publish")["uri"] == "s3://models/tiny/cli"
     r = run_cli("pull", "s3://models/tiny/cli", "--into", str(tmp_path / "p"), env=env)
     assert r.returncode == 0, r.stderr
     assert _tree(tmp_path / "p") == _tree(artifact)

@@ -24,7 +24,7 @@ from modelyard.settings import Settings
 from modelyard.stages import quantize as q
 from modelyard.stages.quantize import compat, legacy
 from modelyard.stages.smoke import smoke_load
-from tests.conftest import run_cli, store_artifacts
+from tests.conftest import json_result, run_cli, store_artifacts
 from tests.unit.test_quantize import EXPECTED
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e, pytest.mark.quantize]
@@ -152,7 +152,7 @@ def test_smollm2_w8a8_verifies_measures_and_answers_paris(smollm2_dir, tmp_path)
     r = run_cli("ingest", f"file://{smollm2_dir}", "--quantize", "w8a8", "--num-samples", "16", "--max-seq-len",
                 "128", "--out", str(home), "--json", timeout=2400)
     assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     s = out["smoke"]
     assert "Paris" in s["text"] and s["finish_reason"] == "stop" and s["passed"] is True
     (art,) = store_artifacts(home)

@@ -16,7 +16,7 @@ import pytest
 from modelyard.checks import Target
 from modelyard.stages.verify import verify_folder
 from modelyard.stages.verify.runtime import reconcile, runtime_findings
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, json_result, run_cli
 from tests.fixtures import make_tiny_llama
 
 pytestmark = pytest.mark.vllm
@@ -44,7 +44,7 @@ def folders(tmp_path_factory):
 def test_cli_runtime_local_json(folders):
     r = run_cli("verify", str(folders["capped"]), "--runtime", "local", "--json", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    rep = json.loads(r.stdout)
+    rep = json_result(r.stdout, "verify")
     runtime = {f["code"]: f for f in rep["findings"] if f["code"].startswith("runtime.")}
     assert runtime["runtime.sampling.max_tokens_default"]["value"] == 256
     assert runtime["runtime.sampling.max_tokens_default"]["severity"] == "warning"
@@ -63,7 +63,7 @@ def test_ingest_asks_the_runtime_when_it_exists(folders, tmp_path):
     r = run_cli("ingest", f"file://{folders['capped']}", "--no-smoke", "--json", "--out", str(home),
                 env={"MODELYARD_VERIFY_RUNTIME": "auto", "MODELYARD_HOME": str(home)}, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    art = json.loads(r.stdout)["artifact"]
+    art = json_result(r.stdout, "ingest")["artifact"]
     report = json.loads((Path(art) / "report.json").read_text())
     got = {f["code"]: f["value"] for f in report["findings"] if f["code"].startswith("runtime.")}
     assert got["runtime.sampling.max_tokens_default"] == 256

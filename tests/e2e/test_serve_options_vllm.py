@@ -59,3 +59,22 @@ def test_vllm_yaml_keys_are_real_serve_options(tmp_path, kv):
                                                                                   plan.max_num_seqs)
     assert a["gpu_memory_utilization"] == 0.9 and a["dtype"] == "bfloat16" and a["generation_config"] == "auto"
     assert a["kv_cache_dtype"] == ("fp8" if kv == "fp8" else "auto")
+
+
+def test_multinode_vllm_yaml_keys_are_real_serve_options(tmp_path):
+    """The 405B plan on 2 x 8 x H100-80GB: pipeline-parallel-size and distributed-executor-backend parse too."""
+    python = Settings().vllm_interpreter()
+    model = llama_dir(tmp_path, "405b")
+    art = tmp_path / "art"
+    art.mkdir()
+    plan = plan_serve(model, ServeTarget("H100-80GB", gpus=8, nodes=2), name="llama-405b")
+    files = write_serve_files(art, plan, model=str(model))
+    cfg = yaml.safe_load(files.vllm_yaml.read_text())
+    script = PARSE.replace('"generation_config")', '"generation_config", "pipeline_parallel_size", '
+                                                  '"distributed_executor_backend")')
+    r = subprocess.run([str(python), "-c", script, str(files.vllm_yaml)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [k for k in cfg if f"--{k}" not in out["options"]] == []
+    a = out["args"]
+    assert (a["tensor_parallel_size"], a["pipeline_parallel_size"], a["distributed_executor_backend"]) == (8, 2, "ray")

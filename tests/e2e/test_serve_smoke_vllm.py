@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from modelyard.stages.smoke import cpu_smoke_dtype
+from tests.conftest import json_envelope, json_result, run_cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -21,7 +22,7 @@ def bench_run(demo_run):
     art = Path(out["artifact"])
     r = run_cli("smoke", str(art), "--level", "bench", "--json", timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return art, json.loads(r.stdout)
+    return art, json_result(r.stdout, "smoke")
 
 
 def test_serve_yaml_written_by_ingest_starts_vllm(bench_run):
@@ -29,18 +30,20 @@ def test_serve_yaml_written_by_ingest_starts_vllm(bench_run):
     planned = yaml.safe_load((art / "serve" / "vllm.yaml").read_text())
     assert planned["model"] == "model" and planned["served-model-name"] == "smollm2-135m-instruct"
     assert planned["tensor-parallel-size"] == 1 and planned["max-model-len"] == 8192
-    # The server ran from that file, with only the CPU overrides changed.
+    # The server ran from that file, with only the CPU overrides changed (float32 for this bf16 model on an
+    # AMX host: stages.smoke.cpu_smoke_dtype).
+    dtype = cpu_smoke_dtype(art / "model")
     assert s["config"] == {**{k: v for k, v in planned.items() if k not in ("gpu-memory-utilization",
                                                                              "tensor-parallel-size")},
                            "model": str(art / "model"), "max-model-len": 4096, "max-num-seqs": 8,
-                           "enforce-eager": True}
+                           "enforce-eager": True, **({"dtype": dtype} if dtype else {})}
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["serve"]["gpu"] == "H100-80GB" and manifest["serve"]["tensor_parallel_size"] == 1
 
 
 def test_server_smoke_checks_the_openai_api(bench_run):
     _, s = bench_run
-    assert s["ok"] is True and s["passed"] is True and s["level"] == "bench" and s["vllm_version"] == "0.32.0"
+    assert s["passed"] is True and s["level"] == "bench" and s["vllm_version"] == "0.32.0"
     assert "Paris" in s["text"] and s["finish_reason"] == "stop" and s["stream_text"] == s["text"]
     assert [(c["name"], c["passed"]) for c in s["checks"]] == [
         ("models", True), ("chat.text", True), ("chat.finish_reason", True), ("chat.usage", True),
@@ -57,14 +60,15 @@ def test_bench_reports_latency_and_throughput(bench_run):
     assert b["output_throughput"] > 0 and b["client"].startswith("vllm.benchmarks.serve")
 
 
-def test_golden_miss_is_an_error(demo_run, tmp_path):
-    """A golden prompt whose answer lacks the expected text fails the smoke (exit 1), naming it.
-    Runs at the `load`-free `server` level only if the bench run above passed (same model)."""
-    _, out = demo_run
+def test_golden_miss_is_an_error(vllm_server, tmp_path):
+    """A golden prompt whose answer lacks the expected text fails the smoke (exit 1), naming it; at the
+    `server` level, against the session's server (`--url`)."""
+    art, server = vllm_server
     g = tmp_path / "golden.yaml"
     g.write_text("prompts:\n  - {name: wrong-capital, prompt: 'What is the capital of France?', expect: [Lyon], max_tokens: 16}\n")
-    r = run_cli("smoke", out["artifact"], "--level", "server", "--golden", str(g), "--json", timeout=1200)
+    r = run_cli("smoke", str(art), "--level", "server", "--golden", str(g), "--url", server.base, "--json", timeout=1200)
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    s = json.loads(r.stdout)
-    assert s["ok"] is False and s["error"] == "failed: golden:wrong-capital"
+    env = json_envelope(r.stdout, "smoke", 1)
+    s = env["result"]
+    assert (env["error"]["type"], s["passed"], s["error"]) == ("SmokeFailedError", False, "failed: golden:wrong-capital")
     assert s["golden"][0]["missing"] == ["Lyon"]

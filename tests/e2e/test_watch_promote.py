@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli, store_artifacts
+from tests.conftest import ROOT, json_error, json_result, run_cli, store_artifacts
 from tests.e2e.olah_hub import OlahServer, _git, make_lfs_repo, repo_path
 from tests.e2e.prefect_server import Postgres15, PrefectServer, postgres_available, prefect_server  # noqa: F401
 from tests.fixtures import make_tiny_llama
@@ -51,7 +51,7 @@ def _watch_scenario(tmp_path: Path, prefect_env: dict[str, str]) -> None:
         def watch_once() -> dict:
             r = run_cli("watch", "--config", str(config), "--once", "--json", env=env)
             assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-            (d,) = json.loads(r.stdout)["decisions"]
+            (d,) = json_result(r.stdout, "watch")["decisions"]
             return d
 
         d1 = watch_once()
@@ -107,7 +107,7 @@ def staged_artifact(tmp_path, tiny_llama_dir):
     home = tmp_path / "staging"
     r = run_cli("ingest", f"file://{tiny_llama_dir}", "--no-smoke", "--json", "--out", str(home))
     assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out = json_result(r.stdout, "ingest")
     return home, f"{out['name']}@{out['revision']}", Path(out["artifact"])
 
 
@@ -144,7 +144,7 @@ def test_promote_pauses_and_is_approved_headlessly(prefect_server, staged_artifa
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, out + rest
-    res = json.loads(out)
+    res = json_result(out, "promote")
     name, rev = ref.split("@")
     dst = prod / name / rev
     assert res["placed"] == [str(dst)]
@@ -179,7 +179,7 @@ def test_rejected_promotion_fails_and_promotes_nothing(prefect_server, staged_ar
         if p.poll() is None:
             p.kill()
     assert p.returncode == 1, out
-    assert "rejected by bob: smoke too slow" in json.loads(out)["message"]
+    assert "rejected by bob: smoke too slow" in json_error(out, "promote", 1)["message"]
     assert not prod.exists() or store_artifacts(prod) == []
     again = run_cli("approve", run_id, "--by", "alice", env=prefect_server.env)
     assert again.returncode == 1 and "is not waiting for approval" in again.stderr, again.stderr
@@ -193,8 +193,7 @@ def test_unapproved_promotion_times_out_and_promotes_nothing(prefect_server, sta
     p = _start_promote(prefect_server.env, ref, "--from", str(home), "--to", str(prod), "--timeout", "5")
     out, errs = p.communicate(timeout=300)
     assert p.returncode == 1, out + errs
-    res = json.loads(out)
-    assert res["ok"] is False and "nobody approved the promotion" in res["message"]
+    assert "nobody approved the promotion" in json_error(out, "promote", 1)["message"]
     assert "Traceback" not in errs
     assert not prod.exists() or store_artifacts(prod) == []
     run_id = errs.split("flow run ", 1)[1].split()[0]
@@ -228,7 +227,7 @@ def test_deploy_watch_on_cron_runs_on_a_process_worker(prefect_server, tmp_path)
     r = run_cli("deploy", "--config", str(config), "--pool", "modelyard-test", "--cron", "*/15 * * * *",
                 "--out", str(home), "--json", env=prefect_server.env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert json.loads(r.stdout)["name"] == "watch/watch"
+    assert json_result(r.stdout, "deploy")["name"] == "watch/watch"
     code = ("import asyncio, json\nfrom prefect.client.orchestration import get_client\n"
             "async def main():\n  async with get_client() as c:\n"
             "    d = await c.read_deployment_by_name('watch/watch')\n"

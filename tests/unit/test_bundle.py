@@ -22,7 +22,7 @@ from modelyard.model.snapshot import FileEntry
 from modelyard.transport.bundle import bundle_artifact, dump_meta
 from modelyard.transport.hfcache import rehydrate
 from modelyard.transport.unbundle import read_bundle, unbundle
-from tests.conftest import run_cli
+from tests.conftest import json_result, run_cli
 
 COMMIT = hashlib.sha1(b"tiny-commit").hexdigest()
 
@@ -419,7 +419,7 @@ def test_tar_source_fetches_with_the_manifest_digests(bundle, artifact, tmp_path
 def test_cli_bundle_unbundle_and_bad_input(artifact, tmp_path):
     r = run_cli("bundle", str(artifact), "-o", str(tmp_path / "a.tar.zst"), "--json", timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["bytes_out"] == (tmp_path / "a.tar.zst").stat().st_size
+    assert json_result(r.stdout, "bundle")["bytes_out"] == (tmp_path / "a.tar.zst").stat().st_size
     r = run_cli("unbundle", str(tmp_path / "a.tar.zst"), "--into", str(tmp_path / "x"), timeout=120)
     assert r.returncode == 0, r.stderr
     assert _tree(tmp_path / "x") == _tree(artifact)
@@ -457,4 +457,4 @@ def test_bundle_over_an_existing_file_is_refused_unless_forced(artifact, tmp_pat
     assert f"error: {out} already exists" in r.stderr and "--force" in r.stderr
     r = run_cli("bundle", str(artifact), "-o", str(out), "--force", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["bytes_out"] == out.stat().st_size
+    assert json_result(r.stdout, "bundle")["bytes_out"] == out.stat().st_size

@@ -16,10 +16,16 @@ from modelyard.cli import _common, app, checks, main
 from modelyard.errors import SourceNotFoundError
 from modelyard.stages import quantize
 from modelyard.version import __version__
-from tests.conftest import run_cli
+from tests.conftest import json_envelope, json_error, run_cli
 
 INTERNAL_LINE = "internal error: RuntimeError: boom (re-run with --verbose for details)\n"
-INTERNAL_JSON = {"ok": False, "error": "InternalError", "message": "internal error: RuntimeError: boom"}
+INTERNAL_ERROR = {"type": "InternalError", "message": "internal error: RuntimeError: boom",
+                  "fix": "Re-run with --verbose for details."}
+
+
+def internal_json(command: str) -> dict:
+    """The envelope of an internal error in ``command``."""
+    return {"ok": False, "command": command, "exit_code": 3, "result": None, "error": INTERNAL_ERROR}
 
 
 @pytest.fixture()
@@ -55,10 +61,10 @@ def test_verify_missing_path_json(tmp_path: Path):
     missing = tmp_path / "nope"
     r = run_cli("verify", str(missing), "--json")
     assert (r.returncode, r.stderr) == (2, "")
-    assert json.loads(r.stdout) == {"ok": False, "error": "SourceNotFoundError",
-                                    "message": f"{missing} does not exist",
-                                    "fix": "Pass the model folder (the one with config.json)."}
-    assert list(json.loads(r.stdout)) == ["ok", "error", "message", "fix"]
+    assert json.loads(r.stdout) == {"ok": False, "command": "verify", "exit_code": 2, "result": None, "error": {
+        "type": "SourceNotFoundError", "message": f"{missing} does not exist",
+        "fix": "Pass the model folder (the one with config.json)."}}
+    json_envelope(r.stdout, "verify", 2)  # and its keys in order
 
 
 def test_runner_and_main_agree(tmp_path: Path, stderr: io.StringIO, monkeypatch, capsys):
@@ -71,7 +77,7 @@ def test_runner_and_main_agree(tmp_path: Path, stderr: io.StringIO, monkeypatch,
     with pytest.raises(SystemExit) as exit_:
         main()
     assert exit_.value.code == 2
-    assert json.loads(capsys.readouterr().out)["error"] == "SourceNotFoundError"
+    assert json_error(capsys.readouterr().out, "verify", 2)["type"] == "SourceNotFoundError"
 
 
 def test_internal_error(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
@@ -83,7 +89,7 @@ def test_internal_error(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
 def test_internal_error_json(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
     monkeypatch.setattr(checks, "verify_folder", _boom)
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])
-    assert (r.exit_code, json.loads(r.stdout), stderr.getvalue()) == (3, INTERNAL_JSON, "")
+    assert (r.exit_code, json.loads(r.stdout), stderr.getvalue()) == (3, internal_json("verify"), "")
 
 
 def test_internal_error_verbose_shows_the_traceback(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
@@ -101,15 +107,18 @@ def test_interrupted(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(checks, "verify_folder", interrupt)
-    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])
+    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir)])
     assert (r.exit_code, r.stdout, stderr.getvalue()) == (130, "", "interrupted\n")
+    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])
+    assert (r.exit_code, json_error(r.stdout, "verify", 130), stderr.getvalue()) == (
+        130, {"type": "Interrupted", "message": "interrupted", "fix": None}, "interrupted\n")
 
 
 def test_error_json_with_progress_command(tmp_path: Path, stderr: io.StringIO, monkeypatch):
     """A command that shows progress (bundle) fails the same way, and leaves no progress display behind."""
     monkeypatch.setattr("modelyard.cli.artifacts.bundle_artifact", _boom)
     r = CliRunner().invoke(app, ["bundle", str(tmp_path), "-o", str(tmp_path / "b.tar.zst"), "--json"])
-    assert (r.exit_code, json.loads(r.stdout), stderr.getvalue()) == (3, INTERNAL_JSON, "")
+    assert (r.exit_code, json.loads(r.stdout), stderr.getvalue()) == (3, internal_json("bundle"), "")
     r = CliRunner().invoke(app, ["bundle", str(tmp_path), "-o", str(tmp_path / "b.tar.zst")])
     assert r.exit_code == 3 and stderr.getvalue().startswith(INTERNAL_LINE)
     assert _common._reporter is None
@@ -122,13 +131,9 @@ def test_demo_missing_package_json(stderr: io.StringIO, monkeypatch):
     monkeypatch.setattr("modelyard.cli.ingest.demo_gguf_path", gone)
     r = CliRunner().invoke(app, ["demo", "--json"])
     assert r.exit_code == 2
-    assert json.loads(r.stdout) == {"ok": False, "error": "SourceNotFoundError", "message": "gone", "fix": "reinstall"}
+    assert json_error(r.stdout, "demo", 2) == {"type": "SourceNotFoundError", "message": "gone", "fix": "reinstall"}
 
 
-def test_bad_smoke_level(stderr: io.StringIO):
-    r = CliRunner().invoke(app, ["ingest", "file:///nowhere", "--smoke", "nope"])
-    assert (r.exit_code, r.stdout) == (2, "")
-    assert stderr.getvalue() == "error: --smoke 'nope' is not a smoke level\nfix: Use one of: load, server, bench.\n"
 
 
 def test_quantize_failure_removes_the_empty_out_dir(tiny_llama_dir: Path, tmp_path: Path, stderr: io.StringIO,
@@ -136,15 +141,15 @@ def test_quantize_failure_removes_the_empty_out_dir(tiny_llama_dir: Path, tmp_pa
     monkeypatch.setattr(quantize, "quantize_model", _boom)
     out = tmp_path / "q"
     r = CliRunner().invoke(app, ["quantize", str(tiny_llama_dir), "--scheme", "w4a16", "--out", str(out), "--json"])
-    assert (r.exit_code, json.loads(r.stdout)) == (3, INTERNAL_JSON)
+    assert (r.exit_code, json.loads(r.stdout)) == (3, internal_json("quantize"))
     assert not out.exists()
 
 
 def test_verify_refuses_json_and_markdown_together(tmp_path):
     r = CliRunner().invoke(app, ["verify", str(tmp_path), "--json", "--markdown"])
     assert r.exit_code == 2
-    assert json.loads(r.stdout) == {
-        "ok": False, "error": "InvalidTargetError", "message": "--json and --markdown both ask for the report on stdout",
+    assert json_error(r.stdout, "verify", 2) == {
+        "type": "InvalidTargetError", "message": "--json and --markdown both ask for the report on stdout",
         "fix": "Pass one of them (the JSON report carries everything the Markdown one shows)."}
 
 
@@ -162,13 +167,13 @@ def test_one_word_per_meaning_with_the_old_spellings_as_hidden_aliases(tiny_llam
     are not in --help, and clash when given twice with different values."""
     a, b = tmp_path / "a", tmp_path / "b"
     r = CliRunner().invoke(app, ["quantize", str(tiny_llama_dir), "--scheme", "w8a8", "--out", str(a), "-o", str(b), "--json"])
-    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, "--output was given twice, under two spellings, "
-                                                                  "with different values")
+    assert (r.exit_code, json_error(r.stdout, "quantize", 2)["message"]) == (
+        2, "--output was given twice, under two spellings, with different values")
     assert not a.exists() and not b.exists()
     r = CliRunner().invoke(app, ["pull", "oci://127.0.0.1:9/x:y", "--json"])
-    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, "--output is required")
+    assert (r.exit_code, json_error(r.stdout, "pull", 2)["message"]) == (2, "--output is required")
     r = CliRunner().invoke(app, ["list", "--out", str(tmp_path / "none"), "--json"])
-    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, f"there is no store at {tmp_path / 'none'}")
+    assert (r.exit_code, json_error(r.stdout, "list", 2)["message"]) == (2, f"there is no store at {tmp_path / 'none'}")
     for command, old in (("ingest", "--out"), ("list", "--out"), ("patch", "--out"), ("unbundle", "--into"),
                          ("serve-plan", "--write"), ("smoke", "--level")):
         text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "120"}).output
@@ -177,4 +182,4 @@ def test_one_word_per_meaning_with_the_old_spellings_as_hidden_aliases(tiny_llam
 
 def test_show_in_a_store_that_does_not_exist_says_so(tmp_path):
     r = CliRunner().invoke(app, ["show", "nosuch", "--store", str(tmp_path / "none"), "--json"])
-    assert (r.exit_code, json.loads(r.stdout)["message"]) == (2, f"there is no store at {tmp_path / 'none'}")
+    assert (r.exit_code, json_error(r.stdout, "show", 2)["message"]) == (2, f"there is no store at {tmp_path / 'none'}")

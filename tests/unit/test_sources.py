@@ -87,3 +87,26 @@ def test_a_hub_url_of_a_dataset_is_refused():
     with pytest.raises(InvalidSourceError) as info:
         parse_source("https://huggingface.co/datasets/org/data")
     assert info.value.message == "'https://huggingface.co/datasets/org/data' is not the URL of a model repo"
+
+
+@pytest.mark.parametrize(("entry", "want"), [
+    ({"type": "file", "path": "w.safetensors", "size": 10, "oid": "1" * 40,
+      "lfs": {"oid": "a" * 64, "size": 10, "pointerSize": 130}}, (True, "a" * 64, None, False)),
+    ({"type": "file", "path": "w.safetensors", "size": 10, "oid": "1" * 40,
+      "lfs": {"oid": "*" * 64, "size": 10, "pointerSize": 130}}, (True, None, None, True)),
+    ({"type": "file", "path": "w.safetensors", "size": 10, "oid": "1" * 40,
+      "lfs": {"oid": None, "size": 10, "pointerSize": 130}}, (True, None, None, True)),
+    ({"type": "file", "path": "config.json", "size": 2, "oid": "b" * 40}, (False, None, "b" * 40, False)),
+    ({"type": "file", "path": "config.json", "size": 2, "oid": "*" * 40}, (False, None, None, True)),
+    ({"type": "file", "path": "config.json", "size": 2, "oid": None}, (False, None, None, True)),
+])
+def test_hub_tree_digests_that_are_redacted_or_missing_are_unverifiable(entry, want):
+    """A gated repo's tree API may redact a digest with asterisks or give none (null): no digest then,
+    and the file is unverifiable (never compared, origin "unverified")."""
+    from huggingface_hub.hf_api import RepoFile
+
+    from modelyard.stages.fetch.hub import hub_file
+
+    f = hub_file(RepoFile(**entry))
+    assert (f.lfs, f.sha256, f.git_oid, f.unverifiable) == want
+    assert f.entry().origin == ("unverified" if want[3] else "hub-lfs" if want[0] else "hub-git")

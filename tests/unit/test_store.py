@@ -26,3 +26,46 @@ def test_publish_is_atomic_idempotent_and_refuses_conflicts(tmp_path):
     assert "already holds m@r1 with different content (sha256:aa != sha256:bb)" in str(ei.value)
     assert (a.path / "model" / "config.json").read_text() == "{}"
     assert list((tmp_path / ".staging").iterdir()) == []
+
+
+def test_a_second_promotion_keeps_the_first_in_the_history(tmp_path):
+    """A promotion used to replace the target's manifest with the source's plus the new promotion: the
+    earlier promotion was lost (and a manifest already promoted twice listed the new one as history)."""
+    from modelyard.artifact.manifest import Manifest
+
+    src = Store(tmp_path / "staging")
+    art = src.publish(_stage(src, "{}", "sha256:aa"), "m", "r1", "sha256:aa")
+    prod = Store(tmp_path / "prod")
+    first = prod.promote(art.path, "m", "r1", {"approved_by": "carol"})
+    assert first.path == tmp_path / "prod" / "m" / "r1" and first.content_digest == "sha256:aa"
+    prod.promote(art.path, "m", "r1", {"approved_by": "bob"})
+    prod.promote(art.path, "m", "r1", {"approved_by": "alice"})
+    m = json.loads((first.path / "manifest.json").read_text())
+    assert m["promotion"] == {"approved_by": "alice"}
+    assert m["promotions"] == [{"approved_by": "carol"}, {"approved_by": "bob"}]
+    assert "promotion" not in json.loads((art.path / "manifest.json").read_text())  # the source is untouched
+    once = Manifest.from_dict({"content_digest": "sha256:aa"}).with_promotion({"by": 1})
+    assert once.to_dict() == {"content_digest": "sha256:aa", "promotion": {"by": 1}}
+    other = src.publish(_stage(src, "{1}", "sha256:bb"), "m", "r2", "sha256:bb")
+    with pytest.raises(ArtifactConflictError) as ei:  # other content under the promoted name and revision
+        prod.promote(other.path, "m", "r1", {"approved_by": "eve"})
+    assert ei.value.message == (f"the store {tmp_path / 'prod'} already holds m@r1 with different content "
+                                "(sha256:aa != sha256:bb)")
+    assert json.loads((first.path / "manifest.json").read_text())["promotion"] == {"approved_by": "alice"}
+
+
+def test_the_store_setting_and_store_flag(tmp_path, monkeypatch):
+    """MODELYARD_STORE names the canonical store; --store (Settings.for_store) wins over it, and an s3:// store
+    keeps MODELYARD_HOME as the local cache."""
+    from modelyard.settings import Settings
+
+    monkeypatch.setenv("MODELYARD_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("MODELYARD_STORE", raising=False)
+    assert Settings().store_spec() == str(tmp_path / "cache")
+    monkeypatch.setenv("MODELYARD_STORE", "s3://models/yard")
+    assert Settings().store_spec() == "s3://models/yard" and Settings().store_dir() == tmp_path / "cache"
+    folder = Settings.for_store(str(tmp_path / "other"))
+    assert (folder.store_spec(), folder.store_dir()) == (str(tmp_path / "other"), tmp_path / "other")
+    remote = Settings.for_store("s3://models/b")
+    assert (remote.store_spec(), remote.store_dir()) == ("s3://models/b", tmp_path / "cache")
+    assert Settings.for_store(None).store_spec() == "s3://models/yard"

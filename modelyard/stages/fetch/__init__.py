@@ -1,15 +1,18 @@
 """fetch: turn a :class:`~modelyard.model.source.Source` into a local :class:`Snapshot`.
 
 - ``hf://``: the revision is resolved to a commit sha once (``HfApi.model_info``), the file list
-  with LFS sha256 / git blob ids comes from ``list_repo_tree`` at that sha, and the files are
-  downloaded with ``huggingface_hub.snapshot_download`` (resumable, into ``<home>/.cache/hf``).
+  with LFS sha256 / git blob ids comes from ``list_repo_tree`` at that sha; the small files, then
+  each shard's header (HTTP range), then the shards are downloaded into ``<home>/.cache/hf``
+  (huggingface_hub's cache layout), each hashed as it arrives (:mod:`modelyard.stages.fetch.hub`).
 - ``file://``: the folder itself, read-only; nothing is copied here.
 - ``gguf://``: dequantized to a bf16 safetensors checkpoint by :mod:`modelyard.stages.fetch.gguf`.
 - ``tar://``: a bundle (``modelyard bundle``), verified and extracted once into
   ``<home>/.cache/bundles/<content digest>/``; the expected sizes and sha256 come from its manifest.
 
-Default allow patterns: safetensors, their index, json, tokenizer files, ``*.jinja``,
-``*.txt``, ``*.md``. Pickle formats and ``*.gguf`` are not fetched unless asked.
+Default allow patterns (:data:`RUNTIME_FILE_PATTERNS`): the files a runtime reads, and nothing else; that
+is what ``model/`` holds. Every other file of the source (a trainer_state.json, eval results, a README, pickle
+weights) is left out, named in :attr:`Snapshot.left_out` (the report lists each one). Pickle formats and
+``*.gguf`` are not fetched unless asked.
 """
 
 from __future__ import annotations
@@ -17,17 +20,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from filelock import FileLock, Timeout
 
-from modelyard import progress
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import (
     BundleError,
-    EndpointUnreachableError,
     InvalidSourceError,
     MissingConfigError,
     SourceNotFoundError,
@@ -37,13 +39,39 @@ from modelyard.model.checkpoint import PICKLE_SUFFIXES
 from modelyard.model.snapshot import FileEntry, Snapshot
 from modelyard.model.source import Source
 from modelyard.settings import Settings
-from modelyard.stages.fetch.gguf import fetch_gguf
-from modelyard.transport.unbundle import read_manifest, unbundle
+from modelyard.stages.fetch.gguf import check_gguf, fetch_gguf
+from modelyard.stages.fetch.hub import fetch_hub
+from modelyard.transport.unbundle import check_frames, read_manifest, unbundle
 
-DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = (
-    "*.safetensors", "*.safetensors.index.json", "*.json", "tokenizer.model", "*.tiktoken",
-    "*.jinja", "*.txt", "*.md",
+#: The files a runtime reads from a model folder (fnmatch patterns over the path, ``*`` crossing folders,
+#: as ``huggingface_hub``'s allow patterns): the default of ``--include``, and so all that ``model/`` holds.
+#: Grounded in the loaders' own file names (transformers 5.17 and vLLM 0.32, as installed):
+RUNTIME_FILE_PATTERNS: tuple[str, ...] = (
+    # weights and their index: transformers SAFE_WEIGHTS_NAME / SAFE_WEIGHTS_INDEX_NAME; vLLM loads *.safetensors
+    "*.safetensors", "*.safetensors.index.json",
+    # the model's config: transformers CONFIG_NAME, GENERATION_CONFIG_NAME; vLLM's Mistral format reads params.json
+    "config.json", "generation_config.json", "params.json",
+    # the tokenizer: transformers TOKENIZER_CONFIG_FILE, FULL_TOKENIZER_FILE (and its versioned tokenizer.*.json),
+    # SPECIAL_TOKENS_MAP_FILE, ADDED_TOKENS_FILE; the tokenizer classes' vocab_files_names (vocab.json + merges.txt,
+    # vocab.txt, SentencePiece *.model such as tokenizer.model / spiece.model, *.tiktoken); vLLM's Mistral
+    # tokenizer (tekken.json, tokenizer.model.v*)
+    "tokenizer_config.json", "tokenizer.json", "tokenizer.*.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "vocab.txt", "*.model", "tokenizer.model.v*", "*.tiktoken", "tekken.json",
+    # chat templates: transformers CHAT_TEMPLATE_FILE, LEGACY_PROCESSOR_CHAT_TEMPLATE_FILE, CHAT_TEMPLATE_DIR
+    "chat_template.jinja", "chat_template.json", "additional_chat_templates/*.jinja",
+    # processors, when present: PROCESSOR_NAME, FEATURE_EXTRACTOR_NAME (= IMAGE_PROCESSOR_NAME), VIDEO_PROCESSOR_NAME
+    "processor_config.json", "preprocessor_config.json", "video_preprocessor_config.json",
+    # quantization configs vLLM reads beside config.json (QuantizationConfig.get_config_filenames: GPTQ, AWQ and
+    # MoE-WNA16 quantize_config.json / quant_config.json, ModelOpt hf_quant_config.json, INC
+    # quantization_config.json), and llm-compressor's recipe.yaml, the recipe it saves with compressed-tensors
+    # weights (the record of how they were made; read back by llm-compressor, not by vLLM)
+    "quantize_config.json", "quant_config.json", "hf_quant_config.json", "quantization_config.json", "recipe.yaml",
+    # sentence-transformers modules, which vLLM reads for pooling models (modules.json, sentence_*_config.json, the
+    # Pooling and Dense modules' config.json)
+    "modules.json", "sentence_*_config.json", "*_Pooling/config.json", "*_Dense/config.json",
 )
+DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = RUNTIME_FILE_PATTERNS
+T = TypeVar("T")
 DEFAULT_IGNORE_PATTERNS: tuple[str, ...] = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.gguf", ".git/*", "*.incomplete")
 
 
@@ -68,9 +96,15 @@ def _require_model_files(where: str, selected: Sequence[str], everything: Sequen
 
 
 def fetch(source: Source, settings: Settings, *, allow_patterns: Sequence[str] | None = None,
-          ignore_patterns: Sequence[str] | None = None) -> Snapshot:
+          ignore_patterns: Sequence[str] | None = None,
+          before_weights: Callable[[Snapshot], None] | None = None) -> Snapshot:
     """Fetch ``source``; returns a Snapshot whose ``files`` carry sizes and expected digests
-    (``sha256`` is filled later by :func:`modelyard.model.digest.hash_snapshot`).
+    (``sha256`` is filled later by :func:`modelyard.model.digest.hash_snapshot`, or now for a file
+    hashed while it was downloaded: ``received``).
+
+    ``before_weights(snapshot)`` (``hf://`` online only) is called before any ``*.safetensors`` byte
+    is downloaded, with a Snapshot of a temporary folder holding the other files and each shard's
+    header (:mod:`modelyard.stages.fetch.hub`); an exception from it ends the fetch.
 
     Raises :class:`SourceNotFoundError`, :class:`MissingConfigError`, :class:`UnsupportedWeightsError`,
     :class:`EndpointUnreachableError`, :class:`InvalidSourceError` (all exit code 2).
@@ -83,7 +117,7 @@ def fetch(source: Source, settings: Settings, *, allow_patterns: Sequence[str] |
 
         return fetch_gguf(source, settings)
     if source.kind == "hf":
-        return _fetch_hf(source, settings, allow, ignore)
+        return _fetch_hf(source, settings, allow, ignore, before_weights)
     if source.kind == "tar":
         return _fetch_bundle(source, settings)
     raise InvalidSourceError(f"no fetcher for source kind {source.kind!r}")
@@ -111,6 +145,25 @@ def check_folder(root: Path) -> None:
         raise InvalidSourceError(f"source {root} is not a folder", fix="Use gguf:// for a .gguf file, or point at the model folder.")
 
 
+def check_local(source: Source, *, allow_patterns: Sequence[str] | None = None,
+                ignore_patterns: Sequence[str] | None = None) -> None:
+    """Every check of a local source that needs neither the network nor a conversion, as :func:`fetch`
+    runs them (the same errors, exit 2); the CLI calls it before Prefect starts, so that bad input fails
+    in about a second. ``file://``: the folder exists and holds ``config.json`` and ``*.safetensors``
+    weights, all regular files (after the allow/ignore patterns); ``gguf://``: the file exists and starts
+    with the GGUF magic; ``tar://``: the bundle exists and its zstd frames are whole
+    (:func:`~modelyard.transport.unbundle.check_frames`). ``hf://`` needs the hub: nothing is checked."""
+    allow = DEFAULT_ALLOW_PATTERNS if allow_patterns is None else tuple(allow_patterns)
+    ignore = DEFAULT_IGNORE_PATTERNS if ignore_patterns is None else tuple(ignore_patterns)
+    if source.kind == "file":
+        _fetch_folder(source, allow, ignore)
+    elif source.kind == "gguf" and source.path is not None:
+        check_gguf(source.path)
+    elif source.kind == "tar" and source.path is not None:
+        _check_bundle(source.path)
+        check_frames(source.path)
+
+
 def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
     root = source.path
     assert root is not None
@@ -127,7 +180,14 @@ def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -
                                  fix="Replace it with the real file or remove it; modelyard reads regular files only.")
     _require_model_files(f"folder {root}", selected, everything)
     files = tuple(FileEntry(path=p, size=(root / p).stat().st_size) for p in selected)
-    return Snapshot(root=root, source=source.uri, kind="file", files=files)
+    return Snapshot(root=root, source=source.uri, kind="file", files=files, left_out=left_out(everything, selected))
+
+
+def left_out(everything: Sequence[str], selected: Sequence[str]) -> tuple[str, ...]:
+    """The paths of ``everything`` (a source's files) that ``selected`` (what ``model/`` gets) leaves out,
+    sorted: what the report names as not copied."""
+    chosen = set(selected)
+    return tuple(sorted(p for p in everything if p not in chosen))
 
 
 def sweep_incomplete(cache_dir: Path, repo_id: str) -> int:
@@ -153,94 +213,41 @@ def sweep_incomplete(cache_dir: Path, repo_id: str) -> int:
     return removed
 
 
-class _HubProgress:
-    """A tqdm-compatible class for ``snapshot_download(tqdm_class=...)`` that feeds our reporter."""
-
-    def __new__(cls, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
-        import tqdm  # noqa: PLC0415 - heavy: tqdm, imported on first use
-
-
-        class _T(tqdm.tqdm):
-            def __init__(self, *a, **kw):  # noqa: ANN002, ANN003
-                kw.pop("name", None)
-                kw["file"] = open(os.devnull, "w")  # noqa: SIM115 - closed in close()
-                super().__init__(*a, **kw)
-                self._cm = progress.task(kw.get("desc") or "downloading", total=kw.get("total"), unit="files")
-                self._adv = self._cm.__enter__()
-
-            def update(self, n=1):  # noqa: ANN001, ANN202
-                self._adv(n or 0)
-                return super().update(n)
-
-            def close(self):  # noqa: ANN202
-                if getattr(self, "_cm", None) is not None:
-                    self._cm.__exit__(None, None, None)
-                    self._cm = None
-                fp = self.fp
-                super().close()
-                fp.close()
-
-        return _T(*args, **kwargs)
-
-
-def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
-    import httpx  # noqa: PLC0415 - heavy: httpx, imported on first use
-    from huggingface_hub import HfApi, snapshot_download  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
-    from huggingface_hub.errors import (  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    endpoint = settings.endpoint()
-    token = settings.token()
-    where = endpoint or "https://huggingface.co"
+def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: Sequence[str],
+              before_weights: Callable[[Snapshot], None] | None = None, *, weights: bool = True) -> Snapshot:
+    """``hf://``: :func:`modelyard.stages.fetch.hub.fetch_hub` (online) or the local hub cache
+    (``HF_HUB_OFFLINE``, where ``before_weights`` is not called: nothing is downloaded)."""
+    where = settings.endpoint() or "https://huggingface.co"
     repo, rev = source.repo_id, source.revision
     assert repo is not None and rev is not None
     if hub_offline():
         return _fetch_hf_cached(source, settings, allow, ignore, where)
-    api = HfApi(endpoint=endpoint, token=token or False)
-    try:
-        info = api.model_info(repo, revision=rev)
-        commit = info.sha
-        tree = [e for e in api.list_repo_tree(repo, revision=commit, recursive=True) if hasattr(e, "blob_id") and hasattr(e, "lfs")]
-        everything = [e.path for e in tree]
-        selected = _filter(everything, allow, ignore)
-        _require_model_files(f"hf://{repo}@{commit}", selected, everything)
-        local = snapshot_download(repo, revision=commit, cache_dir=str(settings.cache_dir() / "hf"),
-                                  allow_patterns=selected, endpoint=endpoint, token=token or False,
-                                  tqdm_class=_HubProgress)  # type: ignore[arg-type]
-        sweep_incomplete(settings.cache_dir() / "hf", repo)
-        if commit and rev != commit:
-            _record_ref(settings.cache_dir() / "hf", repo, rev, commit)
-    except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError) as exc:
-        raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where} (or needs a token)",
-                                  fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from exc
-    except (httpx.TransportError, LocalEntryNotFoundError, ConnectionError) as exc:
-        raise EndpointUnreachableError(f"cannot reach the hub endpoint {where} ({type(exc).__name__})",
-                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from exc
-    except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else "?"
-        raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}",
-                                       fix="Retry later, or check the endpoint and token.") from exc
-    if commit is None:
-        raise SourceNotFoundError(f"{where} did not resolve {repo}@{rev} to a commit")
-    by_path = {e.path: e for e in tree}
-    files = []
-    for p in selected:
-        e = by_path[p]
-        lfs = e.lfs
-        files.append(FileEntry(
-            path=p,
-            size=Path(local, p).stat().st_size,
-            expected_sha256=lfs.sha256 if lfs else None,
-            expected_git_oid=None if lfs else e.blob_id,
-            expected_size=lfs.size if lfs else e.size,
-        ))
-    return Snapshot(root=Path(local), source=source.uri, kind="hf", files=tuple(files), repo_id=repo,
-                    revision=rev, commit=commit, provenance={"endpoint": where})
+    snap = fetch_hub(source, settings, where, lambda paths: _filter(paths, allow, ignore), _require_model_files,
+                     before_weights, weights=weights)
+    sweep_incomplete(settings.cache_dir() / "hf", repo)
+    if snap.commit and rev != snap.commit:
+        _record_ref(settings.cache_dir() / "hf", repo, rev, snap.commit)
+    return snap
+
+
+def preview(source: Source, settings: Settings, judge: Callable[[Snapshot], T], *,
+            allow_patterns: Sequence[str] | None = None, ignore_patterns: Sequence[str] | None = None) -> T:
+    """``judge(snapshot)`` on what an ``hf://`` source's weights will be judged by, without downloading
+    them: a temporary folder with its small files (downloaded into the hub cache, hashed and checked
+    as in :func:`fetch`) and each ``*.safetensors`` shard's header, read by HTTP range, in a sparse file
+    of the shard's size. Returns what ``judge`` returns. Raises :class:`InvalidSourceError` for a
+    source that is not ``hf://``, else as :func:`fetch`."""
+    if source.kind != "hf":
+        raise InvalidSourceError(f"{source.uri} is not a hub source; only hf:// sources are judged before download",
+                                 fix="Pass hf://org/name@revision, or the local folder itself.")
+    out: list[T] = []
+    allow = DEFAULT_ALLOW_PATTERNS if allow_patterns is None else tuple(allow_patterns)
+    ignore = DEFAULT_IGNORE_PATTERNS if ignore_patterns is None else tuple(ignore_patterns)
+    if hub_offline():
+        snap = _fetch_hf_cached(source, settings, allow, ignore, settings.endpoint() or "https://huggingface.co")
+        return judge(snap)
+    _fetch_hf(source, settings, allow, ignore, lambda snap: out.append(judge(snap)), weights=False)
+    return out[0]
 
 
 def _record_ref(cache_dir: Path, repo_id: str, revision: str, commit: str) -> None:
@@ -299,7 +306,13 @@ def _fetch_hf_cached(source: Source, settings: Settings, allow: Sequence[str], i
                                expected_sha256=etag if _SHA256.fullmatch(etag) else None,
                                expected_git_oid=etag if _SHA1.fullmatch(etag) else None))
     return Snapshot(root=snap_dir, source=source.uri, kind="hf", files=tuple(files), repo_id=repo, revision=rev,
-                    commit=commit, provenance={"endpoint": where, "offline": True})
+                    commit=commit, provenance={"endpoint": where, "offline": True},
+                    left_out=left_out(everything, selected))
+
+
+def _check_bundle(path: Path) -> None:
+    if not path.is_file():
+        raise SourceNotFoundError(f"bundle {path} does not exist", fix="Check the path (tar:///absolute/path.tar.zst).")
 
 
 def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
@@ -307,8 +320,7 @@ def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
     content digest, into the cache); the Snapshot's expected digests are the manifest's."""
 
     assert source.path is not None
-    if not source.path.is_file():
-        raise SourceNotFoundError(f"bundle {source.path} does not exist", fix="Check the path (tar:///absolute/path.tar.zst).")
+    _check_bundle(source.path)
     manifest_bytes, raw = read_manifest(source.path)
     digest = str(raw.get("content_digest", "")).removeprefix("sha256:") if isinstance(raw, dict) else ""
     if not re.fullmatch(r"[0-9a-f]{64}", digest):

@@ -125,16 +125,22 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Non
                               fix="Check that the GGUF's architecture is one transformers' GGUF loader supports.") from exc
 
 
-def fetch_gguf(source: Source, settings: Settings) -> Snapshot:
-    """Convert (or reuse the cached conversion of) ``source.path``; returns the Snapshot of the
-    converted folder with ``provenance['gguf_sha256']``. Raises SourceNotFoundError, ConversionError."""
-    path = source.path
-    assert path is not None
+def check_gguf(path: Path) -> None:
+    """Raise SourceNotFoundError when ``path`` is not a file, InvalidSourceError when it does not start
+    with the GGUF magic (``b"GGUF"``, the GGUF specification's first four bytes)."""
     if not path.is_file():
         raise SourceNotFoundError(f"GGUF file {path} does not exist", fix="Check the path (gguf:///absolute/path/model.gguf).")
     with open(path, "rb") as fh:
         if fh.read(4) != b"GGUF":
             raise InvalidSourceError(f"{path} is not a GGUF file (no GGUF magic)", fix="Point gguf:// at a *.gguf model file.")
+
+
+def fetch_gguf(source: Source, settings: Settings) -> Snapshot:
+    """Convert (or reuse the cached conversion of) ``source.path``; returns the Snapshot of the
+    converted folder with ``provenance['gguf_sha256']``. Raises SourceNotFoundError, ConversionError."""
+    path = source.path
+    assert path is not None
+    check_gguf(path)
     digest = sha256_file(path, label=f"hashing {path.name}")
     cache = settings.cache_dir() / "gguf" / digest
     marker = f"{digest} converter {CONVERTER_VERSION}\n"

@@ -22,6 +22,18 @@ own accounting (``Worker.determine_available_memory`` then ``KVCacheManager`` bl
   KV dtype: the model dtype (``--kv-cache-dtype auto``), or 1 byte for ``fp8``.
 - **tokens that fit** = KV budget // KV bytes per token per rank (every rank holds the same tokens).
 
+Pipeline parallelism (several nodes): tensor parallelism stays inside a node (its NVLink domain) and
+the decoder layers are split into ``pipeline_parallel_size`` stages, one per node (vLLM's multi-node
+recipe: TP = GPUs per node, PP = nodes). Stage ``i`` holds the layers vLLM's ``get_pp_indices``
+gives it (an even split; a remainder goes one by one to the stages before the last), the embeddings on the
+first stage and the final norm and ``lm_head`` on the last (with ``tie_word_embeddings`` the last
+stage holds its own copy of the embedding matrix: vLLM builds ``embed_tokens`` on the last rank too).
+Each stage is sized like a one-node plan with its own weights and only its layers' KV cache; vLLM
+allocates the same number of KV blocks on every worker (the minimum over them), so **tokens that fit**
+is the worst stage's. With several nodes available the plan takes the fewest nodes that hold the
+context asked for (``max_model_len``, else the model's derived limit): a model that fits one node
+stays on one node.
+
 Suggestions: ``max_model_len`` = min(the length vLLM derives from config.json,
 :func:`~modelyard.checks.config.derived_max_len`; tokens that fit, rounded down to a multiple of
 1024). ``max_num_seqs`` = tokens that fit // min(max_model_len, 2048) (how many requests of a
@@ -37,6 +49,7 @@ KV cache memory".
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,11 +79,20 @@ LEN_ROUND = 1024
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16")
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+#: GPUs of one node when the target does not say (an HGX/DGX board: 8 GPUs on one NVLink switch); the
+#: node size suggestions assume for a one-node target.
+NODE_GPUS = 8
+#: the most nodes a refusal searches for the smallest plan that fits.
+MAX_NODES = 64
+#: a decoder layer's index in a tensor name (``model.layers.12.mlp...``, ``language_model.model.layers.3...``).
+_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 @dataclass(frozen=True)
 class ServeTarget:
-    """Where the model will run. ``tensor_parallel_size`` None = the largest valid size <= ``gpus``;
+    """Where the model will run: ``nodes`` hosts of ``gpus`` GPUs each (``gpus`` = GPUs per node).
+    ``tensor_parallel_size`` None = the largest valid size <= ``gpus``; ``pipeline_parallel_size``
+    None = one stage per node used, on the fewest of ``nodes`` that hold the context (1 for one node);
     ``max_model_len`` None = suggested by the plan."""
 
     gpu: str
@@ -79,6 +101,8 @@ class ServeTarget:
     kv_cache_dtype: str = "auto"
     tensor_parallel_size: int | None = None
     max_model_len: int | None = None
+    nodes: int = 1
+    pipeline_parallel_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +121,48 @@ class ModelSize:
     quantization: str | None
     derived_max_len: int | None
     derived_max_len_source: str
+    #: bytes of each decoder layer (index order); empty when unknown (then layers share weight_bytes evenly)
+    layer_bytes: tuple[int, ...] = ()
+    #: bytes outside the decoder layers that the first stage holds (embeddings, a vision tower)
+    head_bytes: int = 0
+    #: bytes the last stage holds besides its layers (final norm, lm_head)
+    tail_bytes: int = 0
+    #: the embedding matrix's bytes, which the last stage holds again when the embeddings are tied
+    tied_embedding_bytes: int = 0
+
+    def stage_layers(self, pp: int) -> tuple[int, ...]:
+        """Decoder layers per pipeline stage (vLLM ``get_pp_indices``; see :func:`stage_layers`)."""
+        return stage_layers(self.layers, pp)
+
+    def stage_weight_bytes(self, pp: int) -> tuple[int, ...]:
+        """Weight bytes each of ``pp`` stages holds (the whole model for ``pp`` = 1)."""
+        if pp == 1:
+            return (self.weight_bytes,)
+        counts = self.stage_layers(pp)
+        per = self.layer_bytes if len(self.layer_bytes) == self.layers else None
+        even = (self.weight_bytes - self.head_bytes - self.tail_bytes) / self.layers
+        out, start = [], 0
+        for i, n in enumerate(counts):
+            b = sum(per[start:start + n]) if per else round(even * n)
+            start += n
+            if i == 0:
+                b += self.head_bytes
+            if i == pp - 1:
+                b += self.tail_bytes + self.tied_embedding_bytes
+            out.append(b)
+        return tuple(out)
+
+
+def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """How vLLM splits ``layers`` decoder layers over ``pp`` pipeline stages (vLLM 0.32
+    ``get_pp_indices`` in ``vllm/distributed/utils.py``, without ``VLLM_PP_LAYER_PARTITION``):
+    ``layers // pp`` each, and a remainder ``r`` adds one layer to each of the ``r`` stages before the
+    last (``partitions[-2]``, ``partitions[-3]``, ...): 126 over 4 is 31/32/32/31."""
+    base, rem = divmod(layers, pp)
+    parts = [base] * pp
+    for i in range(2, rem + 2):
+        parts[-i] += 1
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -129,33 +195,68 @@ class ServePlan:
     max_model_len: int
     max_num_seqs: int
     notes: tuple[str, ...] = field(default=())
+    #: nodes the plan uses (``gpus`` is GPUs per node) and nodes the target offered
+    nodes: int = 1
+    nodes_available: int = 1
+    pipeline_parallel_size: int = 1
+    #: decoder layers per pipeline stage; the per-rank figures above are the worst stage's
+    layers_per_stage: tuple[int, ...] = ()
+    worst_stage: int = 0
+
+    @property
+    def multi_node(self) -> bool:
+        """True when the plan spans nodes: vLLM runs it on a Ray cluster (serve/ray-*.sh)."""
+        return self.nodes > 1
+
+    @property
+    def world_size(self) -> int:
+        """GPUs the plan uses: tensor x pipeline parallel size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["valid_tp_sizes"] = list(self.valid_tp_sizes)
         d["notes"] = list(self.notes)
+        d["layers_per_stage"] = list(self.layers_per_stage)
         return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
+    def target_label(self) -> str:
+        """``8 x H100-80GB`` on one node, ``2 x 8 x H100-80GB`` (nodes x GPUs per node) on several."""
+        return f"{self.nodes} x {self.gpus} x {self.gpu}" if self.multi_node else f"{self.gpus} x {self.gpu}"
+
     def rows(self) -> list[tuple[str, str, str]]:
         """``(quantity, value, how)`` rows for the CLI table and serve/README.md."""
-        g = f"{self.gpus} x {self.gpu}"
+        pp = self.pipeline_parallel_size
+        stages = []
+        if pp > 1:
+            stages = [("pipeline_parallel_size", str(pp),
+                       f"{self.nodes} node(s); layers per stage {'/'.join(map(str, self.layers_per_stage))}"),
+                      ("worst stage", str(self.worst_stage), "the stage with the fewest tokens of KV cache; "
+                       "the per-rank figures below are its")]
+        w_how = (f"weights / {self.tensor_parallel_size} (vocab-parallel embeddings and lm_head split too)" if pp == 1
+                 else f"stage {self.worst_stage}'s weights ({self.layers_per_stage[self.worst_stage]} layers"
+                 + (", embeddings" if self.worst_stage == 0 else "")
+                 + (", norm and lm_head" if self.worst_stage == pp - 1 else "") + f") / {self.tensor_parallel_size}")
         return [
-            ("target", g, f"{_gib(self.gpu_memory_bytes)} each (driver-reported), utilization {self.gpu_memory_utilization:g}"),
+            ("target", self.target_label(),
+             f"{_gib(self.gpu_memory_bytes)} each (driver-reported), utilization {self.gpu_memory_utilization:g}"),
             ("tensor_parallel_size", str(self.tensor_parallel_size),
-             f"valid: {', '.join(map(str, self.valid_tp_sizes))}"),
+             f"valid: {', '.join(map(str, self.valid_tp_sizes))}" + (" (inside each node)" if pp > 1 else "")),
+            *stages,
             ("weights", _gib(self.weight_bytes), self.weight_source),
-            ("weights per rank", _gib(self.weight_bytes_per_rank), f"weights / {self.tensor_parallel_size} "
-             "(vocab-parallel embeddings and lm_head split too)"),
+            ("weights per rank", _gib(self.weight_bytes_per_rank), w_how),
             ("usable per rank", _gib(self.usable_bytes_per_rank), f"{_gib(self.gpu_memory_bytes)} x {self.gpu_memory_utilization:g}"),
             ("overhead per rank", _gib(self.overhead_bytes_per_rank), "activations + CUDA graphs + non-torch (fixed allowance)"),
             ("KV budget per rank", _gib(self.kv_budget_bytes_per_rank), "usable - weights - overhead"),
             ("KV bytes per token", f"{self.kv_bytes_per_token:,}",
              f"2 x layers x kv_heads x head_dim x {self.kv_dtype_bytes} B (kv-cache-dtype {self.kv_cache_dtype}"
              + (f" = {self.dtype})" if self.kv_cache_dtype == "auto" else ")")),
-            ("KV bytes per token per rank", f"{self.kv_bytes_per_token_per_rank:,}", f"{self.kv_heads_per_rank} KV head(s) per rank"),
+            ("KV bytes per token per rank", f"{self.kv_bytes_per_token_per_rank:,}",
+             f"{self.kv_heads_per_rank} KV head(s) per rank"
+             + (f", {self.layers_per_stage[self.worst_stage]} layers in the stage" if pp > 1 else "")),
             ("tokens that fit", f"{self.tokens_fit:,}", "KV budget / KV bytes per token per rank"),
             ("max_model_len", f"{self.max_model_len:,}",
              f"min(derived {self.derived_max_len:,}, tokens that fit)" if self.derived_max_len else "tokens that fit"),
@@ -173,17 +274,16 @@ def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int | Non
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default
 
 
-def llama_param_count(cfg: dict[str, Any]) -> int:
-    """Parameters of a dense Llama-style decoder from its config: embeddings (vocab x hidden) +
-    layers x (q, k, v, o projections [+ biases with ``attention_bias``] + gate/up/down MLP
-    [+ biases with ``mlp_bias``] + 2 RMSNorm weights) + the final norm + ``lm_head`` unless
-    ``tie_word_embeddings``. Matches transformers ``LlamaForCausalLM`` (8B: 8,030,261,248)."""
+def llama_param_parts(cfg: dict[str, Any]) -> tuple[int, int, int, int]:
+    """``(embeddings, one decoder layer, final norm, lm_head)`` parameters of a dense Llama-style
+    decoder (see :func:`llama_param_count`); ``lm_head`` is 0 with ``tie_word_embeddings``.
+    Raises :class:`ServePlanError` when config.json lacks a shape key."""
     need = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
     missing = [k for k in need if _int(cfg, k) is None]
     if missing:
         raise ServePlanError(f"config.json lacks {', '.join(missing)}, so the weights cannot be estimated",
                              fix="Plan from a folder with its safetensors weights.")
-    h, n_layers, heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     kv = _int(cfg, "num_key_value_heads", heads)
     hd = _int(cfg, "head_dim", h // heads)
     inter, vocab = cfg["intermediate_size"], cfg["vocab_size"]
@@ -191,15 +291,43 @@ def llama_param_count(cfg: dict[str, Any]) -> int:
     if cfg.get("attention_bias"):
         attn += heads * hd + 2 * kv * hd + h
     mlp = 3 * h * inter + ((2 * inter + h) if cfg.get("mlp_bias") else 0)
-    layer = attn + mlp + 2 * h
     head = 0 if cfg.get("tie_word_embeddings", False) else vocab * h
-    return vocab * h + n_layers * layer + h + head
+    return vocab * h, attn + mlp + 2 * h, h, head
+
+
+def llama_param_count(cfg: dict[str, Any]) -> int:
+    """Parameters of a dense Llama-style decoder from its config: embeddings (vocab x hidden) +
+    layers x (q, k, v, o projections [+ biases with ``attention_bias``] + gate/up/down MLP
+    [+ biases with ``mlp_bias``] + 2 RMSNorm weights) + the final norm + ``lm_head`` unless
+    ``tie_word_embeddings``. Matches transformers ``LlamaForCausalLM`` (8B: 8,030,261,248)."""
+    embed, layer, norm, head = llama_param_parts(cfg)
+    return embed + cfg["num_hidden_layers"] * layer + norm + head
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, tp: int = 1) -> int:
     """KV-cache bytes one token takes on one rank: 2 x layers x max(1, kv_heads // tp) x head_dim x
     dtype_bytes (vLLM replicates KV heads when tp > kv_heads). ``tp=1`` gives the whole model."""
     return 2 * layers * max(1, kv_heads // tp) * head_dim * dtype_bytes
+
+
+def _header_stage_parts(ckpt: Checkpoint, layers: int) -> tuple[tuple[int, ...], int, int, int]:
+    """``(bytes per decoder layer, head bytes, tail bytes, embedding bytes)`` from the safetensors
+    headers: a tensor named ``...layers.N...`` belongs to layer N; ``lm_head`` and the final ``norm``
+    to the last stage; everything else (embeddings, a vision tower) to the first."""
+    per = [0] * layers
+    head = tail = embed = 0
+    for name, t in ckpt.tensors.items():
+        n = t.end - t.begin
+        m = _LAYER_RE.search(name)
+        if m and int(m.group(1)) < layers:
+            per[int(m.group(1))] += n
+        elif "lm_head" in name or name.rsplit(".", 2)[-2:] == ["norm", "weight"]:
+            tail += n
+        else:
+            head += n
+            if "embed_tokens" in name or "wte" in name or "word_embeddings" in name:
+                embed += n
+    return tuple(per), head, tail, embed
 
 
 def model_size(ckpt: Checkpoint) -> ModelSize:
@@ -222,12 +350,14 @@ def model_size(ckpt: Checkpoint) -> ModelSize:
     qcfg = (ckpt.config or {}).get("quantization_config")
     quant = (qcfg.get("quant_method") or "unknown") if isinstance(qcfg, dict) else None
     dtype, _ = declared_dtype(cfg)
+    tied = bool(cfg.get("tie_word_embeddings", (ckpt.config or {}).get("tie_word_embeddings", False)))
     if ckpt.weights_readable:
         dtype = dtype or stored_dtype(ckpt) or "bfloat16"
         weight_bytes = sum(t.end - t.begin for t in ckpt.tensors.values())
         src = (f"safetensors headers: {len(ckpt.tensors):,} tensors in {len(ckpt.safetensors_files)} shard(s)"
                + (f", stored {quant}-quantized" if quant else ""))
         params = None
+        per_layer, head_b, tail_b, embed_b = _header_stage_parts(ckpt, layers)
     else:
         if quant or any(_int(cfg, k) for k in _MOE_KEYS):
             raise ServePlanError(f"{ckpt.root} has no readable safetensors weights, and its config is "
@@ -237,52 +367,174 @@ def model_size(ckpt: Checkpoint) -> ModelSize:
         if dtype not in DTYPE_BYTES:
             raise ServePlanError(f"config.json dtype {dtype!r} has no known size", fix="Set torch_dtype to bfloat16.")
         params = llama_param_count(cfg)
-        weight_bytes = params * DTYPE_BYTES[dtype]
-        src = f"config estimate (no weights): {params:,} parameters x {DTYPE_BYTES[dtype]} B ({dtype})"
+        b = DTYPE_BYTES[dtype]
+        weight_bytes = params * b
+        src = f"config estimate (no weights): {params:,} parameters x {b} B ({dtype})"
+        embed, layer, norm, lm_head = llama_param_parts(cfg)
+        per_layer, head_b, tail_b, embed_b = (layer * b,) * layers, embed * b, (norm + lm_head) * b, embed * b
     limit, key, how = derived_max_len(cfg)
     return ModelSize(layers=layers, attention_heads=heads, kv_heads=kv, head_dim=head_dim, dtype=dtype,
                      weight_bytes=weight_bytes, weight_source=src, param_count=params, quantization=quant,
-                     derived_max_len=limit, derived_max_len_source=how or (key or ""))
+                     derived_max_len=limit, derived_max_len_source=how or (key or ""), layer_bytes=per_layer,
+                     head_bytes=head_b, tail_bytes=tail_b, tied_embedding_bytes=embed_b if tied else 0)
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """The worst pipeline stage of a layout, per rank: weights, KV budget, KV bytes per token, tokens."""
+
+    stage: int
+    weight_bytes: int
+    budget: int
+    kv_per_token: int
+    tokens: int
+
+
+def _worst_stage(size: ModelSize, gpu: GpuSpec, util: float, tp: int, pp: int, kv_bytes: int,
+                 weight_scale: float = 1.0) -> _Fit:
+    """Each of the ``pp`` stages on ``tp`` ranks of ``gpu``; the one with the fewest tokens of KV cache
+    (a budget of 0 or less counts as -1 tokens). ``weight_scale`` scales the weights (0.5 = an fp8 variant)."""
+    usable = int(gpu.memory_bytes * util)
+    fits = []
+    for i, (n_layers, w) in enumerate(zip(size.stage_layers(pp), size.stage_weight_bytes(pp))):
+        w_rank = -(-int(w * weight_scale) // tp)
+        budget = usable - w_rank - OVERHEAD_BYTES
+        kvt = kv_bytes_per_token(n_layers, size.kv_heads, size.head_dim, kv_bytes, tp)
+        fits.append(_Fit(i, w_rank, budget, kvt, budget // kvt if budget > 0 else -1))
+    return min(fits, key=lambda f: (f.tokens, f.budget))
 
 
 def _fits(size: ModelSize, gpu: GpuSpec, util: float, tp: int, kv_bytes: int, weight_scale: float = 1.0,
-          length: int = MIN_MODEL_LEN) -> bool:
-    """True when ``tp`` ranks of ``gpu`` hold the weights (x ``weight_scale``) and ``length`` tokens of KV."""
-    usable = int(gpu.memory_bytes * util)
-    need = -(-int(size.weight_bytes * weight_scale) // tp) + OVERHEAD_BYTES \
-        + length * kv_bytes_per_token(size.layers, size.kv_heads, size.head_dim, kv_bytes, tp)
-    return need <= usable
+          length: int = MIN_MODEL_LEN, pp: int = 1) -> bool:
+    """True when ``pp`` stages of ``tp`` ranks of ``gpu`` hold the weights (x ``weight_scale``) and
+    ``length`` tokens of KV."""
+    return _worst_stage(size, gpu, util, tp, pp, kv_bytes, weight_scale).tokens >= length
+
+
+def rank_need_bytes(size: ModelSize, tp: int, pp: int, kv_bytes: int, length: int) -> int:
+    """GPU bytes one rank of the heaviest pipeline stage needs to serve one ``length``-token sequence:
+    its weights / ``tp`` + :data:`OVERHEAD_BYTES` + ``length`` x its KV bytes per token (``kv_bytes``
+    per element). Compare with a GPU's memory x ``--gpu-memory-utilization``."""
+    need = 0
+    for n_layers, w in zip(size.stage_layers(pp), size.stage_weight_bytes(pp)):
+        need = max(need, -(-w // tp) + OVERHEAD_BYTES
+                   + length * kv_bytes_per_token(n_layers, size.kv_heads, size.head_dim, kv_bytes, tp))
+    return need
+
+
+def _largest_tp(valid: list[int], gpus: int) -> int:
+    return max([t for t in valid if t <= gpus] or [1])
+
+
+def smallest_multinode(size: ModelSize, gpu: GpuSpec, util: float, kv_bytes: int, valid: list[int],
+                       gpus_per_node: int, length: int, *, min_nodes: int = 2,
+                       weight_scale: float = 1.0) -> tuple[int, int, int] | None:
+    """``(nodes, tp, pp)`` of the fewest nodes of ``gpus_per_node`` ``gpu`` (from ``min_nodes`` up to
+    :data:`MAX_NODES`) that hold the weights and ``length`` tokens: tensor parallel = the largest valid
+    size in a node, one pipeline stage per ``tp`` GPUs of each node; None when none does."""
+    tp = _largest_tp(valid, gpus_per_node)
+    per_node = max(1, gpus_per_node // tp)
+    for n in range(max(1, min_nodes), MAX_NODES + 1):
+        pp = n * per_node
+        if pp > size.layers:
+            return None
+        if _fits(size, gpu, util, tp, kv_bytes, weight_scale, length, pp):
+            return n, tp, pp
+    return None
+
+
+def _multinode_idea(found: tuple[int, int, int] | None, gpus_per_node: int, gpu: GpuSpec) -> str | None:
+    if found is None:
+        return None
+    n, tp, pp = found
+    return (f"use --gpus-per-node {gpus_per_node} --nodes {n} (tensor parallel {tp} inside each node x pipeline "
+            f"parallel {pp} across nodes = {tp * pp} x {gpu.name}, served through Ray)")
 
 
 def _fix(size: ModelSize, gpu: GpuSpec, target: ServeTarget, kv_bytes: int, valid: list[int],
-         kv_short: bool = False) -> str:
-    """The cheapest ways out: more GPUs (a valid TP size), an fp8 variant, a larger GPU, and (when
-    only the KV cache is short) an fp8 KV cache."""
+         kv_short: bool = False, tp_now: int | None = None, pp_now: int = 1) -> str:
+    """The cheapest ways out: more GPUs in the node (a valid TP size), more nodes (the smallest
+    multi-node plan), an fp8 variant, a larger GPU, and (when only the KV cache is short) an fp8 KV cache."""
     util, n = target.gpu_memory_utilization, target.max_model_len or MIN_MODEL_LEN
     ideas = []
-    more = next((t for t in valid if t > target.gpus and _fits(size, gpu, util, t, kv_bytes, length=n)), None)
-    if more:
-        ideas.append(f"use --gpus {more}" + (" (tensor parallel across nodes is slow: prefer pipeline parallelism "
-                                             "between nodes)" if more > 8 else ""))
-    tp_now = max([t for t in valid if t <= target.gpus] or [1])
+    node = target.gpus if target.nodes > 1 or target.gpus >= NODE_GPUS else NODE_GPUS
+    more = None
+    if target.nodes == 1:
+        more = next((t for t in valid if target.gpus < t <= node and _fits(size, gpu, util, t, kv_bytes, length=n)),
+                    None)
+        if more:
+            ideas.append(f"use --gpus {more}")
+    if more is None:
+        idea = _multinode_idea(smallest_multinode(size, gpu, util, kv_bytes, valid, node, n,
+                                                  min_nodes=target.nodes + 1), node, gpu)
+        if idea:
+            ideas.append(idea)
+    tp_now = tp_now or _largest_tp(valid, target.gpus)
     if size.quantization is None and DTYPE_BYTES.get(size.dtype, 2) >= 2:
-        fp8 = next((t for t in valid if _fits(size, gpu, util, t, kv_bytes, 0.5, n)), None)
+        fp8 = next((t for t in valid if t <= node and _fits(size, gpu, util, t, kv_bytes, 0.5, n)), None)
         if fp8 and (more is None or fp8 < more):
             ideas.append(f"or an fp8 variant (modelyard ingest ... --quantize fp8-dynamic) on --gpus {fp8}, about "
                          f"{_gib(size.weight_bytes // 2 // fp8)} of weights per rank")
     bigger = next((g.name for g in sorted(GPUS.values(), key=lambda g: g.memory_bytes)
-                   if g.memory_bytes > gpu.memory_bytes and _fits(size, g, util, tp_now, kv_bytes, length=n)), None)
+                   if g.memory_bytes > gpu.memory_bytes and _fits(size, g, util, tp_now, kv_bytes, length=n, pp=pp_now)),
+                  None)
     if bigger:
         ideas.append(f"or --gpu {bigger}")
-    if kv_short and target.kv_cache_dtype == "auto" and kv_bytes >= 2 and _fits(size, gpu, util, tp_now, 1, length=n):
+    if kv_short and target.kv_cache_dtype == "auto" and kv_bytes >= 2 \
+            and _fits(size, gpu, util, tp_now, 1, length=n, pp=pp_now):
         ideas.append("or --kv-cache-dtype fp8 to halve the KV cache")
     return "; ".join(ideas) + "." if ideas else "No table GPU count fits this model; quantize it (w4a16) first."
 
 
+def _check_target(target: ServeTarget) -> None:
+    if target.gpus < 1:
+        raise InvalidTargetError(f"--gpus {target.gpus} is not a GPU count", fix="Use --gpus 1 or more.")
+    if target.nodes < 1:
+        raise InvalidTargetError(f"--nodes {target.nodes} is not a node count", fix="Use --nodes 1 or more.")
+    if not 0 < target.gpu_memory_utilization <= 1:
+        raise InvalidTargetError(f"--gpu-memory-utilization {target.gpu_memory_utilization} is not in (0, 1]",
+                                 fix="Use a fraction such as 0.9 (vLLM's default).")
+    if target.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise InvalidTargetError(f"--kv-cache-dtype {target.kv_cache_dtype!r} is not supported by the plan",
+                                 fix=f"Use one of: {', '.join(KV_CACHE_DTYPES)}.")
+
+
+def _pick_pp(size: ModelSize, gpu: GpuSpec, target: ServeTarget, tp: int, kv_bytes: int) -> int:
+    """The pipeline parallel size: as asked (checked against the layers and the GPUs), 1 on one node,
+    else one stage per ``tp`` GPUs of each node on the fewest nodes that hold the context wanted
+    (``max_model_len``, else the derived limit, else :data:`MIN_MODEL_LEN`); all nodes when none does."""
+    per_node = max(1, target.gpus // tp)
+    pp = target.pipeline_parallel_size
+    if pp is not None:
+        if pp < 1 or pp > size.layers:
+            raise InvalidTargetError(f"--pipeline-parallel-size {pp}: the model has {size.layers} decoder layers, "
+                                     "and every stage needs at least one", fix=f"Use 1 to {size.layers}.")
+        have = per_node * target.nodes
+        if pp > have:
+            raise InvalidTargetError(f"--pipeline-parallel-size {pp} x --tensor-parallel-size {tp} needs {pp * tp} GPUs "
+                                     f"({-(-pp // per_node)} node(s) of {target.gpus}); the target has {target.nodes}",
+                                     fix=f"Use --nodes {-(-pp // per_node)} or --pipeline-parallel-size {have} or less.")
+        return pp
+    if target.nodes == 1:
+        return 1
+    want = target.max_model_len or size.derived_max_len or MIN_MODEL_LEN
+    max_n = max(1, min(target.nodes, size.layers // per_node))
+
+    def pp_for(n: int) -> int:
+        return n * per_node if n > 1 else 1
+
+    for n in range(1, max_n + 1):
+        if _fits(size, gpu, target.gpu_memory_utilization, tp, kv_bytes, length=want, pp=pp_for(n)):
+            return pp_for(n)
+    return pp_for(max_n)
+
+
 def plan_serve(model: Path | Checkpoint, target: ServeTarget, *, name: str | None = None) -> ServePlan:
     """Size ``model`` (a model folder, an artifact folder with ``model/``, or a Checkpoint) for
-    ``target``. Raises :class:`InvalidTargetError` for a bad target (unknown GPU, invalid TP size,
-    a ``max_model_len`` above the model's limit) and :class:`ServePlanError` when it does not fit."""
+    ``target`` (``target.nodes`` nodes of ``target.gpus`` GPUs). Raises :class:`InvalidTargetError`
+    for a bad target (unknown GPU, invalid TP size, a pipeline size the layers or GPUs cannot take, a
+    ``max_model_len`` above the model's limit) and :class:`ServePlanError` when it does not fit; its
+    ``fix`` names the smallest plan that does (more GPUs, more nodes, fp8, a larger GPU)."""
 
     if not isinstance(model, Checkpoint):
         root = Path(model)
@@ -290,14 +542,7 @@ def plan_serve(model: Path | Checkpoint, target: ServeTarget, *, name: str | Non
         model = Checkpoint(model_root(root))
     name = name or model.root.resolve().name
     gpu = gpu_spec(target.gpu)
-    if target.gpus < 1:
-        raise InvalidTargetError(f"--gpus {target.gpus} is not a GPU count", fix="Use --gpus 1 or more.")
-    if not 0 < target.gpu_memory_utilization <= 1:
-        raise InvalidTargetError(f"--gpu-memory-utilization {target.gpu_memory_utilization} is not in (0, 1]",
-                                 fix="Use a fraction such as 0.9 (vLLM's default).")
-    if target.kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise InvalidTargetError(f"--kv-cache-dtype {target.kv_cache_dtype!r} is not supported by the plan",
-                                 fix=f"Use one of: {', '.join(KV_CACHE_DTYPES)}.")
+    _check_target(target)
     size = model_size(model)
     cfg = model.text_config
     valid = valid_tp_sizes(cfg)
@@ -305,36 +550,49 @@ def plan_serve(model: Path | Checkpoint, target: ServeTarget, *, name: str | Non
         tp = target.tensor_parallel_size
         probs = tp_problems(cfg, tp)
         if probs or tp > target.gpus:
-            why = probs[0][2] if probs else f"it needs {tp} GPUs and the target has {target.gpus}"
+            why = probs[0][2] if probs else f"it needs {tp} GPUs and the target has {target.gpus}" + (
+                " per node (tensor parallelism stays inside a node)" if target.nodes > 1 else "")
             raise InvalidTargetError(f"--tensor-parallel-size {tp}: {why}",
                                      fix=f"Use one of {', '.join(str(t) for t in valid if t <= target.gpus) or '1'}.")
     else:
-        tp = max(t for t in valid if t <= target.gpus) if any(t <= target.gpus for t in valid) else 1
-    notes = []
-    if tp < target.gpus:
-        notes.append(f"{target.gpus} GPUs but tensor_parallel_size {tp} (valid: {', '.join(map(str, valid))}); "
-                     f"the other {target.gpus - tp} stay idle unless you add pipeline parallelism")
+        tp = _largest_tp(valid, target.gpus)
     kv_bytes = (DTYPE_BYTES.get(size.dtype, 2) if target.kv_cache_dtype == "auto"
                 else DTYPE_BYTES[target.kv_cache_dtype])
+    pp = _pick_pp(size, gpu, target, tp, kv_bytes)
+    per_node = max(1, target.gpus // tp)
+    nodes = -(-pp // per_node)
+    notes = []
+    idle = target.gpus - tp * min(pp, per_node)
+    if idle > 0:
+        notes.append(f"{target.gpus} GPUs{' per node' if nodes > 1 else ''} but tensor_parallel_size {tp} "
+                     f"(valid: {', '.join(map(str, valid))}); the other {idle} stay idle unless you add "
+                     "pipeline parallelism")
+    if target.nodes > nodes:
+        notes.append(f"{target.nodes} nodes offered, {nodes} used: "
+                     + ("the model and its context fit one node" if nodes == 1 else
+                        f"{nodes} nodes hold the model and its context")
+                     + f"; run the other {target.nodes - nodes} node(s) as replicas behind a load balancer")
     usable = int(gpu.memory_bytes * target.gpu_memory_utilization)
-    w_rank = -(-size.weight_bytes // tp)
-    budget = usable - w_rank - OVERHEAD_BYTES
+    worst = _worst_stage(size, gpu, target.gpu_memory_utilization, tp, pp, kv_bytes)
+    w_rank, budget, kv_rank = worst.weight_bytes, worst.budget, worst.kv_per_token
     kv_tok = kv_bytes_per_token(size.layers, size.kv_heads, size.head_dim, kv_bytes)
-    kv_rank = kv_bytes_per_token(size.layers, size.kv_heads, size.head_dim, kv_bytes, tp)
-    where = f"{target.gpus} x {gpu.name} (tensor parallel {tp}, utilization {target.gpu_memory_utilization:g})"
+    where = (f"{nodes} x {target.gpus} x {gpu.name} (tensor parallel {tp} x pipeline parallel {pp}"
+             if nodes > 1 or pp > 1 else f"{target.gpus} x {gpu.name} (tensor parallel {tp}")
+    where += f", utilization {target.gpu_memory_utilization:g})"
+    stage = f" in pipeline stage {worst.stage}" if pp > 1 else ""
     if budget <= 0:
         raise ServePlanError(
             f"{name} does not fit on {where}: it needs {_gib(w_rank)} of weights + {_gib(OVERHEAD_BYTES)} overhead per "
-            f"rank, and only {_gib(usable)} is usable per GPU",
-            fix=_fix(size, gpu, target, kv_bytes, valid))
-    tokens = budget // kv_rank
+            f"rank{stage}, and only {_gib(usable)} is usable per GPU",
+            fix=_fix(size, gpu, target, kv_bytes, valid, tp_now=tp, pp_now=pp))
+    tokens = worst.tokens
     need_len = target.max_model_len or MIN_MODEL_LEN
     if tokens < need_len:
         raise ServePlanError(
-            f"{name} on {where}: the KV cache holds {tokens:,} tokens ({_gib(budget)} per rank after {_gib(w_rank)} "
-            f"of weights and {_gib(OVERHEAD_BYTES)} overhead), fewer than one {need_len:,}-token sequence "
-            f"({_gib(need_len * kv_rank)} per rank)",
-            fix=_fix(size, gpu, target, kv_bytes, valid, kv_short=True))
+            f"{name} on {where}: the KV cache holds {tokens:,} tokens{stage} ({_gib(budget)} per rank after "
+            f"{_gib(w_rank)} of weights and {_gib(OVERHEAD_BYTES)} overhead), fewer than one {need_len:,}-token "
+            f"sequence ({_gib(need_len * kv_rank)} per rank)",
+            fix=_fix(size, gpu, target, kv_bytes, valid, kv_short=True, tp_now=tp, pp_now=pp))
     limit = size.derived_max_len
     if target.max_model_len is not None:
         if limit is not None and target.max_model_len > limit:
@@ -360,7 +618,8 @@ def plan_serve(model: Path | Checkpoint, target: ServeTarget, *, name: str | Non
         weight_bytes_per_rank=w_rank, usable_bytes_per_rank=usable, overhead_bytes_per_rank=OVERHEAD_BYTES,
         kv_budget_bytes_per_rank=budget, kv_heads_per_rank=max(1, size.kv_heads // tp), kv_bytes_per_token=kv_tok,
         kv_bytes_per_token_per_rank=kv_rank, tokens_fit=tokens, derived_max_len=limit, max_model_len=max_len,
-        max_num_seqs=seqs, notes=tuple(notes))
+        max_num_seqs=seqs, notes=tuple(notes), nodes=nodes, nodes_available=target.nodes, pipeline_parallel_size=pp,
+        layers_per_stage=size.stage_layers(pp), worst_stage=worst.stage)
 
 
 def _artifact_name(root: Path) -> str | None:

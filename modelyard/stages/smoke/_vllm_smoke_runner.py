@@ -11,9 +11,12 @@ template can be smoked the way it will be served.
 import argparse
 import json
 import os
+import runpy
 import sys
 import time
 import traceback
+
+runpy.run_path(str(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_vllm_amx.py")))["request_amx"]()  # SIGILL otherwise: see that file
 
 
 def main() -> int:

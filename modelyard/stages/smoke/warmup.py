@@ -10,13 +10,17 @@ Only the warm-up thread may import transformers while it runs: transformers is a
 second thread that imports from it while the first is still initialising it gets
 ``ImportError: cannot import name 'AutoConfig'`` (seen in testing). So every stage that imports
 transformers calls :func:`wait` first (the ingest flow does, before verify and before a GGUF fetch).
-The thread starts only after the flow module, and so Prefect and pydantic, are imported.
+The thread starts only after the flow module, and so Prefect and pydantic, are imported. It does not
+start for a local folder whose transformers answers are already in the facts cache
+(:mod:`modelyard.checks.hf`): verify then imports neither torch nor transformers.
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+from modelyard.checks import hf
 from modelyard.settings import Settings
 
 _started: threading.Thread | None = None
@@ -41,12 +45,16 @@ def wait() -> None:
         t.join()
 
 
-def start() -> threading.Thread | None:
+def start(folder: Path | None = None) -> threading.Thread | None:
     """Start the warm-up thread once per process; returns it (None when disabled by
-    ``MODELYARD_NO_WARMUP``). Calling it again returns the same thread."""
+    ``MODELYARD_NO_WARMUP``, or when ``folder``, the local folder about to be verified, has its
+    transformers answers in the facts cache: :func:`modelyard.checks.hf.cached`). Calling it again
+    returns the same thread."""
     global _started
     if Settings().no_warmup:
         return None
+    if folder is not None and _started is None and hf.cached(folder):
+        return None  # verify will not import transformers: the imports would only compete for the GIL
     with _lock:
         if _started is None:
             _started = threading.Thread(target=_imports, name="modelyard-warmup", daemon=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from modelyard.errors import (
 )
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.model.digest import file_digest
+from modelyard.model.snapshot import Snapshot
+from modelyard.model.source import Source
 from modelyard.settings import Settings
 from modelyard.stages.verify.runtime import OracleRun, reconcile, runtime_findings
 
@@ -137,6 +140,40 @@ def _check_against_manifest(artifact: Path) -> list[Finding]:
             out.append(Finding("artifact.file_unlisted", Severity.ERROR, f"{rel} is not listed in manifest.json",
                                file=rel, fix="Remove the stray file or re-publish the artifact.", source="modelyard manifest"))
     return out
+
+
+def source_findings(snapshot: Snapshot) -> list[Finding]:
+    """What the source itself says about its files: one ``source.hash_unverifiable`` warning per file
+    the source listed without a digest it vouches for (a gated repo's redacted or missing LFS sha256 /
+    git oid: :attr:`FileEntry.unverifiable`). Such a file is hashed and recorded with origin
+    ``unverified``; it is neither a mismatch nor verified."""
+    return [Finding("source.hash_unverifiable", Severity.WARNING,
+                    f"{path}: {snapshot.source} lists it without a hash it vouches for (redacted or missing, as gated "
+                    "repos may answer), so its bytes cannot be checked against the hub; its sha256 is the one computed here",
+                    file=path, fix="Use a token with access to the repo so that the hub lists the file's LFS sha256, or "
+                    "compare the sha256 in manifest.json with one the publisher gives.",
+                    source="hub tree API (lfs.oid / oid), huggingface_hub list_repo_tree")
+            for path in snapshot.unverifiable]
+
+
+def with_source_findings(report: Report, snapshot: Snapshot) -> Report:
+    """``report`` with :func:`source_findings` of ``snapshot`` appended."""
+    extra = source_findings(snapshot)
+    return replace(report, findings=report.findings + tuple(extra)) if extra else report
+
+
+def verify_source(source: Source, target: Target | None = None, *, runtime: str | None = None,
+                  settings: Settings | None = None) -> Report:
+    """Judge an ``hf://`` source before downloading its weights: :func:`verify_folder` on its small
+    files and its shards' headers read by HTTP range (:func:`modelyard.stages.fetch.preview`), plus
+    :func:`source_findings`. The checks read nothing else of a shard, so the findings are those a
+    verify of the downloaded folder gives. Raises as :func:`modelyard.stages.fetch.fetch` does
+    (exit 2 for a missing repo or an unreachable endpoint)."""
+    from modelyard.stages.fetch import preview  # noqa: PLC0415 - the fetch stage (and huggingface_hub) only for hub sources
+
+    settings = settings or Settings()
+    return preview(source, settings,
+                   lambda snap: with_source_findings(verify_folder(snap.root, target, runtime=runtime, settings=settings), snap))
 
 
 def gate(report: Report, what: str, ignore: frozenset[str] = frozenset()) -> None:

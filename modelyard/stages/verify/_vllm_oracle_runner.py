@@ -22,10 +22,13 @@ object to ``--out`` (each part ``{"ok": bool, ...}`` or ``{"ok": false, "error":
 import argparse
 import json
 import os
+import runpy
 import struct
 import sys
 import time
 import traceback
+
+runpy.run_path(str(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_vllm_amx.py")))["request_amx"]()  # SIGILL otherwise: see that file
 
 SENTINEL = "modelyardsentinelreply"
 

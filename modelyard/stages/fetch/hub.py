@@ -1,0 +1,380 @@
+"""``hf://`` from an HF-compatible endpoint: each byte hashed as it arrives, and the model judged from
+its small files and safetensors headers before a weight byte is downloaded.
+
+1. **List.** The revision is resolved to a commit once (``HfApi.model_info``); ``list_repo_tree`` at
+   that commit gives each file's size and the digest the hub vouches for: the LFS sha256, or the git
+   blob id of a file kept in git. A digest that is not one (asterisks, empty or missing: what a gated
+   repo may answer) makes the file *unverifiable*: it is hashed, never compared, and its manifest
+   origin is ``unverified``, never ``hub-*``.
+2. **Small files first.** Every selected file that is not a ``*.safetensors`` shard is downloaded (see 4).
+3. **Headers by range.** Each shard's header is read with HTTP range requests (bytes 0-7, the header
+   length, then the JSON header; a server that ignores ``Range`` and answers the whole file is read
+   only that far). ``before_weights(snapshot)`` is then called with a Snapshot of a temporary folder
+   that holds the small files and, per shard, a sparse file of the shard's size holding its header. The checks read nothing of
+   a shard but its header (:mod:`modelyard.model.checkpoint`), so they judge that folder as they will
+   judge the downloaded one; a broken repo fails there, before any weight byte is fetched.
+4. **Download, hashing the stream.** A file not yet in the hub cache (``<home>/.cache/hf``,
+   huggingface_hub's layout: ``blobs/<etag>``, ``snapshots/<commit>/<path>`` links) is downloaded
+   with ``huggingface_hub.file_download.http_get`` (its retries, resume and errors) into a
+   :class:`~modelyard.model.digest.DigestWriter`, which hashes every chunk as it is written; the
+   digests are compared with the hub's before the file is renamed into ``blobs/``, so a corrupt
+   download never enters the cache, and the hash stage does not read the file again. Files already
+   in the cache are hashed from disk by the hash stage, as before. The file's URL, metadata (etag,
+   size, location), auth headers and HTTP errors are huggingface_hub's (``hf_hub_url``,
+   ``get_hf_file_metadata``, ``build_hf_headers``, ``hf_raise_for_status``). Downloads always go over
+   HTTP, also for repos stored with Xet (the hub serves them over HTTP too): the bytes must pass
+   through modelyard to be hashed once.
+
+Same locks and temp names as huggingface_hub (``.locks/<repo folder>/<etag>.lock``,
+``blobs/<etag>.<8 hex>.incomplete``), so it shares the cache with ``hf_hub_download`` and
+:func:`~modelyard.stages.fetch.sweep_incomplete` clears what a killed run leaves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import struct
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from modelyard import progress
+from modelyard.errors import EndpointUnreachableError, ModelyardError, SourceNotFoundError, StoreError
+from modelyard.model.checkpoint import MAX_HEADER_BYTES
+from modelyard.model.digest import DigestWriter, FileDigest, differences, mismatch_error
+from modelyard.model.snapshot import FileEntry, Snapshot
+from modelyard.model.source import Source
+from modelyard.settings import Settings
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_SHA1 = re.compile(r"[0-9a-f]{40}")
+#: parallel HEAD, range and download requests (huggingface_hub's snapshot_download uses 8)
+WORKERS = 8
+#: a file not in the cache yet: ``(etag, download URL, request headers)``
+Located = tuple[str, str, dict[str, str]]
+
+
+def is_weight(path: str) -> bool:
+    """Whether ``path`` is a weight shard, downloaded only after the pre-download verify: ``*.safetensors``."""
+    return path.endswith(".safetensors")
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file as the hub's tree lists it at the commit: ``size`` in bytes (the LFS object's for an LFS
+    file); ``sha256`` the LFS sha256 and ``git_oid`` the git blob id of a non-LFS file, each None when
+    the hub gave none it vouches for (then ``unverifiable``)."""
+
+    path: str
+    size: int
+    lfs: bool
+    sha256: str | None
+    git_oid: str | None
+
+    @property
+    def unverifiable(self) -> bool:
+        return (self.sha256 if self.lfs else self.git_oid) is None
+
+    def entry(self) -> FileEntry:
+        return FileEntry(path=self.path, size=self.size, expected_sha256=self.sha256, expected_git_oid=self.git_oid,
+                         expected_size=self.size, unverifiable=self.unverifiable)
+
+
+def hub_file(e: Any) -> HubFile:
+    """A :class:`HubFile` from a ``huggingface_hub.hf_api.RepoFile``: an LFS oid that is not 64 hex
+    digits, or a git oid that is not 40, is no digest (redacted with asterisks, empty or null)."""
+    lfs = e.lfs
+    if lfs is not None:
+        sha = lfs.sha256 if isinstance(lfs.sha256, str) and _SHA256.fullmatch(lfs.sha256) else None
+        return HubFile(e.path, int(lfs.size), True, sha, None)
+    oid = e.blob_id if isinstance(e.blob_id, str) and _SHA1.fullmatch(e.blob_id) else None
+    return HubFile(e.path, int(e.size), False, None, oid)
+
+
+@contextlib.contextmanager
+def hub_errors(repo: str, rev: str, where: str) -> Iterator[None]:
+    """Turn huggingface_hub and httpx errors into modelyard's: a missing repo or revision (or one the
+    token cannot see) is :class:`SourceNotFoundError`; no connection, or an HTTP error status, is
+    :class:`EndpointUnreachableError` (both exit 2; the ingest flow retries the latter)."""
+    import httpx  # noqa: PLC0415 - heavy: httpx, imported on first use
+    from huggingface_hub.errors import (  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        yield
+    except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError) as exc:
+        raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where} (or needs a token)",
+                                  fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from exc
+    except (httpx.TransportError, LocalEntryNotFoundError, ConnectionError) as exc:
+        raise EndpointUnreachableError(f"cannot reach the hub endpoint {where} ({type(exc).__name__})",
+                                       fix="Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network.") from exc
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise EndpointUnreachableError(f"hub endpoint {where} answered HTTP {status} for {repo}@{rev}",
+                                       fix="Retry later, or check the endpoint and token.") from exc
+
+
+class HubSession:
+    """One fetch of ``repo`` at ``commit`` into the hub cache ``cache_dir`` (huggingface_hub's layout)."""
+
+    def __init__(self, settings: Settings, source: Source, where: str) -> None:
+        from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+        assert source.repo_id is not None and source.revision is not None
+        self.source = source
+        self.repo, self.rev = source.repo_id, source.revision
+        self.endpoint = settings.endpoint()
+        self.token = settings.token() or False
+        self.where = where
+        self.cache_dir = settings.cache_dir() / "hf"
+        folder = repo_folder_name(repo_id=self.repo, repo_type="model")
+        self.storage = self.cache_dir / folder
+        self.locks = self.cache_dir / ".locks" / folder
+        self.commit: str | None = None
+        self._blob: dict[str, Path] = {}  # path -> blob in the cache (already there, or downloaded now)
+        self._digest: dict[str, FileDigest] = {}  # path -> digests of the bytes received now
+
+    def resolve(self) -> list[HubFile]:
+        """Resolve the revision to a commit and list every file of the repo there."""
+        from huggingface_hub import HfApi  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+        api = HfApi(endpoint=self.endpoint, token=self.token)
+        self.commit = api.model_info(self.repo, revision=self.rev).sha
+        if self.commit is None:
+            raise SourceNotFoundError(f"{self.where} did not resolve {self.repo}@{self.rev} to a commit")
+        return [hub_file(e) for e in api.list_repo_tree(self.repo, revision=self.commit, recursive=True)
+                if hasattr(e, "blob_id") and hasattr(e, "lfs")]
+
+    def _pointer(self, path: str) -> Path:
+        assert self.commit is not None
+        return self.storage / "snapshots" / self.commit / path
+
+    def _meta(self, path: str) -> tuple[str, str, dict[str, str]]:
+        """``(etag, download URL, request headers)`` from a HEAD on the file's resolve URL. Authorization
+        is kept only when the file is served from the endpoint's own host (not a signed CDN URL)."""
+        from huggingface_hub import get_hf_file_metadata, hf_hub_url  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+        from huggingface_hub.utils import build_hf_headers  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+        url = hf_hub_url(self.repo, path, revision=self.commit, endpoint=self.endpoint)
+        meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint)
+        if not meta.etag:
+            raise EndpointUnreachableError(f"hub endpoint {self.where} gave no ETag for {path} of {self.repo}@{self.commit}",
+                                           fix="Check that HF_ENDPOINT points at a Hugging Face-compatible hub.")
+        headers = build_hf_headers(token=self.token)
+        if urlparse(meta.location).netloc != urlparse(url).netloc:
+            headers.pop("authorization", None)
+        return meta.etag, meta.location, headers
+
+    def locate(self, f: HubFile) -> Located | None:
+        """None when ``f`` is in the cache already (its blob is remembered, its pointer made); else
+        ``(etag, download URL, headers)`` from a HEAD request."""
+        pointer = self._pointer(f.path)
+        if pointer.exists():
+            self._blob[f.path] = pointer.resolve()
+            return None
+        etag, url, headers = self._meta(f.path)
+        blob = self.storage / "blobs" / etag
+        if blob.exists():
+            self._blob[f.path] = blob
+            self._link(pointer, blob)
+            return None
+        return etag, url, headers
+
+    def download(self, f: HubFile, located: Located, advance: Callable[[int], None]) -> None:
+        """Download ``f`` into ``blobs/<etag>`` (under huggingface_hub's per-blob lock), hashing the bytes
+        as they are written, and link it from the snapshot. Raises :class:`HashMismatchError` (exit 1, the
+        partial file removed) when what arrived differs from the hub's size or digest,
+        :class:`StoreError` when the cache cannot be written."""
+        from huggingface_hub.file_download import http_get  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+        from huggingface_hub.utils import WeakFileLock, silent_tqdm  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+        etag, url, headers = located
+        blob = self.storage / "blobs" / etag
+        tmp = blob.with_name(f"{etag}.{uuid.uuid4().hex[:8]}.incomplete")
+        try:
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            self.locks.mkdir(parents=True, exist_ok=True)
+            with WeakFileLock(str(self.locks / f"{etag}.lock")):
+                if not blob.exists():  # else another process downloaded it meanwhile
+                    try:
+                        with open(tmp, "xb") as fh:
+                            w = DigestWriter(fh, git_size=None if f.lfs else f.size, advance=advance)
+                            http_get(url, w, headers=headers, displayed_filename=f.path,
+                                     tqdm_class=silent_tqdm)  # type: ignore[arg-type]
+                        got = w.digest()
+                        problems = differences(f.entry(), got)
+                        if problems:
+                            raise mismatch_error(f"hf://{self.repo}@{self.commit}", problems,
+                                                 fix="The hub (or a proxy in between) served other bytes than it lists; "
+                                                     "nothing was cached. Retry; if it persists, report it to the repo's owner.")
+                        os.replace(tmp, blob)
+                        self._digest[f.path] = got
+                    finally:
+                        tmp.unlink(missing_ok=True)
+                self._link(self._pointer(f.path), blob)
+        except ModelyardError:
+            raise
+        except OSError as exc:
+            if exc.errno is None:  # http_get's "Consistency check failed": the connection broke off
+                raise EndpointUnreachableError(f"the download of {f.path} from {self.where} broke off ({exc})",
+                                               fix="Retry; check the network and the endpoint.") from exc
+            raise StoreError(f"cannot write {blob}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
+        self._blob[f.path] = blob
+
+    def _link(self, pointer: Path, blob: Path) -> None:
+        """``snapshots/<commit>/<path>`` -> ``../../blobs/<etag>`` (relative, as huggingface_hub makes it)."""
+        if pointer.is_symlink() or pointer.exists():
+            return
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pointer.with_name(f".{pointer.name}.{uuid.uuid4().hex[:8]}.tmp")
+        os.symlink(os.path.relpath(blob, pointer.parent), tmp)
+        os.replace(tmp, pointer)
+
+    def header(self, f: HubFile, located: Located | None) -> bytes:
+        """The first ``8 + header length`` bytes of shard ``f``: from its cached blob, else by HTTP range."""
+        if located is None:
+            with open(self._blob[f.path], "rb") as fh:
+                return header_prefix(lambda a, b: os.pread(fh.fileno(), b - a, a), f.size)
+        _, url, headers = located
+        return header_prefix(lambda a, b: ranged_get(url, headers, a, b), f.size)
+
+    def entries(self, selected: Sequence[HubFile]) -> tuple[FileEntry, ...]:
+        """The snapshot entries: sizes on disk; a file downloaded now carries the sha256 of the bytes received."""
+        out = []
+        for f in selected:
+            d = self._digest.get(f.path)
+            size = d.size if d is not None else self._pointer(f.path).stat().st_size
+            out.append(replace(f.entry(), size=size, sha256=d.sha256 if d else None, received=d is not None))
+        return tuple(out)
+
+
+def header_prefix(read: Callable[[int, int], bytes], size: int) -> bytes:
+    """The bytes a safetensors reader reads first: the 8-byte little-endian header length ``n``, then
+    the ``n`` header bytes, when ``n`` is within safetensors' cap and the file (``size`` bytes). Else
+    only the first 8 bytes (the checks then report the bad length from them). ``read(a, b)`` returns
+    bytes ``[a, b)``."""
+    head = read(0, min(8, size))
+    if len(head) < 8:
+        return head
+    (n,) = struct.unpack("<Q", head)
+    if n <= MAX_HEADER_BYTES and 8 + n <= size and n:
+        head += read(8, 8 + n)
+    return head
+
+
+def ranged_get(url: str, headers: dict[str, str], start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``url`` with a ``Range`` request (huggingface_hub's backoff and errors).
+    A server that ignores ``Range`` answers 200 with the whole file: it is read only up to ``end`` and
+    the connection closed."""
+    from huggingface_hub import constants  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+    from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+    h = {**headers, "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
+    want = end - start
+    buf = bytearray()
+    with http_stream_backoff("GET", url, headers=h, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
+                             retry_on_status_codes=(408, 429)) as r:
+        hf_raise_for_status(r)
+        skip = start if r.status_code == 200 else 0
+        for chunk in r.iter_bytes(chunk_size=min(65536, max(want, 1))):
+            if skip:
+                drop = min(skip, len(chunk))
+                chunk, skip = chunk[drop:], skip - drop
+            buf += chunk[:want - len(buf)]
+            if len(buf) >= want:
+                break
+    return bytes(buf)
+
+
+def skeleton(folder: Path, blobs: dict[str, Path], headers: dict[str, bytes], sizes: dict[str, int]) -> Path:
+    """Fill ``folder`` (new, empty) with what the checks read: each of ``blobs`` (path -> cached file)
+    hard-linked (copied across filesystems), and each shard of ``headers`` as a sparse file of
+    ``sizes[path]`` bytes that starts with its header. Returns ``folder``."""
+    for path, blob in blobs.items():
+        dst = folder / path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(blob, dst)
+        except OSError:
+            shutil.copyfile(blob, dst)
+    for path, head in headers.items():
+        dst = folder / path
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(dst, "wb") as fh:
+            fh.write(head)
+            fh.truncate(sizes[path])
+    return folder
+
+
+def fetch_hub(source: Source, settings: Settings, where: str, select: Callable[[list[str]], list[str]],
+              require: Callable[[str, list[str], list[str]], None],
+              before_weights: Callable[[Snapshot], None] | None = None, *, weights: bool = True) -> Snapshot:
+    """Fetch ``source`` (``hf://``) into the hub cache, as the module doc says; returns its Snapshot.
+
+    ``select(paths)`` picks the files to fetch (the allow/ignore patterns), ``require(where, selected,
+    everything)`` raises when they cannot be a model. ``before_weights(snapshot)`` is called with a
+    Snapshot whose root is a temporary folder holding the small files and each shard's header (a
+    sparse file of the shard's size), before any shard byte is downloaded; what it raises stops the
+    fetch. With ``weights=False`` the fetch ends there (nothing of a shard but its header is fetched).
+    Raises :class:`SourceNotFoundError` / :class:`EndpointUnreachableError` (exit 2),
+    :class:`HashMismatchError` (exit 1) when bytes received differ from the hub's listing."""
+    hub = HubSession(settings, source, where)
+    with hub_errors(hub.repo, hub.rev, where):
+        tree = hub.resolve()
+        everything = [f.path for f in tree]
+        chosen = set(select(everything))
+        selected = sorted((f for f in tree if f.path in chosen), key=lambda f: f.path)
+        require(f"hf://{hub.repo}@{hub.commit}", [f.path for f in selected], everything)
+        small = [f for f in selected if not is_weight(f.path)]
+        shards = [f for f in selected if is_weight(f.path)]
+        with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+            located = dict(zip([f.path for f in selected], pool.map(hub.locate, selected)))
+            _download(hub, pool, [f for f in small if located[f.path] is not None], located, "downloading config and tokenizer")
+            if before_weights is not None:
+                heads = dict(zip([f.path for f in shards], pool.map(lambda f: hub.header(f, located[f.path]), shards)))
+                _before(hub, settings, source, small, shards, heads, before_weights)
+            if weights:
+                _download(hub, pool, [f for f in shards if located[f.path] is not None], located, "downloading weights")
+    if not weights:
+        selected = small
+    return Snapshot(root=hub.storage / "snapshots" / str(hub.commit), source=source.uri, kind="hf",
+                    files=hub.entries(selected), repo_id=hub.repo, revision=hub.rev, commit=hub.commit,
+                    provenance={"endpoint": where}, left_out=tuple(sorted(p for p in everything if p not in chosen)))
+
+
+def _download(hub: HubSession, pool: ThreadPoolExecutor, files: list[HubFile], located: dict[str, Located | None],
+              what: str) -> None:
+    if not files:
+        return
+    with progress.task(what, total=sum(f.size for f in files)) as adv:
+        for fut in [pool.submit(hub.download, f, located[f.path], adv) for f in files]:
+            fut.result()
+
+
+def _before(hub: HubSession, settings: Settings, source: Source, small: list[HubFile], shards: list[HubFile],
+            heads: dict[str, bytes], before_weights: Callable[[Snapshot], None]) -> None:
+    """Build the header-only folder in the cache, call ``before_weights`` on it, remove it."""
+    base = settings.cache_dir() / "preverify"
+    base.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{hub.repo.replace('/', '--')}-", dir=base))
+    try:
+        skeleton(folder, {f.path: hub._blob[f.path] for f in small}, heads, {f.path: f.size for f in shards})
+        files = tuple(f.entry() for f in [*small, *shards])
+        before_weights(Snapshot(root=folder, source=source.uri, kind="hf", files=files, repo_id=hub.repo,
+                                revision=hub.rev, commit=hub.commit, provenance={"endpoint": hub.where,
+                                                                                 "headers_only": True}))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,98 @@
+"""``modelyard server start|status|stop`` runs a real ``prefect server start`` on 127.0.0.1, and an ingest of
+the same store finds it by itself (no PREFECT_API_URL): its flow run is recorded by that server."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+import pytest
+
+from tests.conftest import json_envelope, json_result, run_cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.prefect_server]
+
+
+def _env(tmp_path) -> dict[str, str]:
+    """No Prefect API configured: the ingest must find the kept server itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env.update(PREFECT_HOME=str(tmp_path / "client-home"), MODELYARD_HOME=str(tmp_path / "elsewhere"))
+    return env
+
+
+def _flow_runs(api_url: str) -> list[dict]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    req = urllib.request.Request(f"{api_url}/flow_runs/filter", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with opener.open(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_server_start_status_stop_and_an_ingest_that_finds_it(tmp_path, tiny_llama_dir, monkeypatch):
+    store = tmp_path / "store"
+    for k in [k for k in os.environ if k.startswith("PREFECT_API")]:
+        monkeypatch.delenv(k)
+    env = _env(tmp_path)
+
+    r = run_cli("server", "status", "--store", str(store), "--json", env=env)
+    assert json_envelope(r.stdout, "server status", 1)["result"] == {"running": False}
+
+    r = run_cli("server", "start", "--store", str(store), "--json", env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = json_result(r.stdout, "server start")
+    try:
+        assert st["started"] is True and st["api_url"] == f"http://127.0.0.1:{st['port']}/api"
+        assert st["prefect_home"] == str(store / ".prefect-server" / "home")
+        assert json.loads((store / ".prefect-server" / "server.json").read_text())["pid"] == st["pid"]
+
+        again = json_result(run_cli("server", "start", "--store", str(store), "--json", env=env).stdout, "server start")
+        assert (again["started"], again["pid"]) == (False, st["pid"])
+        status = run_cli("server", "status", "--store", str(store), "--json", env=env)
+        assert json_result(status.stdout, "server status")["running"] is True
+
+        assert _flow_runs(st["api_url"]) == []
+        ing = run_cli("ingest", f"file://{tiny_llama_dir}", "--no-smoke", "--store", str(store), "--json", env=env)
+        assert ing.returncode == 0, ing.stdout + ing.stderr
+        runs = _flow_runs(st["api_url"])
+        assert [(r["flow_id"] is not None, r["state_type"]) for r in runs] == [(True, "COMPLETED")]
+    finally:
+        r = run_cli("server", "stop", "--store", str(store), "--json", env=env, timeout=120)
+    assert json_result(r.stdout, "server stop")["stopped"] is True
+    with pytest.raises(ProcessLookupError):
+        os.kill(st["pid"], 0)
+    assert not (store / ".prefect-server" / "server.json").exists()
+    r = run_cli("server", "status", "--store", str(store), env=env)
+    assert r.returncode == 1 and "no prefect server running" in r.stdout
+    r = run_cli("server", "stop", "--store", str(store), "--json", env=env)
+    assert json_result(r.stdout, "server stop") == {"stopped": False}
+
+
+def test_the_private_api_server_dies_with_a_killed_command(tmp_path):
+    """Without a server, an ingest boots Prefect's ephemeral API itself; SIGKILL the command and the API
+    server goes too (Linux parent-death signal), instead of running on, orphaned, on its database."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import os, signal, sys\n"
+            "from modelyard.flows.server import PrivateAPI\n"
+            "api = PrivateAPI(300)\n"
+            "api.wait()\n"
+            "print(api._proc.pid, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=320,
+                       env={**_env(tmp_path), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    child = int(p.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail(f"the API server {child} outlived its parent")

