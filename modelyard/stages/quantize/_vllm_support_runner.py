@@ -29,7 +29,9 @@ import sys
 import time
 import traceback
 
-runpy.run_path(str(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_vllm_amx.py")))["request_amx"]()  # SIGILL otherwise: see that file
+# vLLM kernels use AMX tiles where the CPU has them: SIGILL unless the process asks first (see that file)
+_STAGES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+runpy.run_path(os.path.join(_STAGES, "_vllm_amx.py"))["request_amx"]()
 
 
 def _root(exc: BaseException) -> BaseException:
