@@ -15,6 +15,13 @@ EPYC = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16\
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
 
 
+def _host(tmp_path, flags: str, config: dict):
+    """(model folder, cpuinfo) of a host with ``flags`` and a checkpoint with ``config``."""
+    (tmp_path / "cpuinfo").write_text(flags)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path, tmp_path / "cpuinfo"
+
+
 @pytest.mark.parametrize("flags,config,expected", [
     (AMX, {"torch_dtype": "bfloat16"}, "float32"),
     (AMX, {"dtype": "bfloat16"}, "float32"),
@@ -23,9 +30,7 @@ AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
     (AVX2, {"torch_dtype": "bfloat16"}, None),
 ])
 def test_cpu_smoke_dtype(tmp_path, flags, config, expected):
-    (tmp_path / "cpuinfo").write_text(flags)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    assert cpu_smoke_dtype(tmp_path, tmp_path / "cpuinfo") == expected
+    assert cpu_smoke_dtype(*_host(tmp_path, flags, config)) == expected
 
 
 def test_unreadable_files_mean_no_override(tmp_path):
@@ -64,9 +69,7 @@ W4A16 = {"quantization_config": {"quant_method": "compressed-tensors", "config_g
     (EPYC, {"torch_dtype": "bfloat16"}, {}),
 ])
 def test_cpu_smoke_env(tmp_path, flags, config, expected):
-    (tmp_path / "cpuinfo").write_text(flags)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    assert cpu_smoke_env(tmp_path, tmp_path / "cpuinfo") == expected
+    assert cpu_smoke_env(*_host(tmp_path, flags, config)) == expected
 
 
 def test_cpu_smoke_env_of_unreadable_files_is_empty(tmp_path):
