@@ -228,7 +228,7 @@ def list_cmd(
         return
 
     cols = ("name", "revision", "content digest", "created", "quantization", "size")
-    rows = [(a.name, a.revision[:16], a.content_digest[:19], a.created_at or "", a.quantization or "-", _human(a.size))
+    rows = [(a.name, a.revision, a.content_digest[:19], a.created_at or "", a.quantization or "-", _human(a.size))
             for a in arts]
     if not out.is_terminal:  # logs and pipes: one unwrapped line per artifact, columns aligned
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
@@ -236,8 +236,9 @@ def list_cmd(
             sys.stdout.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
         return
     t = Table(title_justify="left")
+    rev_width = max(len(r[1]) for r in rows)  # a revision is printed whole: show/bundle/publish take it
     for col in cols:
-        t.add_column(col, overflow="fold")
+        t.add_column(col, overflow="fold", min_width=rev_width if col == "revision" else None)
     for r in rows:
         t.add_row(*(escape(v) for v in r))
     out.print(t)

@@ -206,7 +206,7 @@ def test_list_names_its_store_and_revisions_resolve_by_prefix(store_artifact, tm
     rev = store_artifact.name
     r = run_cli("list", env={"MODELYARD_HOME": str(home)})
     assert r.returncode == 0 and r.stdout.splitlines()[0] == f"store: {home}"
-    assert rev[:16] in r.stdout
+    assert r.stdout.splitlines()[2].split()[:2] == ["tiny", rev]  # the whole revision (header on line 2)
     r = run_cli("show", f"tiny@{rev[:16]}", "--json", env={"MODELYARD_HOME": str(home)})
     assert r.returncode == 0, r.stderr
     assert json_result(r.stdout, "show")["revision"] == rev
