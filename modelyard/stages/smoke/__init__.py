@@ -51,14 +51,19 @@ def cpu_smoke_dtype(model_dir: Path, cpuinfo: Path = CPUINFO) -> str | None:
     instead of "Paris"; the same checkpoint with ``dtype=float32`` answered "The capital of France is
     Paris." (measured on a Xeon with AMX, 2026-12-01; ``--block-size 16`` is refused on CPU). The
     smoke judges the checkpoint (loads, chats, stops), not a CPU build's bf16 kernel, so it runs in
-    float32 there and records the dtype it used. Hosts without AMX, GPUs and quantized checkpoints
-    are left to ``auto``. Unreadable files count as "no override"."""
+    float32 there and records the dtype it used. A W8A8-INT8 checkpoint (int8 activations) gets float32
+    there too: its CPU linear (oneDNN ``onednn_scaled_mm``, see :func:`cpu_smoke_env`) takes float32
+    activations, and a SmolLM2 W8A8 answered "The capital of France is Paris." in float32 (AVX-512 host,
+    oneDNN capped at AVX2, 2026-12-02). Hosts without AMX, GPUs and other quantized checkpoints are left
+    to ``auto``. Unreadable files count as "no override"."""
     try:
         flags = cpuinfo.read_text(errors="replace")
         cfg = json.loads((model_dir / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    if " amx_bf16" not in flags or not isinstance(cfg, dict) or "quantization_config" in cfg:
+    if " amx_bf16" not in flags or not isinstance(cfg, dict):
+        return None
+    if "quantization_config" in cfg and not _int8_activations(cfg):  # other CPU kernels may need bf16
         return None
     return "float32" if (cfg.get("dtype") or cfg.get("torch_dtype")) == "bfloat16" else None
 
