@@ -26,7 +26,7 @@ from modelyard.cli._common import (
     verbose_option,
     working,
 )
-from modelyard.errors import InvalidTargetError, MissingConfigError, SmokeFailedError
+from modelyard.errors import InvalidTargetError, MissingConfigError, SmokeFailedError, SourceNotFoundError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
@@ -131,6 +131,9 @@ def smoke_cmd(
                                      fix="Pass --smoke server or --smoke bench with --url.")
         mode = check_mode(serve or _recorded_serve(path) or DEFAULT_SERVE)
         question = question or default_prompt(mode)
+        if not path.is_dir():
+            raise SourceNotFoundError(f"{path} does not exist" if not path.exists() else f"{path} is not a folder",
+                                      fix="Pass a model or artifact folder (`modelyard list` shows the store's artifacts).")
         model_dir = model_root(path)
         if not (model_dir / "config.json").is_file():
             raise MissingConfigError(f"{model_dir}/config.json does not exist", fix="Pass a model or artifact folder.")

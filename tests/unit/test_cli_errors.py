@@ -67,6 +67,16 @@ def test_verify_missing_path_json(tmp_path: Path):
     json_envelope(r.stdout, "verify", 2)  # and its keys in order
 
 
+def test_smoke_of_a_missing_or_file_path_names_the_path(tmp_path: Path):
+    missing, file = tmp_path / "nope", tmp_path / "f.txt"
+    file.write_text("x")
+    fix = "fix: Pass a model or artifact folder (`modelyard list` shows the store's artifacts).\n"
+    r = run_cli("smoke", str(missing), "--smoke", "load")
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {missing} does not exist\n" + fix)
+    r = run_cli("smoke", str(file), "--smoke", "load")
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {file} is not a folder\n" + fix)
+
+
 def test_runner_and_main_agree(tmp_path: Path, stderr: io.StringIO, monkeypatch, capsys):
     missing = tmp_path / "nope"
     r = CliRunner().invoke(app, ["verify", str(missing)])
