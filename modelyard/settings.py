@@ -83,6 +83,8 @@ class Settings(BaseSettings):
     #: where verify keeps transformers' answers about a folder's config and tokenizer (modelyard.checks.hf;
     #: default ``$XDG_CACHE_HOME/modelyard/facts`` or ``~/.cache/modelyard/facts``; ``off``: none)
     facts_cache: str | None = None
+    #: the Unix socket of a warm facts worker verify asks (modelyard.checks.facts_worker; set by the CLI; ``off``: none)
+    facts_worker: str | None = None
     #: the Prefect API of a command's flow runs when none is configured: "auto" (the kept
     #: ``modelyard server`` of the store, else a private ephemeral server started early) or "ephemeral"
     #: (Prefect's own, started inside the flow call); see modelyard.flows.server

@@ -51,3 +51,16 @@ def nth(task_prefix: str, event: str, n: int):
         k = sum(1 for e in evs if e["task"].startswith(task_prefix) and e["event"] == event)
         return f"{task_prefix} {event} #{n}" if k >= n else None
     return hit
+
+
+def outlived(pid: int, seconds: float = 30.0) -> bool:
+    """True when process ``pid`` is still alive after ``seconds`` (it is then SIGKILLed); False as soon as it is gone."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+    return True

@@ -17,6 +17,10 @@ the SHA256 of:
   behaviour the answers are (transformers, tokenizers, torch, huggingface_hub, jinja2, sentencepiece,
   tiktoken, protobuf).
 
+A question the cache cannot answer goes first to a warm worker when the CLI found or started one
+(:mod:`modelyard.checks.facts_worker`: a process with transformers imported, same code, same answers),
+else to transformers in this process.
+
 The folder's own path never enters the key: error messages are stored with the path replaced by a
 placeholder and given back with the current one. The cache is ``MODELYARD_FACTS_CACHE`` (default
 ``$XDG_CACHE_HOME/modelyard/facts``, else ``~/.cache/modelyard/facts``; ``off`` disables it). Entries
@@ -32,11 +36,13 @@ import json
 import os
 import re
 import tempfile
+import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelyard.checks import facts_worker
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.version import code_digest, library_versions
 
@@ -295,6 +301,8 @@ class HFFacts:
         self.memo: dict[str, Any] = {}
         self.hits = 0
         self.computed = 0
+        self.asked = 0  # answers a warm worker gave (modelyard.checks.facts_worker)
+        self.session = uuid.uuid4().hex
         if self.key is not None and cache is not None:
             self.memo = _load(cache / f"{self.key}.json", self.key)
 
@@ -305,10 +313,16 @@ class HFFacts:
         return ckpt
 
     def _get(self, name: str, compute: Any) -> Any:
+        """The answer to ``name``: from the cache entry, else from a warm worker
+        (:func:`modelyard.checks.facts_worker.ask`, when ``MODELYARD_FACTS_WORKER`` names one), else ``compute()``."""
         if name in self.memo:
             self.hits += 1
             return self.memo[name]
-        value = compute()
+        value = facts_worker.ask(self.root, self.session, name)
+        if value is facts_worker._MISS:
+            value = compute()
+        else:
+            self.asked += 1
         self.memo[name] = value
         self.computed += 1
         return value

@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 import typer
@@ -38,7 +39,7 @@ from typer import _click  # typer's bundled click: its exceptions
 from typer.core import TyperCommand
 
 from modelyard import progress
-from modelyard.errors import InvalidTargetError, ModelyardError, VerificationFailedError
+from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, StoreError, VerificationFailedError
 from modelyard.model.modes import DEFAULT_SERVE, SERVE_MODES
 
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
@@ -107,6 +108,33 @@ def store_option(help: str = STORE_HELP) -> Any:
     writes, ``--smoke`` a smoke level. The older spellings (``--out`` for a store or an output folder,
     ``--into``, ``--write``, ``smoke --level``) still work as hidden aliases (:func:`alias_option`)."""
     return typer.Option(None, "--store", help=help)
+
+
+def stored_path(path: Path, store: str | None) -> Path:
+    """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME@REV``,
+    or any ``NAME`` with ``--store``), that artifact's folder: from an object store, downloaded to the
+    local cache with every file checked. Raises :class:`StoreError` (exit 2) when it is not there."""
+    from modelyard.transport.bundle import resolve_artifact  # noqa: PLC0415 - heavy: zstandard, boto3 for s3://
+
+    text = str(path)
+    if path.exists() or "/" in text or (store is None and "@" not in text):
+        return path
+    try:
+        return resolve_artifact(text, store)
+    except BundleError as exc:
+        raise StoreError(exc.message, fix=exc.fix) from exc
+
+
+def in_store(path: Path, store: str | None) -> bool:
+    """True when the folder ``path`` lies in a local store (``--store`` when it is a folder, ``MODELYARD_STORE``
+    when it is one, ``MODELYARD_HOME``, which also holds an object store's local cache), whose artifacts are
+    never rewritten."""
+    from modelyard.settings import Settings  # noqa: PLC0415 - heavy: pydantic-settings, imported on first use
+
+    settings = Settings()
+    roots = [settings.store_dir()] + [Path(s).expanduser() for s in (store, settings.store) if s and "://" not in s]
+    p = path.expanduser().resolve()
+    return any(p.is_relative_to(r.resolve()) for r in roots)
 
 
 def output_option(help: str) -> Any:
@@ -440,6 +468,9 @@ class Command(TyperCommand):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except _click.exceptions.ClickException as exc:
+            # typer validates a choice (Literal) through pydantic, whose message starts "Value error, "
+            if isinstance(exc, _click.exceptions.BadParameter) and exc.message.startswith("Value error, "):
+                exc.message = exc.message.removeprefix("Value error, ")
             if "--json" not in given or "--help" in given:
                 raise
             code = exc.exit_code

@@ -28,28 +28,17 @@ from modelyard.cli._common import (
     output_option,
     serve_option,
     store_option,
+    stored_path,
     verbose_option,
     working,
 )
-from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, QualityGateError, StoreError, VerificationFailedError
+from modelyard.errors import InvalidTargetError, ModelyardError, QualityGateError, VerificationFailedError
+from modelyard.flows.server import use_facts_worker
 from modelyard.model.source import parse_source
+from modelyard.settings import Settings
 from modelyard.stages import quantize as q
 from modelyard.stages.patch import patch_folder
 from modelyard.stages.verify import verify_folder, verify_source
-from modelyard.transport.bundle import resolve_artifact
-
-
-def _stored(path: Path, store: Optional[str]) -> Path:
-    """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME@REV``,
-    or any ``NAME`` with ``--store``), that artifact's folder: from an object store, downloaded to the
-    local cache with every file checked. Raises :class:`StoreError` (exit 2) when it is not there."""
-    text = str(path)
-    if path.exists() or "/" in text or (store is None and "@" not in text):
-        return path
-    try:
-        return resolve_artifact(text, store)
-    except BundleError as exc:
-        raise StoreError(exc.message, fix=exc.fix) from exc
 
 
 def verify(
@@ -84,11 +73,13 @@ def verify(
     target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
                            serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
                            gpu_cc=gpu_cc)
+    # the kept server's warm facts worker, when one runs: transformers' answers without importing it here
+    use_facts_worker(Path(store) if store and "://" not in store else Settings().store_dir(), None, private=False)
     src = parse_source(path) if "://" in path else None
     if src is not None and src.kind == "hf":
         report = verify_source(src, target, runtime=runtime)
     else:
-        report = verify_folder(_stored(src.path if src is not None and src.path else Path(path), store), target,
+        report = verify_folder(stored_path(src.path if src is not None and src.path else Path(path), store), target,
                                runtime=runtime)
     counts = (f"{counted(len(report.errors), 'error')}, "
               f"{counted(sum(1 for f in report.findings if f.severity.value == 'warning'), 'warning')}")

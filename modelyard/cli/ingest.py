@@ -25,7 +25,7 @@ from modelyard.cli._common import (
 )
 from modelyard.cli.serving import _print_server_smoke, slo_class_option, slo_option
 from modelyard.errors import SourceNotFoundError
-from modelyard.flows.server import connect
+from modelyard.flows.server import connect, use_facts_worker
 from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.model.source import parse_source, sanitize_name
 from modelyard.settings import Settings
@@ -53,11 +53,16 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[str], max
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                              smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
         _precheck(source, opts)  # bad input fails in a second, before Prefect is imported or started
-        api = connect(out_dir or Settings().store_dir())  # a kept server, or a private one booting meanwhile
+        store = out_dir or Settings().store_dir()
+        api = connect(store)  # a kept server, or a private one booting meanwhile
+        local = parse_source(source)
+        folder = local.path if local.kind == "file" else None
+        # verify's transformers answers: the kept server's warm worker, or a private one importing beside Prefect
+        worker = use_facts_worker(store, folder)
         from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
-        local = parse_source(source)
-        warmup.start(local.path if local.kind == "file" else None)  # verify's imports, beside Prefect's start
+        if worker is None:
+            warmup.start(folder)  # verify's imports in a thread, beside Prefect's start
         with api.use():
             result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
     return result.to_dict()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,9 +20,12 @@ from modelyard.cli._common import (
     either,
     emit_json,
     err,
+    in_store,
     json_option,
     out,
     output_option,
+    store_option,
+    stored_path,
     verbose_option,
     working,
 )
@@ -170,7 +173,8 @@ def smoke_cmd(
 
 
 def serve_plan_cmd(
-    path: Path = typer.Argument(..., help="a model folder or an artifact folder (manifest.json + model/)"),
+    path: Path = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/) or NAME[@REVISION] "
+                                          "of an artifact in the store"),
     gpu: Gpu = typer.Option(..., "--gpu", help="GPU model"),
     gpus: int = typer.Option(1, "--gpus", "--gpus-per-node", min=1, help="GPUs available on the host (on each node)"),
     nodes: int = typer.Option(1, "--nodes", min=1, help="nodes available; the plan uses the fewest that hold the "
@@ -186,7 +190,8 @@ def serve_plan_cmd(
                                                        help="default: the largest valid size <= --gpus"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="context to plan for (tokens)"),
     name: Optional[str] = typer.Option(None, "--served-model-name", help="default: the artifact or folder name"),
-    output: Optional[Path] = output_option("write serve/ into this folder (default: PATH when it is an artifact)"),
+    output: Optional[Path] = output_option("write serve/ into this folder (default: PATH when it is an artifact "
+                                           "folder outside the store; a stored artifact is never rewritten)"),
     write: Optional[Path] = alias_option("--write"),
     no_write: bool = typer.Option(False, "--no-write", help="only print the plan"),
     proxy: bool = typer.Option(False, "--proxy", help="also an nginx front with an API key (serve/nginx.conf)"),
@@ -194,6 +199,8 @@ def serve_plan_cmd(
     storage_uri: Optional[str] = typer.Option(None, "--storage-uri", help="where the artifact was published "
                                               "(s3://BUCKET/PREFIX, or oci://...@sha256:... of a ModelCar): adds a "
                                               "KServe InferenceService to serve/k8s/ (implies --k8s)"),
+    store: Optional[str] = store_option("the store PATH names an artifact of, as NAME[@REVISION] (a folder or "
+                                        "s3://BUCKET/PREFIX; default: MODELYARD_STORE, else MODELYARD_HOME)"),
     as_json: bool = json_option("the plan, with serve_dir (where serve/ was written, or null), k8s_dir and storage_uri"),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -204,18 +211,25 @@ def serve_plan_cmd(
     or --storage-uri, serve/k8s/).
     Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
     _quiet_libraries(verbose)
+    path = stored_path(path, store)
     plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
                                         kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                                         max_model_len=max_model_len, nodes=nodes,
                                         pipeline_parallel_size=pipeline_parallel_size), name=name)
     write = either(output, write, "--output")
-    dest = write if write is not None else (path if is_artifact(path) else None)
+    dest = write
+    if dest is None and is_artifact(path):
+        if in_store(path, store):
+            plan = replace(plan, notes=(*plan.notes, f"serve/ not written: {path} is in the store, whose artifacts are "
+                                        "never rewritten; pass --output DIR to write it there"))
+        else:
+            dest = path
     written = kube = None
     k8s = k8s or storage_uri is not None
     if k8s:  # refuse a bad location or a multi-node plan before anything is written
         k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri)
     if dest is not None and not no_write:
-        model = "model" if (dest / "model").is_dir() else str(path.resolve())
+        model = "model" if (dest / "model").is_dir() else str(model_root(path).resolve())
         written = write_serve_files(dest, plan, model=model, proxy=proxy)
         if k8s:
             mdir = model_root(path)

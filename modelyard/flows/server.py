@@ -28,6 +28,7 @@ import atexit
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelyard.checks import facts_worker, hf
 from modelyard.errors import ServerError
 from modelyard.model.digest import pid_alive
 from modelyard.settings import env_value
@@ -50,6 +52,7 @@ from modelyard.settings import env_value
 SERVER_DIR = ".prefect-server"
 STATE = "server.json"
 LOG = "server.log"
+FACTS_LOG = "facts-worker.log"
 #: seconds a first start may take (it creates and migrates the SQLite database; 16 s on the 2-core machine)
 START_TIMEOUT = 180.0
 #: seconds ``stop`` waits after SIGTERM before SIGKILL
@@ -67,10 +70,12 @@ class ServerState:
     prefect_home: str
     log: str
     since: float  # epoch seconds of the start
+    facts_pid: int | None = None  # the warm facts worker beside it (modelyard.checks.facts_worker)
+    facts_socket: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "port": self.port, "api_url": self.api_url, "prefect_home": self.prefect_home,
-                "log": self.log, "since": self.since}
+                "log": self.log, "since": self.since, "facts_pid": self.facts_pid, "facts_socket": self.facts_socket}
 
 
 def server_dir(store: Path) -> Path:
@@ -98,7 +103,8 @@ def read_state(store: Path) -> ServerState | None:
     try:
         d = json.loads((server_dir(store) / STATE).read_text())
         return ServerState(int(d["pid"]), int(d["port"]), str(d["api_url"]), str(d["prefect_home"]), str(d["log"]),
-                           float(d["since"]))
+                           float(d["since"]), int(d["facts_pid"]) if d.get("facts_pid") is not None else None,
+                           str(d["facts_socket"]) if d.get("facts_socket") else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -142,11 +148,15 @@ def start(store: Path, *, port: int | None = None, ui: bool = False, timeout: fl
     with open(log, "ab") as fh:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=d)
-    st = ServerState(proc.pid, port, f"http://127.0.0.1:{port}/api", str(home), str(log), time.time())
+    sock = facts_worker.private_socket()
+    with open(d / FACTS_LOG, "ab") as fh:
+        worker = facts_worker.spawn(sock, with_parent=False, log=fh)
+    st = ServerState(proc.pid, port, f"http://127.0.0.1:{port}/api", str(home), str(log), time.time(), worker.pid, sock)
     _write_state(d, st)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            _stop_pid(worker.pid)
             (d / STATE).unlink(missing_ok=True)
             raise ServerError(f"prefect server exited with code {proc.returncode} while starting: {_tail(log)}",
                               fix=f"Read {log}; a port taken by another program is a common cause (pass --port).")
@@ -154,6 +164,7 @@ def start(store: Path, *, port: int | None = None, ui: bool = False, timeout: fl
             return st, True
         time.sleep(0.25)
     _stop_pid(proc.pid)
+    _stop_pid(worker.pid)
     (d / STATE).unlink(missing_ok=True)
     raise ServerError(f"prefect server did not answer {st.api_url}/health within {timeout:g} s: {_tail(log)}",
                       fix=f"Read {log}; on a busy machine the first start (database migrations) can take minutes.")
@@ -168,8 +179,46 @@ def stop(store: Path) -> ServerState | None:
     was = st if pid_alive(st.pid) else None
     if was is not None:
         _stop_pid(st.pid)
+    if st.facts_pid is not None and pid_alive(st.facts_pid):
+        _stop_pid(st.facts_pid)
+    if st.facts_socket:
+        shutil.rmtree(Path(st.facts_socket).parent, ignore_errors=True)
     (server_dir(store) / STATE).unlink(missing_ok=True)
     return was
+
+
+def use_facts_worker(store: Path, folder: Path | None, *, private: bool = True) -> str | None:
+    """Point this process's verify (``MODELYARD_FACTS_WORKER``) at a warm facts worker
+    (:mod:`modelyard.checks.facts_worker`) before the flow asks transformers anything; returns ``"kept"``,
+    ``"private"`` or None (none: the variable is set already, warm-up is off, or ``folder``, a local
+    source, has its answers in the facts cache so no question will be asked).
+
+    The kept server's worker of ``store`` when it runs; otherwise a private one that imports torch and
+    transformers on another core while this process imports Prefect, and dies with it (not with
+    ``private=False``: a command with nothing to overlap the imports with gains nothing from one)."""
+    if os.environ.get(facts_worker.ENV) or env_value("no_warmup") not in (None, "0", "false", "False"):
+        return None
+    st = read_state(store)
+    if st is not None and st.facts_socket and st.facts_pid is not None and pid_alive(st.facts_pid) \
+            and Path(st.facts_socket).exists():
+        os.environ[facts_worker.ENV] = st.facts_socket
+        return "kept"
+    if not private or (folder is not None and hf.cached(folder)):
+        return None
+    sock = facts_worker.private_socket()
+    proc = facts_worker.spawn(sock, with_parent=True)
+
+    def _stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(Path(sock).parent, ignore_errors=True)
+
+    atexit.register(_stop)
+    os.environ[facts_worker.ENV] = sock
+    return "private"
 
 
 def _stop_pid(pid: int) -> None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import json_envelope, json_result, run_cli
+from tests.killing import outlived
 
 pytestmark = [pytest.mark.e2e, pytest.mark.prefect_server]
 
@@ -51,6 +55,17 @@ def test_server_start_status_stop_and_an_ingest_that_finds_it(tmp_path, tiny_lla
         status = run_cli("server", "status", "--store", str(store), "--json", env=env)
         assert json_result(status.stdout, "server status")["running"] is True
 
+        # the warm facts worker beside it: a verify of the store imports neither torch nor transformers
+        assert Path(st["facts_socket"]).exists()
+        os.kill(st["facts_pid"], 0)
+        v = subprocess.run([sys.executable, "-X", "importtime", "-m", "modelyard", "verify", str(tiny_llama_dir), "--json"],
+                           capture_output=True, text=True, timeout=300,
+                           env={**env, "MODELYARD_HOME": str(store), "MODELYARD_FACTS_CACHE": str(tmp_path / "facts")})
+        assert v.returncode == 0, v.stdout[-2000:] + v.stderr[-2000:]
+        mods = {ln.rsplit("|", 1)[-1].strip().split(".")[0] for ln in v.stderr.splitlines() if ln.startswith("import time:")}
+        assert "transformers" not in mods and "torch" not in mods
+        assert json.loads(v.stdout)["result"]["summary"]["passed"] is True
+
         assert _flow_runs(st["api_url"]) == []
         ing = run_cli("ingest", f"file://{tiny_llama_dir}", "--no-smoke", "--store", str(store), "--json", env=env)
         assert ing.returncode == 0, ing.stdout + ing.stderr
@@ -61,6 +76,9 @@ def test_server_start_status_stop_and_an_ingest_that_finds_it(tmp_path, tiny_lla
     assert json_result(r.stdout, "server stop")["stopped"] is True
     with pytest.raises(ProcessLookupError):
         os.kill(st["pid"], 0)
+    with pytest.raises(ProcessLookupError):
+        os.kill(st["facts_pid"], 0)
+    assert not Path(st["facts_socket"]).exists()
     assert not (store / ".prefect-server" / "server.json").exists()
     r = run_cli("server", "status", "--store", str(store), env=env)
     assert r.returncode == 1 and "no prefect server running" in r.stdout
@@ -74,7 +92,6 @@ def test_the_private_api_server_dies_with_a_killed_command(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     code = ("import os, signal, sys\n"
             "from modelyard.flows.server import PrivateAPI\n"
@@ -86,13 +103,4 @@ def test_the_private_api_server_dies_with_a_killed_command(tmp_path):
                        env={**_env(tmp_path), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     assert p.returncode == -signal.SIGKILL, p.stderr
     child = int(p.stdout.split()[0])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    else:
-        os.kill(child, signal.SIGKILL)
-        pytest.fail(f"the API server {child} outlived its parent")
+    assert not outlived(child), f"the API server {child} outlived its parent"

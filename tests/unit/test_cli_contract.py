@@ -188,7 +188,7 @@ def test_usage_error_with_json_is_the_envelope_and_without_is_typers_own(tmp_pat
     r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100", "--json")
     assert (r.returncode, r.stderr) == (2, "")
     assert json_error(r.stdout, "serve-plan", 2) == {
-        "type": "UsageError", "message": "Invalid value for '--gpu': Value error, 'V100' is not one of "
+        "type": "UsageError", "message": "Invalid value for '--gpu': 'V100' is not one of "
                                          + ", ".join(repr(g) for g in GPUS) + ".",
         "fix": "See `modelyard serve-plan --help`."}
     r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100")
@@ -196,7 +196,7 @@ def test_usage_error_with_json_is_the_envelope_and_without_is_typers_own(tmp_pat
     assert r.stderr.splitlines() == [
         "Usage: python -m modelyard serve-plan [OPTIONS] {path}",
         "Try 'python -m modelyard serve-plan --help' for help.", "",
-        "Error: Invalid value for '--gpu': Value error, 'V100' is not one of " + ", ".join(repr(g) for g in GPUS) + "."]
+        "Error: Invalid value for '--gpu': 'V100' is not one of " + ", ".join(repr(g) for g in GPUS) + "."]
 
 
 # ---- choices from the registries -------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_a_value_outside_the_choices_is_typers_usage_error_before_any_work(comma
             "promote": ["x@y", "--to", "/nowhere"]}[command]
     r = CliRunner().invoke(app, [command, *args, option, "bogus"])
     assert (r.exit_code, r.stdout, stderr.getvalue()) == (2, "", "")
-    assert r.stderr.splitlines()[-1] == (f"Error: Invalid value for '{option}': Value error, 'bogus' is not one of "
+    assert r.stderr.splitlines()[-1] == (f"Error: Invalid value for '{option}': 'bogus' is not one of "
                                          + ", ".join(repr(v) for v in values) + ".")
 
 

@@ -123,7 +123,7 @@ def test_quality_gate_and_accept(quantized):
 def test_cli_quantize_writes_record_and_rejects_bad_scheme(tiny128, tmp_path):
     bad = run_cli("quantize", str(tiny128), "--scheme", "int3", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and not (tmp_path / "x").exists()
-    assert bad.stderr.splitlines()[-1] == ("Error: Invalid value for '--scheme': Value error, 'int3' is not one of "
+    assert bad.stderr.splitlines()[-1] == ("Error: Invalid value for '--scheme': 'int3' is not one of "
                                            + ", ".join(repr(s) for s in q.ALL_SCHEMES) + ".")
     ok = run_cli("quantize", str(tiny128), "--scheme", "fp8-dynamic", "--out", str(tmp_path / "o"),
                  "--num-samples", "4", "--max-seq-len", "64", "--json", "--runtime", "vllm-cuda-0.32")

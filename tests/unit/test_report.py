@@ -39,7 +39,7 @@ def test_cli_json_and_usage_errors(tiny_llama_dir):
     assert bad.returncode == 2 and "--vllm-version" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_cli("verify", str(tiny_llama_dir), "--dtype", "fp8")
     assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
-        "Error: Invalid value for '--dtype': Value error, 'fp8' is not one of 'auto', 'half', 'float16', 'bfloat16', "
+        "Error: Invalid value for '--dtype': 'fp8' is not one of 'auto', 'half', 'float16', 'bfloat16', "
         "'float', 'float32'.")
 
 

@@ -165,6 +165,10 @@ def test_tp_rules_follow_vllm(tmp_path, llamas):
         plan_serve(llamas["8b"], ServeTarget("H100-80GB", gpus=4, tensor_parallel_size=8))
     p = plan_serve(llamas["8b"], ServeTarget("H100-80GB", gpus=6))
     assert p.tensor_parallel_size == 4 and "2 stay idle" in p.notes[0]
+    # the label names the GPUs the ranks use, as the compose file reserves them
+    assert (p.gpus_used_per_node, p.target_label()) == (4, "4 of 6 x H100-80GB")
+    assert compose_config(p)["services"]["vllm"]["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 4
+    assert plan_serve(llamas["8b"], ServeTarget("H100-80GB", gpus=4)).target_label() == "4 x H100-80GB"
 
 
 def test_bad_targets(llamas):
@@ -436,3 +440,30 @@ def test_cli_serve_plan_multinode(llamas, tmp_path):
     r = CliRunner().invoke(app, ["serve-plan", str(llamas["405b"]), "--gpu", "H100-80GB", "--gpus-per-node", "8",
                                  "--nodes", "1", "--no-write"])
     assert r.exit_code == 2
+
+
+def test_serve_plan_of_a_stored_artifact_by_reference_never_rewrites_it(tiny_llama_dir, tmp_path):
+    """``serve-plan NAME@REV`` reads the store as ``show`` does; an artifact in the store is not rewritten
+    (its serve/ is what it was published with): the plan is printed, and written only with --output."""
+    from tests.unit.test_bundle import _build_artifact
+
+    home = tmp_path / "store"
+    art = _build_artifact(tiny_llama_dir, home, hub=False)
+    before = {p.relative_to(art): p.read_bytes() for p in art.rglob("*") if p.is_file()}
+    rev = json.loads((art / "manifest.json").read_text())["revision"]
+    for ref in (f"tiny@{rev}", f"tiny@{rev[:20]}", str(art)):
+        r = CliRunner().invoke(app, ["serve-plan", ref, "--store", str(home), "--gpu", "L4-24GB", "--json"])
+        assert r.exit_code == 0, r.output
+        d = json_result(r.stdout, "serve-plan")
+        assert d["serve_dir"] is None
+        assert d["notes"][-1] == (f"serve/ not written: {art} is in the store, whose artifacts are never rewritten; "
+                                  "pass --output DIR to write it there")
+    assert {p.relative_to(art): p.read_bytes() for p in art.rglob("*") if p.is_file()} == before
+    out = tmp_path / "plan"
+    r = CliRunner().invoke(app, ["serve-plan", f"tiny@{rev}", "--store", str(home), "--gpu", "L4-24GB", "-o", str(out),
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    assert json_result(r.stdout, "serve-plan")["serve_dir"] == str(out / "serve")
+    assert yaml.safe_load((out / "serve" / "vllm.yaml").read_text())["model"] == str(art / "model")
+    r = CliRunner().invoke(app, ["serve-plan", "nope@123", "--store", str(home), "--gpu", "L4-24GB", "--json"])
+    assert json_error(r.stdout, "serve-plan", 2)["type"] == "StoreError"

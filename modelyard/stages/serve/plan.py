@@ -213,6 +213,12 @@ class ServePlan:
         """GPUs the plan uses: tensor x pipeline parallel size."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
+    @property
+    def gpus_used_per_node(self) -> int:
+        """GPUs of a node the plan's ranks occupy: tensor parallel size x the pipeline stages on that node
+        (the busiest node); fewer than ``gpus`` when no valid tensor-parallel size uses them all."""
+        return min(self.gpus, self.tensor_parallel_size * -(-self.pipeline_parallel_size // self.nodes))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["valid_tp_sizes"] = list(self.valid_tp_sizes)
@@ -224,8 +230,11 @@ class ServePlan:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def target_label(self) -> str:
-        """``8 x H100-80GB`` on one node, ``2 x 8 x H100-80GB`` (nodes x GPUs per node) on several."""
-        return f"{self.nodes} x {self.gpus} x {self.gpu}" if self.multi_node else f"{self.gpus} x {self.gpu}"
+        """``8 x H100-80GB`` on one node, ``2 x 8 x H100-80GB`` (nodes x GPUs per node) on several; ``3 of 4 x
+        H100-80GB`` when the plan's ranks leave GPUs of a node idle (tensor parallel 3 on 4 GPUs)."""
+        used = self.gpus_used_per_node
+        per_node = f"{used} of {self.gpus}" if used < self.gpus else str(self.gpus)
+        return f"{self.nodes} x {per_node} x {self.gpu}" if self.multi_node else f"{per_node} x {self.gpu}"
 
     def rows(self) -> list[tuple[str, str, str]]:
         """``(quantity, value, how)`` rows for the CLI table and serve/README.md."""
