@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from modelyard.checks import hf
+from modelyard.checks import facts_worker, hf
 from modelyard.settings import Settings
 
 _started: threading.Thread | None = None
@@ -47,12 +47,13 @@ def wait() -> None:
 
 def start(folder: Path | None = None) -> threading.Thread | None:
     """Start the warm-up thread once per process; returns it (None when disabled by
-    ``MODELYARD_NO_WARMUP``, or when ``folder``, the local folder about to be verified, has its
+    ``MODELYARD_NO_WARMUP``, when a warm facts worker is set for this process
+    (:mod:`modelyard.checks.facts_worker`), or when ``folder``, the local folder about to be verified, has its
     transformers answers in the facts cache: :func:`modelyard.checks.hf.cached`). Calling it again
     returns the same thread."""
     global _started
-    if Settings().no_warmup:
-        return None
+    if Settings().no_warmup or facts_worker.socket_path() is not None:
+        return None  # off, or a warm facts worker answers verify's questions: these imports would only compete
     if folder is not None and _started is None and hf.cached(folder):
         return None  # verify will not import transformers: the imports would only compete for the GIL
     with _lock:
