@@ -121,6 +121,13 @@ class Settings(BaseSettings):
         names another one; with an ``s3://`` store, this worker's cache of it)."""
         return self.home.expanduser().absolute()
 
+    def local_store(self) -> Path:
+        """The store folder commands of this store share a kept server in: ``MODELYARD_STORE`` when it is a
+        folder, else :meth:`store_dir` (an ``s3://`` store's local cache)."""
+        if self.store and "://" not in self.store:
+            return Path(self.store).expanduser().absolute()
+        return self.store_dir()
+
     def store_spec(self) -> str:
         """The canonical store as the user wrote it: ``MODELYARD_STORE`` (a folder or ``s3://bucket/prefix``),
         else :meth:`store_dir`."""

@@ -50,14 +50,15 @@ from modelyard.version import code_digest, library_versions
 PROTOCOL = 1
 #: environment variable that names the worker's socket for this process and its children
 ENV = "MODELYARD_FACTS_WORKER"
-#: seconds a client waits for one answer (a meta-device model of a 400B config takes a few seconds)
-ANSWER_TIMEOUT = 300.0
+#: seconds a client waits for one answer (a worker still importing takes seconds, a meta-device model of a
+#: 400B config a few more); past it the client answers itself and does not ask that worker again
+ANSWER_TIMEOUT = 60.0
 #: seconds a client waits to connect (the worker accepts once its imports are done)
 CONNECT_TIMEOUT = 60.0
 #: seconds a client retries a socket that does not exist yet
 START_GRACE = 5.0
-#: sessions (client checkpoints) a worker keeps
-SESSIONS = 16
+#: sessions (client checkpoints, each with its config and tokenizer objects) a worker keeps; the oldest goes first
+SESSIONS = 4
 _MISS = object()
 _TMP_PREFIX = "modelyard-facts-"
 _dead: set[str] = set()  # sockets that failed in this process: not asked again

@@ -20,36 +20,45 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=N
                              "Prefect's ephemeral API each time (seconds per command).")
 
 
+_DEFAULT = "(default: MODELYARD_STORE when it is a folder, else MODELYARD_HOME or ./artifacts)"
+
+
 def _store(store: Optional[Path]) -> Path:
-    return (store or Settings().store_dir()).expanduser().absolute()
+    return (store or Settings().local_store()).expanduser().absolute()
 
 
 def _show(st: server.ServerState, what: str, as_json: bool, **extra: Any) -> None:
+    facts = what != "stopped" and server.facts_running(st)
     if as_json:
-        emit_json({**extra, **st.to_dict()})
+        emit_json({**extra, **st.to_dict(), **({"facts_running": facts} if what != "stopped" else {})})
         return
     out.print(f"prefect server {what}: {st.api_url} (pid {st.pid})", highlight=False, soft_wrap=True)
+    if what != "stopped":
+        out.print(f"facts worker: running (pid {st.facts_pid})" if facts else
+                  "facts worker: not running (verify imports transformers itself); `modelyard server start` starts it again",
+                  highlight=False, soft_wrap=True)
     out.print(f"log: {st.log}", highlight=False, soft_wrap=True)
 
 
 @app.command("start", cls=Command)
 def start_cmd(
-    store: Optional[Path] = store_option("the store whose ingests use it (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option("the store whose ingests use it " + _DEFAULT),
     port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="port on 127.0.0.1 (default: a free one)"),
     ui: bool = typer.Option(False, "--ui", help="also serve Prefect's web UI"),
     as_json: bool = json_option(),
     verbose: bool = verbose_option(),
 ) -> None:
     """Start `prefect server start` on 127.0.0.1 in the background (its database and log in
-    STORE/.prefect-server/) unless it runs; wait until it answers. Commands of the same store set
-    PREFECT_API_URL to it while it runs (unless PREFECT_API_URL is set)."""
+    STORE/.prefect-server/) unless it runs, with a warm facts worker beside it (started again when it died);
+    wait until the server answers. Commands of the same store set PREFECT_API_URL to it while it runs (unless
+    PREFECT_API_URL is set), and verify asks the worker."""
     st, started = server.start(_store(store), port=port, ui=ui)
     _show(st, "started" if started else "already running", as_json, started=started)
 
 
 @app.command("stop", cls=Command)
 def stop_cmd(
-    store: Optional[Path] = store_option("the store whose server to stop (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option("the store whose server to stop " + _DEFAULT),
     as_json: bool = json_option(),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -66,7 +75,7 @@ def stop_cmd(
 
 @app.command("status", cls=Command)
 def status_cmd(
-    store: Optional[Path] = store_option("the store whose server to look for (default: MODELYARD_HOME or ./artifacts)"),
+    store: Optional[Path] = store_option("the store whose server to look for " + _DEFAULT),
     as_json: bool = json_option(),
     verbose: bool = verbose_option(),
 ) -> None:

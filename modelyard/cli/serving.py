@@ -190,8 +190,8 @@ def serve_plan_cmd(
                                                        help="default: the largest valid size <= --gpus"),
     max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="context to plan for (tokens)"),
     name: Optional[str] = typer.Option(None, "--served-model-name", help="default: the artifact or folder name"),
-    output: Optional[Path] = output_option("write serve/ into this folder (default: PATH when it is an artifact "
-                                           "folder outside the store; a stored artifact is never rewritten)"),
+    output: Optional[Path] = output_option("write serve/ into this folder (outside the store; without it the plan "
+                                           "is only printed: an artifact is never rewritten)"),
     write: Optional[Path] = alias_option("--write"),
     no_write: bool = typer.Option(False, "--no-write", help="only print the plan"),
     proxy: bool = typer.Option(False, "--proxy", help="also an nginx front with an API key (serve/nginx.conf)"),
@@ -205,8 +205,8 @@ def serve_plan_cmd(
     verbose: bool = verbose_option(),
 ) -> None:
     """Size PATH for vLLM on --gpus x --gpu (x --nodes): weights and KV cache per rank, tokens that fit, valid
-    tensor-parallel sizes, the pipeline stages across nodes, max_model_len and max_num_seqs; write serve/
-    (vllm.yaml, compose.yaml, README.md, prometheus.yml, grafana-dashboard.json, nginx.conf with --proxy;
+    tensor-parallel sizes, the pipeline stages across nodes, max_model_len and max_num_seqs; with --output DIR,
+    write DIR/serve/ (vllm.yaml, compose.yaml, README.md, prometheus.yml, grafana-dashboard.json, nginx.conf with --proxy;
     ray-head.sh, ray-worker.sh and serve.sh for several nodes; with --k8s
     or --storage-uri, serve/k8s/).
     Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
@@ -216,14 +216,14 @@ def serve_plan_cmd(
                                         kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
                                         max_model_len=max_model_len, nodes=nodes,
                                         pipeline_parallel_size=pipeline_parallel_size), name=name)
-    write = either(output, write, "--output")
-    dest = write
-    if dest is None and is_artifact(path):
-        if in_store(path, store):
-            plan = replace(plan, notes=(*plan.notes, f"serve/ not written: {path} is in the store, whose artifacts are "
-                                        "never rewritten; pass --output DIR to write it there"))
-        else:
-            dest = path
+    dest = either(output, write, "--output")
+    if dest is not None and not no_write and in_store(dest, store):
+        raise InvalidTargetError(f"--output {dest} is inside the store, whose artifacts are never rewritten",
+                                 fix="Pass --output a folder outside the store (its serve/ then points at the "
+                                     "stored model/).")
+    if dest is None and is_artifact(path) and not no_write:
+        plan = replace(plan, notes=(*plan.notes, f"serve/ not written: {path} is an artifact, never rewritten (its "
+                                    "serve/ is the one it was ingested with); pass --output DIR to write this plan"))
     written = kube = None
     k8s = k8s or storage_uri is not None
     if k8s:  # refuse a bad location or a multi-node plan before anything is written

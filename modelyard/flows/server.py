@@ -25,6 +25,7 @@ server, started inside the flow call).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import importlib.util
 import json
 import os
@@ -78,6 +79,42 @@ class ServerState:
                 "log": self.log, "since": self.since, "facts_pid": self.facts_pid, "facts_socket": self.facts_socket}
 
 
+def _ours(pid: int | None, marker: str) -> bool:
+    """True when process ``pid`` lives and its command line holds ``marker`` (``prefect`` for the server,
+    ``facts_worker`` for the worker): a pid recorded before a crash or reboot may belong to another program
+    now, which ``stop`` must not signal. Where ``/proc`` cannot be read, a living pid counts."""
+    if pid is None or not pid_alive(pid):
+        return False
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+def facts_running(st: ServerState) -> bool:
+    """True when the kept server's facts worker lives and its socket is there."""
+    return bool(st.facts_socket) and _ours(st.facts_pid, "facts_worker") and Path(st.facts_socket or "").exists()
+
+
+def _spawn_facts_worker(d: Path) -> tuple[int, str]:
+    """Start the kept facts worker (its output appended to ``d/facts-worker.log``); returns once its socket
+    is bound (it binds before its imports), or after :data:`~modelyard.checks.facts_worker.START_GRACE` s."""
+    sock = facts_worker.private_socket()
+    with open(d / FACTS_LOG, "ab") as fh:
+        worker = facts_worker.spawn(sock, with_parent=False, log=fh)
+    deadline = time.monotonic() + facts_worker.START_GRACE
+    while not Path(sock).exists() and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return worker.pid, sock
+
+
+def _stop_facts_worker(st: ServerState) -> None:
+    if _ours(st.facts_pid, "facts_worker"):
+        _stop_pid(st.facts_pid)  # type: ignore[arg-type]
+    if st.facts_socket:
+        shutil.rmtree(Path(st.facts_socket).parent, ignore_errors=True)
+
+
 def server_dir(store: Path) -> Path:
     return Path(store).expanduser().absolute() / SERVER_DIR
 
@@ -112,7 +149,7 @@ def read_state(store: Path) -> ServerState | None:
 def running(store: Path, timeout: float = 1.0) -> ServerState | None:
     """The kept server of ``store`` when its process is alive and its API answers, else None."""
     st = read_state(store)
-    if st is None or not pid_alive(st.pid) or not healthy(st.api_url, timeout):
+    if st is None or not _ours(st.pid, "prefect") or not healthy(st.api_url, timeout):
         return None
     return st
 
@@ -125,10 +162,22 @@ def start(store: Path, *, port: int | None = None, ui: bool = False, timeout: fl
     exits or does not answer ``/api/health`` within ``timeout`` seconds (its log's last lines in the message;
     it is stopped)."""
     st = running(store)
-    if st is not None:
-        return st, False
     d = server_dir(store)
-    d.mkdir(parents=True, exist_ok=True)
+    if st is not None:
+        if not facts_running(st):  # the worker died (or was killed): start another beside the running server
+            _stop_facts_worker(st)
+            pid, sock = _spawn_facts_worker(d)
+            st = dataclasses.replace(st, facts_pid=pid, facts_socket=sock)
+            _write_state(d, st)
+        return st, False
+    old = read_state(store)
+    if old is not None:  # a server that died leaves its worker: stop it before starting a new pair
+        _stop_facts_worker(old)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServerError(f"cannot create {d}: {exc.strerror or exc}",
+                          fix="Pass --store a folder you can write (the server keeps its database and log there).") from exc
     if port is None:
         port = free_port()
     else:
@@ -148,15 +197,13 @@ def start(store: Path, *, port: int | None = None, ui: bool = False, timeout: fl
     with open(log, "ab") as fh:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=d)
-    sock = facts_worker.private_socket()
-    with open(d / FACTS_LOG, "ab") as fh:
-        worker = facts_worker.spawn(sock, with_parent=False, log=fh)
-    st = ServerState(proc.pid, port, f"http://127.0.0.1:{port}/api", str(home), str(log), time.time(), worker.pid, sock)
+    worker_pid, sock = _spawn_facts_worker(d)
+    st = ServerState(proc.pid, port, f"http://127.0.0.1:{port}/api", str(home), str(log), time.time(), worker_pid, sock)
     _write_state(d, st)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            _stop_pid(worker.pid)
+            _stop_facts_worker(st)
             (d / STATE).unlink(missing_ok=True)
             raise ServerError(f"prefect server exited with code {proc.returncode} while starting: {_tail(log)}",
                               fix=f"Read {log}; a port taken by another program is a common cause (pass --port).")
@@ -164,7 +211,7 @@ def start(store: Path, *, port: int | None = None, ui: bool = False, timeout: fl
             return st, True
         time.sleep(0.25)
     _stop_pid(proc.pid)
-    _stop_pid(worker.pid)
+    _stop_facts_worker(st)
     (d / STATE).unlink(missing_ok=True)
     raise ServerError(f"prefect server did not answer {st.api_url}/health within {timeout:g} s: {_tail(log)}",
                       fix=f"Read {log}; on a busy machine the first start (database migrations) can take minutes.")
@@ -176,13 +223,10 @@ def stop(store: Path) -> ServerState | None:
     st = read_state(store)
     if st is None:
         return None
-    was = st if pid_alive(st.pid) else None
+    was = st if _ours(st.pid, "prefect") else None
     if was is not None:
         _stop_pid(st.pid)
-    if st.facts_pid is not None and pid_alive(st.facts_pid):
-        _stop_pid(st.facts_pid)
-    if st.facts_socket:
-        shutil.rmtree(Path(st.facts_socket).parent, ignore_errors=True)
+    _stop_facts_worker(st)
     (server_dir(store) / STATE).unlink(missing_ok=True)
     return was
 
@@ -199,8 +243,7 @@ def use_facts_worker(store: Path, folder: Path | None, *, private: bool = True) 
     if os.environ.get(facts_worker.ENV) or env_value("no_warmup") not in (None, "0", "false", "False"):
         return None
     st = read_state(store)
-    if st is not None and st.facts_socket and st.facts_pid is not None and pid_alive(st.facts_pid) \
-            and Path(st.facts_socket).exists():
+    if st is not None and st.facts_socket and facts_running(st):
         os.environ[facts_worker.ENV] = st.facts_socket
         return "kept"
     if not private or (folder is not None and hf.cached(folder)):

@@ -53,7 +53,7 @@ def planned(demo_run, tmp_path_factory):
     (art / "model").symlink_to(src / "model")
     shutil.copy(src / "manifest.json", art / "manifest.json")
     r = run_cli("serve-plan", str(art), "--gpu", "H100-80GB", "--gpus-per-node", "1", "--nodes", "2", "--tp", "1",
-                "--pp", "2", "--json", timeout=120)
+                "--pp", "2", "-o", str(art), "--json", timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     plan = json_result(r.stdout, "serve-plan")
     assert (plan["nodes"], plan["tensor_parallel_size"], plan["pipeline_parallel_size"]) == (2, 1, 2)

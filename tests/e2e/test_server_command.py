@@ -127,3 +127,48 @@ def test_the_private_api_server_dies_with_a_killed_command(tmp_path):
     assert p.returncode == -signal.SIGKILL, p.stderr
     child = int(p.stdout.split()[0])
     assert not outlived(child), f"the API server {child} outlived its parent"
+
+
+def test_a_dead_worker_is_started_again_and_a_stale_pid_is_never_signalled(tmp_path):
+    """``server start`` starts the facts worker again when it died, stops the worker a dead server left, and
+    ``server stop`` signals only processes that are the server or the worker (a pid from a stale server.json
+    may belong to another program)."""
+    import signal
+    import time
+
+    store = tmp_path / "store"
+    env = _env(tmp_path)
+    st = json_result(run_cli("server", "start", "--store", str(store), "--json", env=env, timeout=300).stdout,
+                     "server start")
+    try:
+        assert st["facts_running"] is True
+        os.kill(st["facts_pid"], signal.SIGKILL)
+        assert not outlived(st["facts_pid"])
+        status = json_result(run_cli("server", "status", "--store", str(store), "--json", env=env).stdout, "server status")
+        assert (status["running"], status["facts_running"]) == (True, False)
+        again = json_result(run_cli("server", "start", "--store", str(store), "--json", env=env).stdout, "server start")
+        assert (again["started"], again["pid"], again["facts_running"]) == (False, st["pid"], True)
+        assert again["facts_pid"] != st["facts_pid"]
+
+        os.kill(st["pid"], signal.SIGKILL)  # the server dies; its worker lives on until the next start
+        assert not outlived(st["pid"])
+        third = json_result(run_cli("server", "start", "--store", str(store), "--json", env=env, timeout=300).stdout,
+                            "server start")
+        assert third["started"] is True and third["facts_pid"] != again["facts_pid"]
+        assert not outlived(again["facts_pid"]) and not Path(again["facts_socket"]).exists()
+    finally:
+        run_cli("server", "stop", "--store", str(store), env=env, timeout=120)
+
+    stranger = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        state = store / ".prefect-server" / "server.json"
+        state.write_text(json.dumps({"pid": stranger.pid, "port": 9, "api_url": "http://127.0.0.1:9/api",
+                                     "prefect_home": str(tmp_path), "log": str(tmp_path / "log"), "since": time.time(),
+                                     "facts_pid": stranger.pid, "facts_socket": None}))
+        r = run_cli("server", "stop", "--store", str(store), "--json", env=env)
+        assert json_result(r.stdout, "server stop") == {"stopped": False}
+        assert stranger.poll() is None  # not signalled
+        assert not state.exists()
+    finally:
+        stranger.kill()
+        stranger.wait()

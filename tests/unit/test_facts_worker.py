@@ -130,3 +130,21 @@ def test_a_private_worker_dies_with_its_command(tmp_path):
     assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
     child = int(p.stdout.split()[0])
     assert not outlived(child), f"the facts worker {child} outlived its command"
+
+
+def test_server_commands_default_to_modelyard_store_when_it_is_a_folder(tmp_path, monkeypatch):
+    """The kept server (and its worker) of a store is found under MODELYARD_STORE when that is a folder, as
+    ingest and verify read that store; an s3:// store keeps it in MODELYARD_HOME (its local cache)."""
+    from typer.testing import CliRunner
+
+    from modelyard.cli import app
+    from modelyard.settings import Settings
+    from tests.conftest import json_error
+
+    monkeypatch.setenv("MODELYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELYARD_STORE", str(tmp_path / "shared-store"))
+    assert Settings().local_store() == tmp_path / "shared-store"
+    r = CliRunner().invoke(app, ["server", "status", "--json"])
+    assert json_error(r.stdout, "server status", 1)["message"] == f"no prefect server running for {tmp_path / 'shared-store'}"
+    monkeypatch.setenv("MODELYARD_STORE", "s3://bucket/prefix")
+    assert Settings().local_store() == tmp_path / "home"

@@ -291,6 +291,11 @@ def test_cli_serve_plan(artifact):
     assert r.exit_code == 0, r.output
     d = json_result(r.stdout, "serve-plan")
     assert d["tensor_parallel_size"] == 4 and d["kv_bytes_per_token"] == 327680
+    assert d["serve_dir"] is None and not (artifact / "serve").exists()  # an artifact is never rewritten by default
+    r = CliRunner().invoke(app, ["serve-plan", str(artifact), "--gpu", "H100-80GB", "--gpus", "4", "-o", str(artifact),
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    d = json_result(r.stdout, "serve-plan")
     assert d["serve_dir"] == str(artifact / "serve") and (artifact / "serve" / "compose.yaml").is_file()
     r = CliRunner().invoke(app, ["serve-plan", str(artifact), "--gpu", "H100-80GB", "--gpus", "4", "--no-write"])
     assert r.exit_code == 0 and "tokens that fit" in r.stdout
@@ -456,9 +461,17 @@ def test_serve_plan_of_a_stored_artifact_by_reference_never_rewrites_it(tiny_lla
         assert r.exit_code == 0, r.output
         d = json_result(r.stdout, "serve-plan")
         assert d["serve_dir"] is None
-        assert d["notes"][-1] == (f"serve/ not written: {art} is in the store, whose artifacts are never rewritten; "
-                                  "pass --output DIR to write it there")
+        assert d["notes"][-1] == (f"serve/ not written: {art} is an artifact, never rewritten (its serve/ is the one "
+                                  "it was ingested with); pass --output DIR to write this plan")
+    # --output inside the store is refused, whichever folder of it
+    for inside in (art, art / "model", home, home / "new-folder"):
+        r = CliRunner().invoke(app, ["serve-plan", f"tiny@{rev}", "--store", str(home), "--gpu", "L4-24GB",
+                                     "-o", str(inside), "--json"])
+        err = json_error(r.stdout, "serve-plan", 2)
+        assert (err["type"], err["message"]) == ("InvalidTargetError", f"--output {inside} is inside the store, whose "
+                                                 "artifacts are never rewritten"), r.stdout
     assert {p.relative_to(art): p.read_bytes() for p in art.rglob("*") if p.is_file()} == before
+    assert not (home / "new-folder").exists() and not (home / "serve").exists()
     out = tmp_path / "plan"
     r = CliRunner().invoke(app, ["serve-plan", f"tiny@{rev}", "--store", str(home), "--gpu", "L4-24GB", "-o", str(out),
                                  "--json"])
