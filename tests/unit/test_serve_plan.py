@@ -480,3 +480,11 @@ def test_serve_plan_of_a_stored_artifact_by_reference_never_rewrites_it(tiny_lla
     assert yaml.safe_load((out / "serve" / "vllm.yaml").read_text())["model"] == str(art / "model")
     r = CliRunner().invoke(app, ["serve-plan", "nope@123", "--store", str(home), "--gpu", "L4-24GB", "--json"])
     assert json_error(r.stdout, "serve-plan", 2)["type"] == "StoreError"
+
+
+def test_a_low_memory_utilization_is_named_as_the_way_out(tiny_llama_dir):
+    """A plan that fails only because --gpu-memory-utilization is low says so first (the fix once began
+    with "or --gpu ...", and never named the utilization)."""
+    with pytest.raises(ServePlanError) as e:
+        plan_serve(tiny_llama_dir, ServeTarget("L4-24GB", gpu_memory_utilization=0.1))
+    assert e.value.fix == "raise --gpu-memory-utilization from 0.1 to 0.9 (vLLM's default); or --gpu A100-40GB."

@@ -492,7 +492,12 @@ def _fix(size: ModelSize, gpu: GpuSpec, target: ServeTarget, kv_bytes: int, vali
     if kv_short and target.kv_cache_dtype == "auto" and kv_bytes >= 2 \
             and _fits(size, gpu, util, tp_now, 1, length=n, pp=pp_now):
         ideas.append("or --kv-cache-dtype fp8 to halve the KV cache")
-    return "; ".join(ideas) + "." if ideas else "No table GPU count fits this model; quantize it (w4a16) first."
+    if util < 0.9 and _fits(size, gpu, 0.9, tp_now, kv_bytes, length=n, pp=pp_now):
+        ideas.insert(0, f"raise --gpu-memory-utilization from {util:g} to 0.9 (vLLM's default)")
+    if not ideas:
+        return "No table GPU count fits this model; quantize it (w4a16) first."
+    text = "; ".join(ideas)
+    return (text.removeprefix("or ") if text.startswith("or ") else text) + "."
 
 
 def _check_target(target: ServeTarget) -> None:
