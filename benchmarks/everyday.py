@@ -20,15 +20,13 @@ Wall times of child processes, on whatever else the machine is doing: the load a
    digest or stage cache) against ``sha256sum`` of the model's files; the *fixed cost* is the median
    ingest minus the median sha256sum (targets: <= 5 s with a kept server, <= 10 s without). Modes:
    - *kept server*: ``modelyard server start --store <store>`` ran before (not timed);
-   - *private API*: no server: the ingest boots Prefect's ephemeral API itself, and (facts not cached) a
-     private facts worker, while importing Prefect (``modelyard/flows/server.py``), what a plain
+   - *private API*: no server: the ingest boots Prefect's ephemeral API itself while importing Prefect
+     (``modelyard/flows/server.py``), and imports transformers in its warm-up thread, what a plain
      ``modelyard ingest`` does now;
    - *before*: Prefect's own ephemeral API (``MODELYARD_PREFECT_API=ephemeral``), no facts cache
      (``MODELYARD_FACTS_CACHE=off``) and no facts worker (``MODELYARD_FACTS_WORKER=off``): what
      ``modelyard ingest`` did before these changes;
-   each of the first two with the facts cached (the config and tokenizer seen before) and not cached;
-   - *private API, no facts worker*: the private mode, facts not cached, with ``MODELYARD_FACTS_WORKER=off``:
-     transformers imported by the warm-up thread in the command itself, as before the worker (a reference).
+   each of the first two with the facts cached (the config and tokenizer seen before) and not cached.
    ``MODELYARD_VERIFY_RUNTIME=none`` throughout: with the runtime venv present, ingest also asks its vLLM
    during verify (7-15 s of vLLM import, see "Runtime oracle" in benchmarks/README.md).
 3. **ingest of an empty folder** (``file:///<empty>``: "has no config.json", exit 2) against
@@ -188,8 +186,6 @@ def bench_ingest(tmp: Path, runs: int, model_arg: str | None) -> dict[str, float
                      "kept server, facts not cached": ingest(kept, MODELYARD_FACTS_CACHE="fresh"),
                      "private API, facts cached": ingest(private),
                      "private API, facts not cached": ingest(private, MODELYARD_FACTS_CACHE="fresh"),
-                     "private API, facts not cached, no facts worker (the warm-up thread)": ingest(
-                         private, MODELYARD_FACTS_CACHE="fresh", MODELYARD_FACTS_WORKER="off"),
                      "before: Prefect's ephemeral API, no facts cache": ingest(before, MODELYARD_PREFECT_API="ephemeral",
                                                                               MODELYARD_FACTS_CACHE="off",
                                                                               MODELYARD_FACTS_WORKER="off")}, runs)
@@ -288,7 +284,7 @@ def main() -> None:
             sha = m.pop("sha256sum of the files")
             for k, t in m.items():
                 target = 5.0 if k.startswith("kept") else 10.0
-                ref = k.startswith("before") or "no facts worker" in k
+                ref = k.startswith("before")
                 rows.append((f"ingest --no-smoke, {k}: fixed cost (ingest {t:.1f} s - sha256sum {sha:.2f} s)", t - sha,
                              f"<= {target:g} s" if not ref else "(reference)", (t - sha) <= target if not ref else None))
         if "empty" in only:

@@ -5,11 +5,9 @@ The first question verify asks transformers about a folder costs a cold process 
 ``torch._dynamo`` and accelerate: benchmarks/README.md, "Everyday commands"), whatever the folder's
 size. A worker pays them once and then answers in milliseconds:
 
-- **kept**: ``modelyard server start`` starts one beside the Prefect server (its socket is
-  ``<store>/.prefect-server/facts.sock``; ``server stop`` stops it). Commands of that store find it;
-- **private**: an ingest without a kept server starts one at its beginning (:func:`spawn`), so that
-  the imports run on another core while the command imports Prefect and boots its API; it dies with
-  the command.
+``modelyard server start`` starts one beside the Prefect server (its pid and socket, in a 0700 temp
+folder, are in ``server.json``; ``server stop`` stops it), and commands of that store ask it
+(:func:`modelyard.flows.server.use_facts_worker`).
 
 The client side is :func:`ask`, called by :meth:`modelyard.checks.hf.HFFacts._get` for a question that
 is not in the facts cache, when ``MODELYARD_FACTS_WORKER`` names a socket (the CLI sets it). One
@@ -160,7 +158,7 @@ def spawn(path: str, *, with_parent: bool, log: Any = subprocess.DEVNULL) -> sub
 
 
 def private_socket() -> str:
-    """A socket path for a private worker, in a fresh 0700 temp folder."""
+    """A socket path for a worker, in a fresh 0700 temp folder."""
     return str(Path(tempfile.mkdtemp(prefix=_TMP_PREFIX)) / "facts.sock")
 
 

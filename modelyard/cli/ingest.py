@@ -57,12 +57,10 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[str], max
         api = connect(store)  # a kept server, or a private one booting meanwhile
         local = parse_source(source)
         folder = local.path if local.kind == "file" else None
-        # verify's transformers answers: the kept server's warm worker, or a private one importing beside Prefect
-        worker = use_facts_worker(store, folder)
+        use_facts_worker(store)  # the kept server's warm worker answers verify's transformers questions
         from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
-        if worker is None:
-            warmup.start(folder)  # verify's imports in a thread, beside Prefect's start
+        warmup.start(folder)  # else verify's imports in a thread, beside Prefect's start (not beside a worker)
         with api.use():
             result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
     return result.to_dict()

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from modelyard.checks import facts_worker, hf
+from modelyard.checks import facts_worker
 from modelyard.errors import ServerError
 from modelyard.model.digest import pid_alive
 from modelyard.settings import env_value
@@ -231,37 +231,21 @@ def stop(store: Path) -> ServerState | None:
     return was
 
 
-def use_facts_worker(store: Path, folder: Path | None, *, private: bool = True) -> str | None:
-    """Point this process's verify (``MODELYARD_FACTS_WORKER``) at a warm facts worker
-    (:mod:`modelyard.checks.facts_worker`) before the flow asks transformers anything; returns ``"kept"``,
-    ``"private"`` or None (none: the variable is set already, warm-up is off, or ``folder``, a local
-    source, has its answers in the facts cache so no question will be asked).
+def use_facts_worker(store: Path) -> bool:
+    """Point this process's verify (``MODELYARD_FACTS_WORKER``) at the warm facts worker of ``store``'s kept
+    server (:mod:`modelyard.checks.facts_worker`) when it runs; True when it did. A value the user set (``off``
+    included) is left alone.
 
-    The kept server's worker of ``store`` when it runs; otherwise a private one that imports torch and
-    transformers on another core while this process imports Prefect, and dies with it (not with
-    ``private=False``: a command with nothing to overlap the imports with gains nothing from one)."""
-    if os.environ.get(facts_worker.ENV) or env_value("no_warmup") not in (None, "0", "false", "False"):
-        return None
+    A command without a kept server starts no worker of its own: one was measured in ingest and dropped, as
+    on 2 cores it competes with Prefect's import and its API's boot and did not beat the warm-up thread
+    (benchmarks/README.md, "Everyday commands")."""
+    if os.environ.get(facts_worker.ENV):
+        return False
     st = read_state(store)
-    if st is not None and st.facts_socket and facts_running(st):
-        os.environ[facts_worker.ENV] = st.facts_socket
-        return "kept"
-    if not private or (folder is not None and hf.cached(folder)):
-        return None
-    sock = facts_worker.private_socket()
-    proc = facts_worker.spawn(sock, with_parent=True)
-
-    def _stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(Path(sock).parent, ignore_errors=True)
-
-    atexit.register(_stop)
-    os.environ[facts_worker.ENV] = sock
-    return "private"
+    if st is None or not st.facts_socket or not facts_running(st):
+        return False
+    os.environ[facts_worker.ENV] = st.facts_socket
+    return True
 
 
 def _stop_pid(pid: int) -> None:

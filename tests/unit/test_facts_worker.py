@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import pytest
 
 from modelyard.checks import facts_worker
 from tests.conftest import ROOT
-from tests.killing import outlived
 
 
 def _verify(folder: str, cache: Path, cwd: Path = ROOT, **env: str) -> tuple[subprocess.CompletedProcess, set[str]]:
@@ -109,27 +107,6 @@ def test_without_a_worker_verify_computes_itself(tmp_path, tiny_llama_dir):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "transformers" in mods
     assert json.loads(p.stdout)["result"]["summary"]["passed"] is True
-
-
-def test_a_private_worker_dies_with_its_command(tmp_path):
-    """An ingest's private worker (use_facts_worker without a kept server) goes when the command is
-    SIGKILLed (Linux parent-death signal)."""
-    code = ("import os, signal, sys\n"
-            "from pathlib import Path\n"
-            "from modelyard.checks import facts_worker\n"
-            "from modelyard.flows.server import use_facts_worker\n"
-            f"assert use_facts_worker(Path({str(tmp_path / 'store')!r}), None) == 'private'\n"
-            "sock = os.environ[facts_worker.ENV]\n"
-            "assert facts_worker.wait_ready(sock, 120)\n"
-            "import subprocess\n"
-            "print(subprocess.check_output(['pgrep', '-P', str(os.getpid())], text=True).split()[0], flush=True)\n"
-            "os.kill(os.getpid(), signal.SIGKILL)\n")
-    env = {k: v for k, v in os.environ.items() if k not in (facts_worker.ENV, "MODELYARD_NO_WARMUP")}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                       env={**env, "PYTHONPATH": str(ROOT)})
-    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
-    child = int(p.stdout.split()[0])
-    assert not outlived(child), f"the facts worker {child} outlived its command"
 
 
 def test_server_commands_default_to_modelyard_store_when_it_is_a_folder(tmp_path, monkeypatch):
