@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -155,6 +156,14 @@ def spawn(path: str, *, with_parent: bool, log: Any = subprocess.DEVNULL) -> sub
         cmd += ["--parent", str(os.getpid())]
     return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=not with_parent)
+
+
+def remove_socket_dir(path: str) -> None:
+    """Remove the folder :func:`private_socket` made for the socket ``path`` (and the socket); a path in any
+    other folder (a hand-edited ``server.json``) is left alone."""
+    parent = Path(path).parent
+    if parent.name.startswith(_TMP_PREFIX) and parent.parent == Path(tempfile.gettempdir()):
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def private_socket() -> str:

@@ -9,7 +9,8 @@ speed"). Two ways out, both chosen by :func:`connect` before Prefect is imported
   background, detached from the terminal, with its own ``PREFECT_HOME`` and SQLite database in
   ``<store>/.prefect-server/`` (``server.json`` there records its pid, port and API URL, ``server.log``
   its output). A command of the same store (``--store``, else ``MODELYARD_HOME``) finds it and sets
-  ``PREFECT_API_URL`` to it when it answers ``/api/health``. ``modelyard server stop`` stops it.
+  ``PREFECT_API_URL`` to it when it answers ``/api/health``. ``modelyard server stop`` stops it. A warm
+  facts worker runs beside it (:mod:`modelyard.checks.facts_worker`, :func:`use_facts_worker`).
 - **a private API server, started early**: otherwise the same ephemeral server Prefect would start
   (``prefect.server.api.server.SubprocessASGIServer``: uvicorn with ``create_app``,
   ``PREFECT__SERVER_EPHEMERAL=1``, on the caller's ``PREFECT_HOME``) is started by :func:`connect`
@@ -29,7 +30,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -112,7 +112,7 @@ def _stop_facts_worker(st: ServerState) -> None:
     if _ours(st.facts_pid, "facts_worker"):
         _stop_pid(st.facts_pid)  # type: ignore[arg-type]
     if st.facts_socket:
-        shutil.rmtree(Path(st.facts_socket).parent, ignore_errors=True)
+        facts_worker.remove_socket_dir(st.facts_socket)
 
 
 def server_dir(store: Path) -> Path:

@@ -125,3 +125,16 @@ def test_server_commands_default_to_modelyard_store_when_it_is_a_folder(tmp_path
     assert json_error(r.stdout, "server status", 1)["message"] == f"no prefect server running for {tmp_path / 'shared-store'}"
     monkeypatch.setenv("MODELYARD_STORE", "s3://bucket/prefix")
     assert Settings().local_store() == tmp_path / "home"
+
+
+def test_only_a_socket_folder_modelyard_made_is_removed(tmp_path):
+    """``server stop`` removes the worker's socket folder; a path from a hand-edited server.json is not removed."""
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "data").write_text("x")
+    facts_worker.remove_socket_dir(str(keep / "facts.sock"))
+    assert (keep / "data").read_text() == "x"
+    sock = facts_worker.private_socket()
+    assert Path(sock).parent.is_dir() and oct(Path(sock).parent.stat().st_mode & 0o777) == "0o700"
+    facts_worker.remove_socket_dir(sock)
+    assert not Path(sock).parent.exists()
