@@ -58,7 +58,8 @@ CONNECT_TIMEOUT = 60.0
 START_GRACE = 5.0
 #: sessions (client checkpoints, each with its config and tokenizer objects) a worker keeps; the oldest goes first
 SESSIONS = 4
-_MISS = object()
+#: what :func:`ask` returns when it has no answer
+MISS = object()
 _TMP_PREFIX = "modelyard-facts-"
 _dead: set[str] = set()  # sockets that failed in this process: not asked again
 
@@ -83,11 +84,11 @@ def socket_path() -> str | None:
 def ask(root: str, session: str, name: str, *, path: str | None = None, timeout: float = ANSWER_TIMEOUT) -> Any:
     """The worker's answer to question ``name`` (an :class:`~modelyard.checks.hf.HFFacts` memo key, e.g.
     ``tokenizer`` or ``parameters:LlamaForCausalLM``) about the folder ``root`` (made absolute), in the form
-    the facts cache stores; :data:`_MISS` when there is no worker or it cannot answer (the socket is then
+    the facts cache stores; :data:`MISS` when there is no worker or it cannot answer (the socket is then
     not asked again by this process). Never raises."""
     path = path or socket_path()
     if path is None:
-        return _MISS
+        return MISS
     req = {"v": PROTOCOL, "code": code_digest(), "libraries": _libraries(), "session": session,
            "root": str(Path(root).absolute()), "name": name}
     try:
@@ -99,10 +100,10 @@ def ask(root: str, session: str, name: str, *, path: str | None = None, timeout:
         d = json.loads(reply)
     except (OSError, ValueError):
         _dead.add(path)
-        return _MISS
+        return MISS
     if not isinstance(d, dict) or d.get("ok") is not True or "value" not in d:
         _dead.add(path)
-        return _MISS
+        return MISS
     return d["value"]
 
 

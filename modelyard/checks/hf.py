@@ -319,7 +319,7 @@ class HFFacts:
             self.hits += 1
             return self.memo[name]
         value = facts_worker.ask(self.root, self.session, name)
-        if value is facts_worker._MISS:
+        if value is facts_worker.MISS:
             value = compute()
         else:
             self.asked += 1
