@@ -121,11 +121,12 @@ class Settings(BaseSettings):
         names another one; with an ``s3://`` store, this worker's cache of it)."""
         return self.home.expanduser().absolute()
 
-    def local_store(self) -> Path:
-        """The store folder commands of this store share a kept server in: ``MODELYARD_STORE`` when it is a
-        folder, else :meth:`store_dir` (an ``s3://`` store's local cache)."""
-        if self.store and "://" not in self.store:
-            return Path(self.store).expanduser().absolute()
+    def local_store(self, given: str | Path | None = None) -> Path:
+        """The store folder commands of this store share a kept server in: ``given`` (a ``--store``) when it is a
+        folder, else ``MODELYARD_STORE`` when that is one, else :meth:`store_dir` (an ``s3://`` store's local cache)."""
+        for store in (given, None if given else self.store):
+            if store and "://" not in str(store):
+                return Path(store).expanduser().absolute()
         return self.store_dir()
 
     def store_spec(self) -> str:

@@ -74,7 +74,7 @@ def verify(
                            serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
                            gpu_cc=gpu_cc)
     # the kept server's warm facts worker, when one runs: transformers' answers without importing it here
-    use_facts_worker(Path(store) if store and "://" not in store else Settings().local_store())
+    use_facts_worker(Settings().local_store(store))
     src = parse_source(path) if "://" in path else None
     if src is not None and src.kind == "hf":
         report = verify_source(src, target, runtime=runtime)

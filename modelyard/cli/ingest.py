@@ -53,7 +53,7 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[str], max
         opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
                              smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
         _precheck(source, opts)  # bad input fails in a second, before Prefect is imported or started
-        store = out_dir if out_dir and "://" not in str(out_dir) else Settings().local_store()
+        store = Settings().local_store(out_dir)
         api = connect(store)  # a kept server, or a private one booting meanwhile
         local = parse_source(source)
         folder = local.path if local.kind == "file" else None
