@@ -343,3 +343,89 @@ def make_tiktoken_llama(out: Path, *, merges: int = 44) -> Path:
         "chat_template": CHATML_TEMPLATE, "clean_up_tokenization_spaces": False, "model_max_length": 256,
         "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
     return out
+
+
+def train_spm_bpe(lines: list[str], vocab_size: int = 600):
+    """A SentencePiece BPE model (byte fallback; ``<unk>``/``<s>``/``</s>`` at 0/1/2) trained here on ``lines``:
+    its ``SentencePieceProcessor``. BPE pieces score minus their merge rank, as in every SentencePiece-BPE model;
+    whitespace is kept as written (as llama.cpp's SPM tokenizer keeps it)."""
+    import io
+
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size,
+                                   model_type="bpe", byte_fallback=True, character_coverage=1.0, unk_id=0, bos_id=1,
+                                   eos_id=2, pad_id=-1, hard_vocab_limit=False, normalization_rule_name="identity",
+                                   num_threads=1, minloglevel=2, remove_extra_whitespaces=False)
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue())
+
+
+GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"
+                  "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def make_gemma3_gguf(path: Path, lines: list[str], *, vocab_size: int = 600, seed: int = 0) -> Path:
+    """A Gemma-3 (text) GGUF file as llama.cpp writes one, built here: a SentencePiece-BPE vocabulary
+    (``tokenizer.ggml.model = "llama"``, scores = minus the merge rank, ``add_bos_token`` true,
+    ``add_space_prefix`` false, as Gemma's GGUFs say) trained on ``lines`` plus the turn markers as control
+    tokens, and a 2-layer random Gemma3ForCausalLM (hidden 64, head_dim 32) in float32 under llama.cpp's
+    tensor names (norm weights stored as 1 + w, as llama.cpp's converter writes Gemma's).
+
+    transformers 5.17's GGUF converter for this family (``GGUFGemmaConverter``) reads that vocabulary as
+    a Unigram model and adds no bos: the defect of the public Gemma-3 GGUF imports."""
+    import gguf
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    sp = train_spm_bpe(lines, vocab_size)
+    n = sp.get_piece_size()
+    tokens = [sp.id_to_piece(i) for i in range(n)] + ["<start_of_turn>", "<end_of_turn>"]
+    scores = [float(sp.get_score(i)) for i in range(n)] + [0.0, 0.0]
+    types = []
+    for i in range(n):
+        types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1)
+    types += [3, 3]
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=len(tokens), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
+                           sliding_window=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = Gemma3ForCausalLM(cfg)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, cfg.num_hidden_layers)
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(10000.0)
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_pad_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    w.add_chat_template(GEMMA_TEMPLATE)
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight":
+            continue  # tied to the embedding
+        base, suffix = name.rsplit(".", 1)
+        arr = t.detach().float()
+        if base.endswith("norm"):
+            arr = arr + 1.0
+        w.add_tensor(f"{names.get_name(base)}.{suffix}", arr.numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -113,6 +113,17 @@ def _packed_shape_ok(t: TensorInfo, dense: tuple[int, ...], method: str | None, 
     return None
 
 
+def _spec_layer_prefixes(text_config: dict[str, Any]) -> tuple[str, ...]:
+    """``model.layers.<i>.`` of the multi-token-prediction layers a config declares: i from
+    ``num_hidden_layers`` for ``num_nextn_predict_layers`` (DeepSeek-V3, GLM-4-MoE, MiMo: vLLM's
+    ``get_spec_layer_idx_from_weight_name``) or ``mtp_num_hidden_layers`` layers."""
+    n_layers = text_config.get("num_hidden_layers")
+    n_spec = text_config.get("num_nextn_predict_layers") or text_config.get("mtp_num_hidden_layers") or 0
+    if not isinstance(n_layers, int) or not isinstance(n_spec, int) or n_spec <= 0:
+        return ()
+    return tuple(f"model.layers.{n_layers + i}." for i in range(n_spec))
+
+
 def _names(names: list[str]) -> str:
     return ", ".join(names[:_LIST]) + (f" and {len(names) - _LIST} more" if len(names) > _LIST else "")
 
@@ -161,9 +172,21 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     renames, fusions = hf.conversion(model_type)
     expected, opaque = _unfold_fused(expected, fusions)
     stored: dict[str, TensorInfo] = {}
+    mtp: list[str] = []
+    spec_layers = _spec_layer_prefixes(ckpt.text_config)
+    ignored = [re.compile(p) for p in params.ignored]
     for name, t in ckpt.tensors.items():
-        for a, b in renames:
-            name = name.replace(a, b)
+        if name.startswith(spec_layers) or any(p.search(name) for p in ignored):
+            mtp.append(name)
+            continue
+        # the loader's own renaming, where it names a parameter (a per-expert tensor it fuses keeps its name:
+        # the expected names hold the fused parameters unfolded per expert)
+        renamed = params.renamed.get(name)
+        if renamed is not None and (renamed in expected or (_dense_of(renamed) or ("",))[0] in expected):
+            name = renamed
+        else:
+            for a, b in renames:
+                name = name.replace(a, b)
         dense_name = (_dense_of(name) or (name, ""))[0]  # a quantized expert is judged by its dense name
         if any(f.matches(dense_name) for f in opaque):
             continue
@@ -198,6 +221,13 @@ def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
         if name.endswith(KV_SCALES) or IGNORED.search(name):
             continue
         unexpected.append(name)
+    if mtp:
+        yield Finding(code="architecture.speculative_layers", severity=Severity.INFO,
+                      message=(f"{len(mtp)} tensor(s) belong to multi-token-prediction layers that the model's loader "
+                               f"skips (vLLM loads them only as a speculative-decoding draft): {_names(sorted(mtp))}"),
+                      file=ckpt.tensor_shard.get(mtp[0]), field=mtp[0], value=len(mtp),
+                      source="vLLM deepseek_v2.py get_spec_layer_idx_from_weight_name (layers num_hidden_layers .. + "
+                             "num_nextn_predict_layers); transformers _keys_to_ignore_on_load_unexpected")
     tie_field = "tie_word_embeddings"
     for name in sorted(tied):
         if name in covered:

@@ -38,7 +38,7 @@ import re
 import tempfile
 import uuid
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from modelyard.model.checkpoint import Checkpoint
 from modelyard.version import code_digest, library_versions
 
 #: bump when the shape of a stored answer changes
-SCHEMA = 1
+SCHEMA = 2
 #: distributions whose behaviour the answers are (their versions are in every key)
 LIBRARIES = ("transformers", "tokenizers", "torch", "huggingface_hub", "jinja2", "sentencepiece", "tiktoken",
              "protobuf")
@@ -68,7 +68,8 @@ _CONVERSATION = [
 def expected_parameters(cfg: Any, arch: str) -> tuple[dict[str, tuple[int, ...]], set[str], str]:
     """Instantiate ``arch`` for ``cfg`` on the meta device: ``(name -> shape, tied names, prefix)``.
 
-    Raises whatever transformers raises for an unknown class or a config it rejects."""
+    Raises whatever transformers raises for an unknown class or a config it rejects. See
+    :func:`load_names` for what the model's loader makes of the checkpoint's tensor ``names``."""
     import torch  # noqa: PLC0415 - heavy: torch, imported on first use
     import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
 
@@ -83,6 +84,32 @@ def expected_parameters(cfg: Any, arch: str) -> tuple[dict[str, tuple[int, ...]]
         tied = set()
     tied = {t for t in tied if t in shapes}
     return shapes, tied, getattr(model, "base_model_prefix", "") or ""
+
+
+def load_names(cfg: Any, arch: str, names: list[str]) -> tuple[dict[str, str], list[str]]:
+    """What transformers' loader makes of the checkpoint's tensor ``names`` for class ``arch``:
+    ``(renamed, ignored)``. ``renamed`` maps each name the loader renames to the parameter it loads
+    (``get_model_conversion_mapping(model)``'s renamings and ``rename_source_key`` with the base-model
+    prefix, as ``from_pretrained`` does; fusions left to :func:`conversion`); ``ignored`` is the class's
+    ``_keys_to_ignore_on_load_unexpected`` (regexes of tensors it skips without a word, e.g. DeepSeek-V3's
+    multi-token-prediction layer). Raises what transformers raises."""
+    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
+    import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
+    from transformers.conversion_mapping import get_model_conversion_mapping  # noqa: PLC0415 - heavy: transformers
+    from transformers.core_model_loading import WeightRenaming, rename_source_key  # noqa: PLC0415 - heavy: transformers
+
+    cls = getattr(transformers, arch)
+    with torch.device("meta"):
+        model = cls._from_config(cfg)
+    renamings = [c for c in get_model_conversion_mapping(model) if isinstance(c, WeightRenaming)]
+    meta = model.state_dict()
+    prefix = getattr(model, "base_model_prefix", None) or None
+    renamed = {}
+    for n in names:
+        new = rename_source_key(n, renamings, [], prefix, meta)[0]
+        if new != n:
+            renamed[n] = new
+    return renamed, [str(p) for p in getattr(cls, "_keys_to_ignore_on_load_unexpected", None) or []]
 
 
 def has_class(name: str) -> bool:
@@ -267,6 +294,8 @@ class Parameters:
     tied: frozenset[str]
     prefix: str
     error: str | None = None  # "ExcType: first line", when instantiating failed
+    renamed: dict[str, str] = field(default_factory=dict)  # stored name -> the parameter the loader loads it as
+    ignored: tuple[str, ...] = ()  # the class's _keys_to_ignore_on_load_unexpected (regexes)
 
 
 @dataclass(frozen=True)
@@ -359,12 +388,18 @@ class HFFacts:
                 shapes, tied, prefix = expected_parameters(self._ckpt.hf_config[0], arch)
             except Exception as exc:
                 return {"error": self._text(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")}
-            return {"shapes": {k: list(v) for k, v in shapes.items()}, "tied": sorted(tied), "prefix": prefix}
+            try:
+                renamed, ignored = load_names(self._ckpt.hf_config[0], arch, sorted(self._ckpt.tensors))
+            except Exception:  # an older transformers without the conversion API: the rename rules of conversion()
+                renamed, ignored = {}, []
+            return {"shapes": {k: list(v) for k, v in shapes.items()}, "tied": sorted(tied), "prefix": prefix,
+                    "renamed": renamed, "ignored": ignored}
 
         d = self._get(f"parameters:{arch}", compute)
         if "error" in d:
             return Parameters({}, frozenset(), "", self._untext(d["error"]))
-        return Parameters({k: tuple(v) for k, v in d["shapes"].items()}, frozenset(d["tied"]), d["prefix"])
+        return Parameters({k: tuple(v) for k, v in d["shapes"].items()}, frozenset(d["tied"]), d["prefix"],
+                          renamed=d.get("renamed") or {}, ignored=tuple(d.get("ignored") or ()))
 
     def conversion(self, model_type: str) -> tuple[list[tuple[str, str]], list[Fusion]]:
         """:func:`conversion` for ``model_type``."""

@@ -124,7 +124,28 @@ class Report:
             lines.append(f"- answer: {s.get('text')!r}")
             lines.append(f"- finish_reason: `{s.get('finish_reason')}` ({s.get('completion_tokens')} tokens)")
             lines.append(f"- passed: {s.get('passed')}")
+        if self.smoke and self.smoke.get("numeric"):
+            lines += numeric_md(self.smoke["numeric"], self.smoke.get("findings") or ())
         return "\n".join(lines) + "\n"
+
+
+def numeric_md(n: dict[str, Any], findings: Any = ()) -> list[str]:
+    """The Markdown of the numerical gate (``checks.numeric.NumericVerdict.to_dict()``) and its findings."""
+    lim = n.get("limits") or {}
+    ref = f"against {n['reference']}" if n.get("compared") else f"not compared: {n.get('not_compared')}"
+    lines = ["", f"### Numerical gate ({ref}): {'passed' if n.get('passed') else 'FAILED'}", "",
+             f"- agreement over every text: mean KL {n.get('kl_mean')} nats/token (limit {lim.get('kl_max')}), top-1 "
+             f"{n.get('top1')} (limit {lim.get('top1_min')}), worst perplexity ratio {n.get('ppl_ratio_worst')} "
+             f"(limit {lim.get('ppl_ratio_max')})",
+             f"- plain prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')})"
+             + ("" if n.get("bound_judged") else f": not judged, {n.get('bound_not_judged')}"), "",
+             "| text | tokens | perplexity vLLM | perplexity reference | ratio | KL | top-1 | greedy continuation |",
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {t['name']} | {t['tokens']} | {t['ppl_vllm']} | {t.get('ppl_reference')} | {t.get('ppl_ratio')} | "
+              f"{t.get('kl_mean')} | {t.get('top1')} | {(t.get('continuation') or '')[:60]!r} |".replace("|'", "\\|'")
+              for t in n.get("texts") or []]
+    lines += [f"- `{f['code']}` ({f['severity']}): {f['message']}" for f in findings if f.get("severity") != "info"]
+    return lines
 
 
 def _server_smoke_md(s: dict[str, Any]) -> list[str]:

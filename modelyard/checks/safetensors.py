@@ -162,6 +162,47 @@ def index(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                       fix="Regenerate the index.", source="transformers sharded checkpoint index format")
 
 
+@check("safetensors")
+def duplicates(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """A tensor name stored in more than one of the shards vLLM reads (:attr:`Checkpoint.loaded_safetensors_files`).
+
+    vLLM's default loader does not filter tensors by the index: it iterates every tensor of every shard it
+    reads (``safetensors_weights_iterator``) into the model's ``load_weights``, so each copy is loaded in
+    turn. A copy whose shape differs from the others is refused there (``default_weight_loader``:
+    "Attempted to load weight (...) into parameter (...)"), whichever of them the index names: an error.
+    Copies of one shape load, the last one read wins, while transformers loads the one the index names: a
+    warning."""
+    seen: dict[str, list[tuple[str, tuple[int, ...], str]]] = defaultdict(list)
+    for rel in ckpt.loaded_safetensors_files:
+        try:
+            h = ckpt.header(rel)
+        except (SafetensorsHeaderError, OSError):
+            continue
+        for name, t in h.tensors.items():
+            seen[name].append((rel, tuple(t.shape), t.dtype))
+    twice = {n: c for n, c in seen.items() if len(c) > 1}
+    for name, copies in sorted(twice.items()):
+        where = ", ".join(f"{rel} {list(shape)} {dtype}" for rel, shape, dtype in copies)
+        named = ((ckpt.index or {}).get("weight_map") or {}).get(name) if isinstance(ckpt.index, dict) else None
+        keep = f"the copy in {named} (the one the index names)" if isinstance(named, str) else "one copy"
+        if len({shape for _, shape, _ in copies}) > 1:
+            yield Finding(code="safetensors.tensor.duplicate_shape_mismatch", severity=Severity.ERROR,
+                          message=(f"tensor {name} is stored {len(copies)} times with different shapes ({where}): "
+                                   "vLLM's loader loads every copy and refuses the one whose shape does not fit the "
+                                   "parameter"),
+                          file=copies[-1][0], field=name, value=[list(shape) for _, shape, _ in copies],
+                          fix=f"Keep {keep} and remove the others from their shards (re-save the checkpoint with "
+                              "save_pretrained).",
+                          source="vLLM safetensors_weights_iterator (every tensor of every shard) and default_weight_loader")
+        else:
+            yield Finding(code="safetensors.tensor.duplicate", severity=Severity.WARNING,
+                          message=(f"tensor {name} is stored {len(copies)} times ({where}): vLLM loads every copy and "
+                                   "keeps the last one it reads, transformers the one the index names"),
+                          file=copies[-1][0], field=name, value=len(copies),
+                          fix=f"Keep {keep} and remove the others from their shards.",
+                          source="vLLM safetensors_weights_iterator (every tensor of every shard)")
+
+
 def _unindexed_shard(ckpt: Checkpoint, shard: str) -> Finding:
     """A shard the index does not name: vLLM's default loader skips it (``filter_duplicate_safetensors_files``).
     When it holds about as many bytes as the indexed shards together, it is a second export of the

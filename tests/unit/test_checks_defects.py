@@ -356,3 +356,37 @@ def test_malformed_generation_config(m, text, code, severity):
     benchmarks/differential.py): a warning; an id past the vocabulary stays an error."""
     (m / "generation_config.json").write_text(text)
     assert (code, severity) in [(f.code, f.severity.value) for f in verify_folder(m).findings]
+
+
+def _two_shards(m, duplicate):
+    """``m``'s weights in two shards, ``lm_head.weight`` in the second, which also holds ``duplicate`` (a
+    second copy of ``model.norm.weight``, not named by the index)."""
+    t = load_file(str(m / "model.safetensors"))
+    (m / "model.safetensors").unlink()
+    a, b = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    head = {"lm_head.weight": t.pop("lm_head.weight")}
+    save_file(t, str(m / a), metadata={"format": "pt"})
+    save_file({**head, "model.norm.weight": duplicate}, str(m / b), metadata={"format": "pt"})
+    size = sum(v.numel() * v.element_size() for v in [*t.values(), *head.values(), duplicate])
+    (m / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": size}, "weight_map": {**dict.fromkeys(t, a), "lm_head.weight": b}}))
+    return a, b
+
+
+def test_tensor_stored_twice_with_another_shape_is_an_error(m):
+    # vLLM loads every tensor of every shard it reads, whatever the index names: this copy is refused
+    a, b = _two_shards(m, torch.zeros(8, 8, dtype=torch.bfloat16))
+    r = verify_folder(m)
+    # the architecture check sees the copy read last, as vLLM's loader does
+    assert [(f.code, f.file, f.field, f.value) for f in r.errors] == [
+        ("safetensors.tensor.duplicate_shape_mismatch", b, "model.norm.weight", [[64], [8, 8]]),
+        ("architecture.shape_mismatch", None, "model.norm.weight", ["model.norm.weight [8, 8] (expected [64])"])]
+    assert f"Keep the copy in {a} (the one the index names)" in r.errors[0].fix
+
+
+def test_tensor_stored_twice_with_one_shape_warns(m):
+    _two_shards(m, torch.ones(64, dtype=torch.bfloat16))
+    r = verify_folder(m)
+    assert list(r.errors) == []
+    assert [(f.code, f.value) for f in r.findings if f.code.startswith("safetensors.tensor.")] == [
+        ("safetensors.tensor.duplicate", 2)]

@@ -87,3 +87,28 @@ def test_stale_cached_conversion_is_redone(tmp_path, monkeypatch):
     assert snap.provenance["converter"]["modelyard"] == gguf.CONVERTER_VERSION
     gguf.fetch_gguf(parse_source(f"gguf://{src}"), settings)
     assert calls == [src]  # reused
+
+
+def test_the_demo_tokenizer_agrees_with_its_gguf(demo_converted):
+    rec = json.loads((demo_converted / gguf.CHECK_FILE).read_text())
+    assert rec == {"model": "gpt2", "checked": 18, "repaired": False, "findings": []}
+
+
+def test_a_byte_level_conversion_that_splits_words_is_refused(demo_converted, tmp_path):
+    """A converted byte-level BPE tokenizer without its merges splits every word into bytes: it cannot be
+    rebuilt (only SentencePiece-BPE GGUFs are), so the import is refused, naming what was split."""
+    import shutil
+
+    from modelyard.errors import ConversionError
+
+    broken = tmp_path / "broken"
+    shutil.copytree(demo_converted, broken)
+    doc = json.loads((broken / "tokenizer.json").read_text())
+    doc["model"]["merges"] = []
+    (broken / "tokenizer.json").write_text(json.dumps(doc))
+    with pytest.raises(ConversionError) as exc:
+        gguf.check_and_repair(demo_gguf(), broken)
+    assert str(exc.value).startswith(
+        "the tokenizer transformers converted from SmolLM2-135M-Instruct.Q4_1.gguf reads text otherwise than the GGUF's "
+        "own vocabulary (gpt2): ")
+    assert "words that are single tokens of the GGUF vocabulary are split by the converted tokenizer: 'The' -> " in str(exc.value)

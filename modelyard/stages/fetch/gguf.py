@@ -13,6 +13,15 @@ We read the ids from the header ourselves (llama.cpp ``gguf-py`` keys ``tokenize
 padding,unknown}_token_id``, through PyPI ``gguf``'s ``GGUFReader``) and set the tokenizer's
 bos/eos/pad/unk tokens and the config/generation-config ids from them before saving.
 
+The converted tokenizer is then read back as vLLM reads it (``AutoTokenizer`` on the written folder) and
+checked against llama.cpp's reading of the GGUF's own arrays (:mod:`modelyard.checks.gguf_tokenizer`):
+bos policy, single-token words, whole-text encodings. A SentencePiece-BPE GGUF (``tokenizer.ggml.model
+== "llama"``) whose conversion disagrees is repaired: its tokenizer is rebuilt from the arrays with the
+``tokenizers`` library (:func:`spm_tokenizer`: BPE whose merges are ranked by the GGUF scores, byte
+fallback, bos/eos as the header says) and checked again. A conversion that still disagrees is refused
+(:class:`ConversionError`), never published. What was found and done is recorded in the snapshot's
+provenance (``tokenizer_check``).
+
 The result is cached by the GGUF's SHA256 under ``<home>/.cache/gguf/<sha256>/`` and written to a
 temp folder first, then renamed. The cache marker names :data:`CONVERTER_VERSION`: a conversion
 cached by a modelyard that wrote different files is redone, not reused.
@@ -21,13 +30,16 @@ cached by a modelyard that wrote different files is redone, not reused.
 from __future__ import annotations
 
 import importlib.metadata as md
+import json
 import logging
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from modelyard import progress
+from modelyard import paths, progress
+from modelyard.checks.base import Finding, Severity
+from modelyard.checks.gguf_tokenizer import CONTROL, NORMAL, SOURCE, USER_DEFINED, GgufVocab, compare
 from modelyard.errors import ConversionError, InvalidSourceError, SourceNotFoundError
 from modelyard.model.digest import sha256_file
 from modelyard.model.snapshot import FileEntry, Snapshot
@@ -37,8 +49,10 @@ from modelyard.settings import Settings
 _DONE = ".modelyard-converted"
 #: the version of what :func:`convert_gguf` writes; bump it whenever the written files change, so
 #: that conversions cached by an older modelyard are redone (it is part of the cache marker).
-#: 2: special tokens and their ids taken from the GGUF header.
-CONVERTER_VERSION = "2"
+#: 2: special tokens and their ids taken from the GGUF header. 3: the tokenizer checked (and repaired)
+#: against the GGUF's own arrays.
+CONVERTER_VERSION = "3"
+CHECK_FILE = ".modelyard-tokenizer-check.json"
 #: GGUF header key of each special-token id -> the transformers tokenizer attribute it sets
 #: (llama.cpp ``gguf-py`` ``Keys.Tokenizer``: BOS_ID, EOS_ID, PAD_ID, UNK_ID).
 SPECIAL_TOKEN_KEYS: dict[str, str] = {
@@ -120,9 +134,132 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Non
         model.config.__dict__.pop("_name_or_path", None)
         model.save_pretrained(str(out_dir), safe_serialization=True)
         tok.save_pretrained(str(out_dir))
+        check_and_repair(gguf_path, out_dir)
+    except ConversionError:
+        raise
     except Exception as exc:
         raise ConversionError(f"cannot convert {gguf_path.name} to safetensors: {type(exc).__name__}: {str(exc)[:300]}",
                               fix="Check that the GGUF's architecture is one transformers' GGUF loader supports.") from exc
+
+
+def read_vocab(gguf_path: Path) -> GgufVocab:
+    """The ``tokenizer.ggml.*`` arrays of ``gguf_path``'s header (PyPI ``gguf``'s ``GGUFReader``)."""
+    from gguf import GGUFReader  # noqa: PLC0415 - heavy: gguf, imported on first use
+
+    reader = GGUFReader(str(gguf_path))
+
+    def get(key: str) -> Any:
+        fld = reader.get_field(f"tokenizer.ggml.{key}")
+        return fld.contents() if fld is not None else None
+
+    def opt_int(key: str) -> int | None:
+        v = get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    def opt_bool(key: str) -> bool | None:
+        v = get(key)
+        return v if isinstance(v, bool) else None
+
+    return GgufVocab(model=str(get("model") or ""), tokens=tuple(get("tokens") or ()),
+                     scores=tuple(float(x) for x in get("scores") or ()), token_types=tuple(int(x) for x in get("token_type") or ()),
+                     bos_token_id=opt_int("bos_token_id"), eos_token_id=opt_int("eos_token_id"),
+                     unk_token_id=opt_int("unknown_token_id"), add_bos_token=opt_bool("add_bos_token"),
+                     add_eos_token=opt_bool("add_eos_token"), add_space_prefix=opt_bool("add_space_prefix"))
+
+
+def probe_texts() -> list[str]:
+    """What the converted tokenizer is checked on: the numerical gate's reference texts, line by line
+    (``modelyard/data/reference-texts.yaml``), and one plain sentence first."""
+    import yaml  # noqa: PLC0415 - light, but only needed here
+
+    data = yaml.safe_load((paths.DATA / "reference-texts.yaml").read_text(encoding="utf-8"))
+    lines = [ln for t in data["texts"] for ln in t["text"].splitlines() if ln.strip()]
+    return ["The capital of France is Paris.", *lines]
+
+
+def spm_tokenizer(vocab: GgufVocab) -> Any:
+    """A ``tokenizers.Tokenizer`` for a SentencePiece-BPE GGUF vocabulary, built from its arrays: BPE over
+    ``tokens`` whose merges are every split of a token into two tokens, ranked by the merged token's score
+    (SentencePiece-BPE and llama.cpp merge the highest score first), byte fallback to ``<0xXX>``, spaces as
+    ``▁`` (one prepended when ``add_space_prefix``), control tokens special, bos/eos added as
+    ``add_bos_token``/``add_eos_token`` say."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors  # noqa: PLC0415 - heavy
+
+    index = vocab.index
+    ranked = []
+    for tid, tok in enumerate(vocab.tokens):
+        if vocab.type_of(tid) not in (NORMAL, USER_DEFINED):
+            continue
+        for cut in range(1, len(tok)):
+            left, right = tok[:cut], tok[cut:]
+            if left in index and right in index:
+                ranked.append((-vocab.scores[tid], tid, index[left], left, right))
+    ranked.sort()
+    bpe = models.BPE(dict(index), [(lt, rt) for *_, lt, rt in ranked],
+                     unk_token=vocab.tokens[vocab.unk_token_id] if vocab.unk_token_id is not None else None,
+                     fuse_unk=True, byte_fallback=True)
+    tk = Tokenizer(bpe)
+    norm = [normalizers.Prepend("▁")] if vocab.adds_space_prefix() else []
+    tk.normalizer = normalizers.Sequence([*norm, normalizers.Replace(" ", "▁")])
+    dec = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    tk.decoder = decoders.Sequence(dec + ([decoders.Strip(" ", 1, 0)] if vocab.adds_space_prefix() else []))
+    tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for i, t in enumerate(vocab.tokens)
+                           if vocab.type_of(i) == CONTROL])
+    bos = vocab.tokens[vocab.bos_token_id] if vocab.bos_token_id is not None else None
+    eos = vocab.tokens[vocab.eos_token_id] if vocab.eos_token_id is not None else None
+    single = ([f"{bos}:0"] if bos and vocab.adds_bos() else []) + ["$A:0"] + ([f"{eos}:0"] if eos and vocab.add_eos_token else [])
+    pair = single + [s.replace(":0", ":1").replace("$A", "$B") for s in single]
+    special = [(t, index[t]) for t in {bos, eos} if t and any(t in s for s in single)]
+    tk.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=special)
+    return tk
+
+
+def _check_folder(vocab: GgufVocab, out_dir: Path, texts: list[str]) -> list[Any]:
+    from transformers import AutoTokenizer  # noqa: PLC0415 - heavy: transformers, imported on first use
+
+    tok = AutoTokenizer.from_pretrained(str(out_dir))
+    found = compare(vocab, lambda t, special: list(tok(t, add_special_tokens=special).input_ids), texts)
+    bad = [t for t in texts[:3] if tok.decode(tok(t, add_special_tokens=False).input_ids) != t]
+    if bad:
+        found.append(Finding("tokenizer.gguf.round_trip", Severity.ERROR,
+                             f"decoding the converted tokenizer's ids does not give the text back: {bad[0][:60]!r}",
+                             file="tokenizer.json", field="decoder", source=SOURCE,
+                             fix="Rebuild the tokenizer from the GGUF's own arrays."))
+    return found
+
+
+def check_and_repair(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
+    """Check the tokenizer written in ``out_dir`` against ``gguf_path``'s own arrays (module docstring);
+    repair a SentencePiece-BPE one that disagrees. Returns the record
+    ``{model, checked, findings, repaired, after}`` (also written to :data:`CHECK_FILE`). Raises
+    :class:`ConversionError` when it still disagrees."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: PLC0415 - heavy: transformers
+
+    vocab = read_vocab(gguf_path)
+    texts = probe_texts()
+    record: dict[str, Any] = {"model": vocab.model, "checked": len(texts), "repaired": False}
+    if not vocab.tokens:
+        record["findings"] = []
+        return record
+    found = _check_folder(vocab, out_dir, texts)
+    record["findings"] = [f.to_dict() for f in found]
+    if found and vocab.model == "llama" and vocab.scores:
+        old = AutoTokenizer.from_pretrained(str(out_dir))
+        fast = PreTrainedTokenizerFast(tokenizer_object=spm_tokenizer(vocab), chat_template=old.chat_template,
+                                       **{k: getattr(old, k) for k in ("bos_token", "eos_token", "unk_token", "pad_token")
+                                          if getattr(old, k, None) is not None})
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
+            (out_dir / name).unlink(missing_ok=True)
+        fast.save_pretrained(str(out_dir))
+        after = _check_folder(vocab, out_dir, texts)
+        record.update(repaired=True, after=[f.to_dict() for f in after])
+        found = after
+    if found:
+        raise ConversionError(
+            f"the tokenizer transformers converted from {gguf_path.name} reads text otherwise than the GGUF's own "
+            f"vocabulary ({vocab.model}): {found[0].message}", fix=found[0].fix or "")
+    (out_dir / CHECK_FILE).write_text(json.dumps(record, indent=1))
+    return record
 
 
 def check_gguf(path: Path) -> None:
@@ -159,11 +296,11 @@ def fetch_gguf(source: Source, settings: Settings) -> Snapshot:
                 shutil.rmtree(tmp, ignore_errors=True)
 
     files = tuple(FileEntry(path=p.name, size=p.stat().st_size) for p in sorted(cache.iterdir())
-                  if p.is_file() and p.name != _DONE)
+                  if p.is_file() and p.name not in (_DONE, CHECK_FILE))
     prov = {"gguf_file": path.name, "gguf_sha256": digest,
             "converter": {"modelyard": CONVERTER_VERSION, "transformers": md.version("transformers"),
                           "gguf": md.version("gguf")},
-            "dtype": "bfloat16"}
+            "dtype": "bfloat16", "tokenizer_check": _read_check(cache)}
     return Snapshot(root=cache, source=source.uri, kind="gguf", files=files, provenance=prov)
 
 
@@ -174,3 +311,11 @@ def _marked_done(cache: Path, marker: str) -> bool:
         return (cache / _DONE).read_text() == marker
     except (OSError, UnicodeDecodeError):
         return False
+
+
+def _read_check(cache: Path) -> dict[str, Any] | None:
+    """The tokenizer check's record of a cached conversion (:data:`CHECK_FILE`), or None."""
+    try:
+        return json.loads((cache / CHECK_FILE).read_text())
+    except (OSError, ValueError):
+        return None

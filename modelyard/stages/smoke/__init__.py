@@ -25,14 +25,16 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from modelyard import progress
+from modelyard.checks.numeric import degenerate, degenerate_finding
 from modelyard.errors import RuntimeNotFoundError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, judge_answer
 from modelyard.settings import Settings
+from modelyard.stages.smoke import numeric
 
 RUNNER = Path(__file__).with_name("_vllm_smoke_runner.py")
 SMOKE_LEN_CAP = 4096  # tokens: default max_model_len of the CPU smoke when none is asked
@@ -130,6 +132,9 @@ class SmokeResult:
     text_with_special_tokens: str | None = None  # the reply as generated, control tokens included
     mode: str = DEFAULT_SERVE  # chat (LLM.chat, the chat template) or completion (LLM.generate, plain text)
     dtype: str = "auto"  # the dtype vLLM loaded it in: auto, or float32 on an AMX host (cpu_smoke_dtype)
+    numeric: dict[str, Any] | None = None  # the numerical gate (checks.numeric.NumericVerdict.to_dict())
+    findings: tuple[dict[str, Any], ...] = ()  # what the numerical gate and the degenerate-answer check found
+    numeric_seconds: dict[str, float] | None = None  # {"vllm": scoring the texts, "reference": transformers' forward}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,12 +204,14 @@ def root_cause(log: str) -> str | None:
 
 def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,
                max_model_len: int | None = None, timeout: float | None = None,
-               mode: str = DEFAULT_SERVE) -> SmokeResult:
+               mode: str = DEFAULT_SERVE, numbers: bool = True) -> SmokeResult:
     """Run the smoke in the vLLM runtime; returns a SmokeResult (``passed`` may be False).
 
     ``mode`` is the target's serving mode: ``chat`` asks ``question`` through the chat template,
     ``completion`` sends it as a plain-text prompt; :func:`~modelyard.model.modes.judge_answer`
     is the pass rule of each.
+    ``numbers=False`` leaves out the numerical gate (:func:`judge_numbers`; only
+    ``benchmarks/numeric_gate.py`` does, to measure what the gate costs).
     ``max_tokens`` (tokens) bounds the answer. ``max_model_len`` (tokens) defaults to
     min(``max_position_embeddings``, 4096) to bound the CPU KV cache. Raises
     :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError` (exit 2)
@@ -229,9 +236,11 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         log = Path(tmp) / "vllm.log"
         env = cpu_smoke_env(model_dir) | runtime_env(settings, tmp)  # the caller's ONEDNN_MAX_CPU_ISA wins
         dtype = cpu_smoke_dtype(model_dir) or "auto"
+        spec = Path(tmp) / "reference.json"
+        spec.write_text(json.dumps(numeric.reference_spec()))
         cmd = [str(python), str(RUNNER), "--model", str(model_dir), "--question", question,
                "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode,
-               "--dtype", dtype, "--out", str(out)]
+               "--dtype", dtype, "--out", str(out)] + (["--reference", str(spec)] if numbers else [])
         t0 = time.perf_counter()
         with progress.task(f"vLLM smoke load + {mode}", total=None), open(log, "wb") as lf:
             proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -262,11 +271,37 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
                    "serve and smoke it as completion (--serve completion).")
         raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}{why}", fix=fix)
     error = judge_answer(mode, r.get("text"), r.get("finish_reason"), max_tokens)
-    return SmokeResult(
+    seen = SmokeResult(
         passed=error is None, vllm_version=r.get("vllm_version"), question=question, text=r.get("text"),
         finish_reason=r.get("finish_reason"), last_token=r.get("last_token"), prompt_tokens=r.get("prompt_tokens"),
         completion_tokens=r.get("completion_tokens"), load_seconds=r.get("load_seconds"),
         generate_seconds=r.get("generate_seconds"), tokens_per_second=r.get("tokens_per_second"),
         max_model_len=r.get("max_model_len"), enforce_eager=True, wall_seconds=round(wall, 2),
-        text_with_special_tokens=r.get("text_with_special_tokens"), mode=mode, error=error, dtype=dtype,
-    )
+        text_with_special_tokens=r.get("text_with_special_tokens"), mode=mode, error=error, dtype=dtype)
+    if not numbers:
+        return seen
+    t_gate = time.perf_counter()
+    verdict, findings = judge_numbers(model_dir, r.get("reference") or [], int(r.get("vocab_size") or 0),
+                                      r.get("answer_ids") or [], finish_reason=r.get("finish_reason"), text=r.get("text"),
+                                      special=frozenset(r.get("special_ids") or ()))
+    numeric_seconds = {"vllm": r.get("reference_seconds"), "reference": round(time.perf_counter() - t_gate, 2)}
+    if error is None and not verdict.passed:
+        error = "; ".join(f["message"] for f in findings if f["severity"] == "error")
+    return replace(seen, passed=error is None, error=error, numeric=verdict.to_dict(), findings=tuple(findings),
+                   numeric_seconds=numeric_seconds)
+
+
+def judge_numbers(model_dir: Path, records: list[dict[str, Any]], vocab_size: int, answer: list[Any], *,
+                  finish_reason: str | None, text: str | None, special: frozenset[int] = frozenset(),
+                  meminfo: Path = numeric.MEMINFO) -> tuple[numeric.NumericVerdict, list[dict[str, Any]]]:
+    """The numerical gate (:func:`numeric.numeric_gate`) over the reference ``records`` (the runner's, or
+    the server's) and the degenerate-answer check (:func:`modelyard.checks.numeric.degenerate`) over
+    ``answer`` (token ids, or words), as one verdict and its findings (dicts). The verdict fails when
+    either has an error. Used by the ``load`` and the ``server`` smoke alike."""
+    with progress.task("numerical gate: vLLM against transformers", total=None):
+        verdict, found = numeric.numeric_gate(model_dir, records, vocab_size, meminfo)
+    why = degenerate(answer, finish_reason=finish_reason, special=special)
+    if why:
+        found.append(degenerate_finding(why, text))
+        verdict = replace(verdict, passed=False)
+    return verdict, [f.to_dict() for f in found]

@@ -6,6 +6,12 @@ writes one JSON object to ``--out``. ``--mode chat`` sends it as a user turn thr
 chat template (``LLM.chat``, what ``/v1/chat/completions`` serves); ``--mode completion`` sends it as
 plain text (``LLM.generate``, what ``/v1/completions`` serves), so a base model without a chat
 template can be smoked the way it will be served.
+
+With ``--reference FILE`` (JSON ``{texts: [{name, text}], top_k, continuation_tokens}``) it also scores
+the numerical gate's reference texts: each text is encoded with the served tokenizer (its own bos
+policy), cut to fit ``max_model_len``, and sent as token ids with ``prompt_logprobs=top_k`` and a greedy
+continuation. Per text the result holds the ids, the actual token's log-probability and vLLM's top-k
+``[[id, logprob], ...]`` at every position (None / [] at position 0), and the continuation.
 """
 
 import argparse
@@ -21,6 +27,30 @@ _STAGES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 runpy.run_path(os.path.join(_STAGES, "_vllm_amx.py"))["request_amx"]()
 
 
+def score_texts(llm, tok, spec, max_model_len):
+    """Per reference text: ``{name, ids, logprobs, top, continuation}`` (module docstring)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    k, cont = int(spec.get("top_k", 5)), int(spec.get("continuation_tokens", 16))
+    prompts = [list(tok(t["text"]).input_ids)[: max(2, max_model_len - cont - 1)] for t in spec["texts"]]
+    # detokenize=False: the decoded text of every top-k token is not needed (3 s less on the demo, CPU)
+    params = SamplingParams(temperature=0.0, max_tokens=cont, prompt_logprobs=k, detokenize=False)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
+    records = []
+    for t, ids, out in zip(spec["texts"], prompts, outs):
+        logprobs, top = [None], [[]]
+        for pos in range(1, len(ids)):
+            entry = out.prompt_logprobs[pos] or {}
+            logprobs.append(float(entry[ids[pos]].logprob))
+            ranked = sorted(entry.items(), key=lambda kv: kv[1].rank)[:k]
+            top.append([[int(i), float(lp.logprob)] for i, lp in ranked])
+        records.append({"name": t["name"], "ids": ids, "logprobs": logprobs, "top": top,
+                        "continuation": tok.decode(list(out.outputs[0].token_ids)),
+                        "continuation_ids": list(out.outputs[0].token_ids)})
+    return records
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -31,6 +61,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--mode", choices=("chat", "completion"), default="chat")
+    ap.add_argument("--reference", default=None)
     a = ap.parse_args()
     result = {"ok": False, "mode": a.mode}
     try:
@@ -66,7 +97,16 @@ def main() -> int:
             generate_seconds=round(gen, 3),
             tokens_per_second=round(len(ids) / gen, 2) if gen > 0 else None,
             max_model_len=llm.llm_engine.model_config.max_model_len,
+            answer_ids=ids,
+            special_ids=sorted(set(tok.all_special_ids)),
+            vocab_size=len(tok),
         )
+        if a.reference:
+            t2 = time.perf_counter()
+            with open(a.reference) as fh:
+                spec = json.load(fh)
+            result["reference"] = score_texts(llm, tok, spec, result["max_model_len"])
+            result["reference_seconds"] = round(time.perf_counter() - t2, 3)
     except BaseException as exc:  # report, never hang: the parent reads the JSON
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-4000:]

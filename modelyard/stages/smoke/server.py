@@ -48,7 +48,16 @@ from modelyard import paths, progress
 from modelyard.errors import InvalidTargetError, RuntimeNotFoundError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.settings import Settings
-from modelyard.stages.smoke import cpu_smoke_dtype, cpu_smoke_env, cpu_threads_bind, kill_group, root_cause, runtime_env
+from modelyard.stages.smoke import (
+    cpu_smoke_dtype,
+    cpu_smoke_env,
+    cpu_threads_bind,
+    judge_numbers,
+    kill_group,
+    numeric,
+    root_cause,
+    runtime_env,
+)
 from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
 
 DATA = paths.DATA
@@ -103,6 +112,8 @@ class ServerSmokeResult:
     error: str | None = None
     mode: str = DEFAULT_SERVE  # chat (/v1/chat/completions) or completion (/v1/completions)
     url: str | None = None  # the running server checked (--url); None: one started for the smoke
+    numeric: dict[str, Any] | None = None  # the numerical gate (checks.numeric.NumericVerdict.to_dict())
+    findings: tuple[dict[str, Any], ...] = ()  # what the numerical gate and the degenerate-answer check found
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -372,6 +383,7 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                               headers={"Authorization": f"Bearer {key}"} if key else None) as client, \
                     progress.task("vLLM server: OpenAI API checks", total=None):
                 version, checks, answer, results = _api_checks(client, mode, name, question, max_tokens, golden)
+                records = score_over_api(client, name, numeric.reference_spec(), max_model_len)
             bench_res = None
             if bench is not None:
                 with progress.task(f"vLLM bench: {bench.num_prompts} requests x {bench.max_concurrency} concurrent", total=None):
@@ -382,19 +394,59 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
             raise SmokeFailedError(f"the vLLM server failed a request: {exc}",
                                    fix="Set MODELYARD_API_KEY to a key the server's front accepts." if status == 401 else
                                    "See the server's error; `modelyard verify` on the folder may name the cause.") from exc
+    text, finish, usage, s_text = answer
+    verdict, findings = judge_numbers(model_dir, records, vocab_size(model_dir), (text or "").split(),
+                                      finish_reason=finish, text=text)
+    checks.append(Check("numeric", verdict.passed, "; ".join(f["message"] for f in findings if f["severity"] == "error")
+                        or f"prose perplexity {verdict.prose_ppl}, KL {verdict.kl_mean}, top-1 {verdict.top1} "
+                           f"({'compared with ' + str(verdict.reference) if verdict.compared else 'not compared'})"))
     passed = all(c.passed for c in checks) and all(r["passed"] for r in results) and (
         bench_res is None or bool(bench_res.get("passed")))
     failed = [c.name for c in checks if not c.passed] + [f"golden:{r['name']}" for r in results if not r["passed"]]
     if bench_res is not None and not bench_res.get("passed"):
         failed += missed(bench_res) or ["bench"]
-    text, finish, usage, s_text = answer
     return ServerSmokeResult(
         passed=passed, level="bench" if bench is not None else "server", vllm_version=version, served_model_name=name,
         question=question, text=text, finish_reason=finish, prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"), stream_text=s_text,
         checks=tuple(checks), golden=tuple(results), golden_source=golden_source, bench=bench_res,
         startup_seconds=None if url else srv.startup_seconds, wall_seconds=round(time.perf_counter() - t0, 2),
-        config=srv.config, error=f"failed: {', '.join(failed)}" if failed else None, mode=mode, url=url)
+        config=srv.config, error=f"failed: {', '.join(failed)}" if failed else None, mode=mode, url=url,
+        numeric=verdict.to_dict(), findings=tuple(findings))
+
+
+def vocab_size(model_dir: Path) -> int:
+    """``vocab_size`` of ``model_dir``'s config.json (its ``text_config``'s for a multimodal one); 0 when unknown."""
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    v = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+    return v if isinstance(v, int) else 0
+
+
+def score_over_api(client: httpx.Client, name: str, spec: dict[str, Any], max_model_len: int) -> list[dict[str, Any]]:
+    """The reference texts of ``spec`` (:func:`numeric.reference_spec`) scored through the server's own API,
+    as the ``load`` runner scores them offline: ``/tokenize`` (the served tokenizer, its bos policy), then
+    ``/v1/completions`` with the token ids as the prompt, ``prompt_logprobs`` (vLLM's extra parameter) and a
+    greedy continuation. Returns the runner's record shape (:func:`modelyard.checks.numeric.text_figures`)."""
+    k, cont = spec["top_k"], spec["continuation_tokens"]
+    records = []
+    for t in spec["texts"]:
+        r = client.post("/tokenize", json={"model": name, "prompt": t["text"]})
+        r.raise_for_status()
+        ids = list(r.json()["tokens"])[: max(2, max_model_len - cont - 1)]
+        r = client.post("/v1/completions", json={"model": name, "prompt": ids, "max_tokens": cont, "temperature": 0,
+                                                 "prompt_logprobs": k})
+        r.raise_for_status()
+        choice = r.json()["choices"][0]
+        logprobs, top = [None], [[]]
+        for pos, entry in enumerate(choice["prompt_logprobs"][1:len(ids)], start=1):
+            logprobs.append(float(entry[str(ids[pos])]["logprob"]))
+            ranked = sorted(entry.items(), key=lambda kv: kv[1]["rank"])[:k]
+            top.append([[int(i), float(v["logprob"])] for i, v in ranked])
+        records.append({"name": t["name"], "ids": ids, "logprobs": logprobs, "top": top, "continuation": choice.get("text")})
+    return records
 
 
 def _api_checks(client: httpx.Client, mode: str, name: str, question: str, max_tokens: int,

@@ -1,0 +1,257 @@
+"""The numerical gate's judgement: figures from two implementations of one checkpoint, and their limits.
+
+Pure Python (no torch, no vLLM): the smoke (``stages/smoke``) gathers the numbers, this module judges
+them, so the rules are tested on exact values.
+
+The numbers (per reference text, ``modelyard/data/reference-texts.yaml``):
+
+- **vLLM's view**: the token ids the served tokenizer gives the text, and for every position after
+  the first the log-probability of the actual token and of vLLM's top-k tokens (``prompt_logprobs``).
+- **the reference view**: transformers' forward of the same checkpoint on the same ids, read at the
+  same tokens (its log-probability of the actual token and of each of vLLM's top-k tokens, its own
+  argmax and maximum).
+
+What is judged:
+
+1. **Agreement** (two independent implementations of one checkpoint must agree): the mean KL
+   divergence of vLLM's next-token distribution from the reference's, over the partition "each of
+   vLLM's top-k tokens, and all the rest" (a lower bound of the full KL that needs only the top-k
+   vLLM returns), the top-1 agreement (vLLM's most likely token is the reference's, or within
+   :data:`TIE_NATS` of it: near-ties of nearly flat distributions are no disagreement), and the
+   perplexity ratio. Limits: :data:`LIMITS` (unquantized) and :data:`QUANTIZED_LIMITS` (vLLM's
+   quantized kernels against transformers' dequantized weights).
+2. **Absolute sanity**: the perplexity of plain English prose (the text marked ``prose``) at most
+   :data:`PPL_BOUND`. Agreement alone cannot see a wrong tokenizer, because both implementations share
+   it: a Gemma-3 GGUF import whose converted tokenizer split single-token words gave perplexity 962.8
+   in both vLLM and transformers, while SmolLM2-135M-Instruct gives about 22 on the same kind of text.
+   The bound is judged only when the vocabulary is large enough for it to mean anything
+   (:data:`MIN_VOCAB_FOR_BOUND`): uniform guessing over a vocabulary of V tokens scores V, so a
+   128-token random-weight test model is judged by agreement alone, and the record says so.
+3. **Degenerate answers** (:func:`degenerate`): one token or a short n-gram repeated to the length
+   limit, or an answer of special tokens only; the answer " is is is ..." of that Gemma import.
+
+How the limits were chosen is in ``docs/reference/smoke.md`` (measured on the demo model and the
+healthy test fixtures).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from modelyard.checks.base import Finding, Severity
+
+#: the absolute bound on plain English prose perplexity (tokens of the model's own tokenizer)
+PPL_BOUND = 100.0
+#: the bound is judged only for vocabularies at least this large (uniform guessing scores V; a
+#: vocabulary of 10 x the bound keeps a model at the bound 10x better than guessing)
+MIN_VOCAB_FOR_BOUND = 1000
+#: a reference log-probability within this many nats of the reference's maximum counts as top-1 agreement
+TIE_NATS = 0.05
+#: a degenerate answer repeats a cycle of at most this many tokens (or words) ...
+DEGENERATE_MAX_PERIOD = 4
+#: ... over at least this many of its last tokens, and over at least half the answer
+DEGENERATE_MIN_SPAN = 12
+SOURCE = ("two implementations of one checkpoint must agree (vLLM prompt_logprobs against transformers' forward "
+          "on the same token ids); modelyard's numerical gate")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Agreement limits: ``kl_max`` (nats per token), ``top1_min`` (fraction of positions),
+    ``ppl_ratio_max`` (the larger of vLLM/reference and reference/vLLM perplexity)."""
+
+    kl_max: float
+    top1_min: float
+    ppl_ratio_max: float
+
+
+#: unquantized checkpoints: vLLM (float32 or bfloat16 kernels) against transformers in float32
+LIMITS = Limits(kl_max=0.02, top1_min=0.9, ppl_ratio_max=1.05)
+#: quantized checkpoints: vLLM's quantized kernels against transformers' dequantized weights
+QUANTIZED_LIMITS = Limits(kl_max=0.1, top1_min=0.85, ppl_ratio_max=1.15)
+
+
+def _kl_partition(vllm_top: Sequence[float], ref_top: Sequence[float]) -> float:
+    """KL(vLLM || reference) over the partition {each top-k token} + {the rest}, from log-probabilities
+    of the same tokens in both (nats)."""
+    kl = 0.0
+    p_rest = q_rest = 1.0
+    for lp, lq in zip(vllm_top, ref_top):
+        p = math.exp(lp)
+        p_rest -= p
+        q_rest -= math.exp(lq)
+        kl += p * (lp - lq)
+    p_rest, q_rest = max(p_rest, 0.0), max(q_rest, 1e-12)
+    if p_rest > 1e-12:
+        kl += p_rest * math.log(p_rest / q_rest)
+    return max(kl, 0.0)
+
+
+@dataclass(frozen=True)
+class TextFigures:
+    """The figures of one reference text. ``tokens``: ids scored (the first predicts nothing, so
+    ``tokens - 1`` positions); ``ppl_*``: perplexity over those positions; ``kl_mean`` nats per token;
+    ``top1``: fraction of positions that agree; ``worst``: the position with the largest
+    |log-probability| difference of the actual token ``{position, token_id, vllm, reference}``."""
+
+    name: str
+    tokens: int
+    ppl_vllm: float
+    ppl_reference: float | None = None
+    ppl_ratio: float | None = None
+    kl_mean: float | None = None
+    top1: float | None = None
+    max_abs_diff: float | None = None
+    worst: dict[str, Any] | None = None
+    continuation: str | None = None
+    prose: bool = False
+
+
+def text_figures(name: str, vllm: dict[str, Any], reference: list[dict[str, Any]] | None,
+                 prose: bool = False) -> TextFigures:
+    """Figures of one text. ``vllm`` is the runner's record ``{ids, logprobs, top, continuation}``:
+    ``logprobs[i]`` the actual token's log-probability at position i (None at 0), ``top[i]`` vLLM's
+    ``[[token_id, logprob], ...]`` there. ``reference`` is, per position i >= 1, transformers'
+    ``{actual, top: [logprob of each vLLM top id], argmax, max}``, or None when not compared.
+    Raises ValueError when the two do not cover the same positions."""
+    ids, lps = vllm["ids"], vllm["logprobs"]
+    n = len(ids)
+    nll = -sum(lps[1:]) / max(n - 1, 1)
+    fig = dict(name=name, tokens=n, ppl_vllm=round(math.exp(nll), 4), continuation=vllm.get("continuation"), prose=prose)
+    if reference is None:
+        return TextFigures(**fig)
+    if len(reference) != n - 1:
+        raise ValueError(f"{name}: reference has {len(reference)} positions, vLLM {n - 1}")
+    nll_ref = kl = agree = 0.0
+    worst = (-1.0, 0)
+    for i, ref in enumerate(reference, start=1):
+        nll_ref -= ref["actual"]
+        top = vllm["top"][i]
+        kl += _kl_partition([lp for _, lp in top], ref["top"])
+        best = max(range(len(top)), key=lambda j: top[j][1])
+        agree += 1.0 if top[best][0] == ref["argmax"] or ref["max"] - ref["top"][best] <= TIE_NATS else 0.0
+        diff = abs(lps[i] - ref["actual"])
+        if diff > worst[0]:
+            worst = (diff, i)
+    m = max(n - 1, 1)
+    ppl_ref = math.exp(nll_ref / m)
+    d, i = worst
+    return TextFigures(**fig, ppl_reference=round(ppl_ref, 4), ppl_ratio=round(math.exp(nll) / ppl_ref, 5),
+                       kl_mean=round(kl / m, 6), top1=round(agree / m, 4), max_abs_diff=round(d, 6),
+                       worst={"position": i, "token_id": ids[i], "vllm": round(lps[i], 5),
+                              "reference": round(reference[i - 1]["actual"], 5)} if i else None)
+
+
+@dataclass(frozen=True)
+class NumericVerdict:
+    """The gate over every text: ``compared`` (whether a reference ran; ``not_compared`` says why not),
+    the token-weighted ``kl_mean``/``top1`` and the worst ``ppl_ratio``, the prose perplexity against
+    ``ppl_bound`` (``bound_judged`` False with the reason when the vocabulary is too small), the limits
+    used, and ``passed``."""
+
+    passed: bool
+    compared: bool
+    texts: tuple[TextFigures, ...]
+    kl_mean: float | None
+    top1: float | None
+    ppl_ratio_worst: float | None
+    prose_ppl: float | None
+    ppl_bound: float
+    bound_judged: bool
+    limits: dict[str, float]
+    vocab_size: int
+    not_compared: str | None = None
+    bound_not_judged: str | None = None
+    reference: str | None = None  # what the second implementation was ("transformers 5.17.0, float32")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False, not_compared: str | None = None,
+          reference: str | None = None) -> tuple[NumericVerdict, list[Finding]]:
+    """The verdict over ``texts`` (:func:`text_figures`) for a model of ``vocab_size`` tokens, and the
+    findings that explain it (codes ``smoke.numeric.*``). ``not_compared`` is the reason no reference
+    ran (a warning: never a silent pass)."""
+    lim = QUANTIZED_LIMITS if quantized else LIMITS
+    findings: list[Finding] = []
+    compared = [t for t in texts if t.kl_mean is not None]
+    weights = [t.tokens - 1 for t in compared]
+    total = sum(weights) or 1
+    kl = round(sum(t.kl_mean * w for t, w in zip(compared, weights)) / total, 6) if compared else None
+    top1 = round(sum(t.top1 * w for t, w in zip(compared, weights)) / total, 4) if compared else None
+    ratio = round(max(max(t.ppl_ratio, 1 / t.ppl_ratio) for t in compared), 5) if compared else None
+    if compared:
+        bad = [t for t in compared if t.kl_mean > lim.kl_max or t.top1 < lim.top1_min
+               or max(t.ppl_ratio, 1 / t.ppl_ratio) > lim.ppl_ratio_max]
+        if bad:
+            detail = "; ".join(f"{t.name}: KL {t.kl_mean:.4g}, top-1 {t.top1:.3f}, perplexity x{t.ppl_ratio:.4g}, "
+                               f"worst position {t.worst}" for t in bad)
+            findings.append(Finding(
+                "smoke.numeric.disagreement", Severity.ERROR,
+                f"vLLM and transformers disagree on the same token ids (limits: KL <= {lim.kl_max}, top-1 >= "
+                f"{lim.top1_min}, perplexity ratio <= {lim.ppl_ratio_max}): {detail}",
+                field="prompt_logprobs", value={"kl_mean": kl, "top1": top1, "ppl_ratio_worst": ratio},
+                fix="One implementation computes something else: check config.json (rope_scaling, head_dim, "
+                    "tie_word_embeddings, quantization_config) against the weights; `modelyard verify --runtime local` "
+                    "names what vLLM decides.", source=SOURCE))
+    else:
+        findings.append(Finding("smoke.numeric.not_compared", Severity.WARNING,
+                                f"vLLM's log-likelihoods were not compared with a second implementation: {not_compared}",
+                                field="prompt_logprobs", fix="Run the smoke on a host with the memory the model needs.",
+                                source=SOURCE))
+    prose = [t for t in texts if t.prose]
+    prose_ppl = prose[0].ppl_vllm if prose else None
+    bound_judged = vocab_size >= MIN_VOCAB_FOR_BOUND and prose_ppl is not None
+    bound_why = None
+    if not bound_judged:
+        bound_why = (f"a vocabulary of {vocab_size} tokens is below {MIN_VOCAB_FOR_BOUND}: uniform guessing scores "
+                     f"{vocab_size}, so the bound says nothing; judged by agreement alone (a test model)")
+        findings.append(Finding("smoke.numeric.bound_not_judged", Severity.INFO, bound_why, field="vocab_size",
+                                value=vocab_size, source=SOURCE))
+    elif prose_ppl > PPL_BOUND:
+        findings.append(Finding(
+            "smoke.numeric.perplexity_bound", Severity.ERROR,
+            f"perplexity {prose_ppl:.1f} on plain English prose ({prose[0].name}, {prose[0].tokens} tokens) is above "
+            f"{PPL_BOUND:g}, which any working language model meets: the model, or the tokenizer that feeds it, is broken",
+            field="prompt_logprobs", value=prose_ppl,
+            fix="Check the tokenizer (`modelyard verify` on the folder; for a GGUF import, its tokenizer conversion) "
+                "and the weights' dtype; both implementations agreeing means they share the defect.", source=SOURCE))
+    passed = not any(f.severity == Severity.ERROR for f in findings)
+    return NumericVerdict(passed=passed, compared=bool(compared), texts=tuple(texts), kl_mean=kl, top1=top1,
+                          ppl_ratio_worst=ratio, prose_ppl=prose_ppl, ppl_bound=PPL_BOUND, bound_judged=bound_judged,
+                          limits=asdict(lim), vocab_size=vocab_size, not_compared=not_compared,
+                          bound_not_judged=bound_why, reference=reference), findings
+
+
+def degenerate(seq: Sequence[Any], *, finish_reason: str | None, special: frozenset[int] = frozenset()) -> str | None:
+    """Why an answer (its token ids, or its words) is degenerate, or None: only special tokens, or one
+    token or an n-gram of at most :data:`DEGENERATE_MAX_PERIOD` repeated over its last
+    :data:`DEGENERATE_MIN_SPAN` or more items and at least half of it, up to the length limit
+    (``finish_reason == "length"``). A model that answers one repeated token never passes a smoke."""
+    if seq and special and all(t in special for t in seq):
+        return f"the answer is {len(seq)} special tokens and no text"
+    n = len(seq)
+    if finish_reason != "length" or n < DEGENERATE_MIN_SPAN:
+        return None
+    for period in range(1, DEGENERATE_MAX_PERIOD + 1):
+        run = period
+        while run < n and seq[n - 1 - run] == seq[n - 1 - run + period]:
+            run += 1
+        if run >= DEGENERATE_MIN_SPAN and run * 2 >= n:
+            cycle = list(seq[n - period:])
+            return (f"the answer repeats the {period}-item cycle {cycle!r} over its last {run} of {n} items up to the "
+                    "length limit")
+    return None
+
+
+def degenerate_finding(why: str, text: str | None) -> Finding:
+    """The error finding of a :func:`degenerate` answer ``text``."""
+    return Finding("smoke.answer.degenerate", Severity.ERROR, f"the smoke's answer is degenerate: {why}",
+                   field="answer", value=(text or "")[:200],
+                   fix="A model that repeats one token is fed nonsense or computes nonsense: check the tokenizer "
+                       "(bos policy, single-token words) and the weights; see the numerical gate's figures.",
+                   source="a working model does not repeat one token to the length limit (greedy); modelyard's smoke")

@@ -1,0 +1,101 @@
+"""The numerical gate's judgement on exact values: agreement, the perplexity bound, degenerate answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from modelyard.checks import numeric
+
+
+def _record(ids, actual, tops):
+    """A runner record: ``actual[i]`` the actual token's log-probability, ``tops[i]`` vLLM's top list."""
+    return {"ids": ids, "logprobs": [None, *actual], "top": [[], *tops], "continuation": " and so on"}
+
+
+def test_identical_views_agree_exactly():
+    lp = math.log(0.5)
+    rec = _record([1, 7, 8], [lp, lp], [[[7, lp], [9, math.log(0.25)]], [[8, lp], [9, math.log(0.25)]]])
+    ref = [{"actual": lp, "top": [lp, math.log(0.25)], "argmax": 7, "max": lp},
+           {"actual": lp, "top": [lp, math.log(0.25)], "argmax": 8, "max": lp}]
+    fig = numeric.text_figures("t", rec, ref)
+    assert (fig.tokens, fig.ppl_vllm, fig.ppl_reference, fig.ppl_ratio, fig.kl_mean, fig.top1, fig.max_abs_diff) == (
+        3, 2.0, 2.0, 1.0, 0.0, 1.0, 0.0)
+
+
+def test_kl_over_the_top_k_partition():
+    # vLLM: p = (0.5, 0.25, rest 0.25); reference: q = (0.25, 0.25, rest 0.5)
+    kl = numeric._kl_partition([math.log(0.5), math.log(0.25)], [math.log(0.25), math.log(0.25)])
+    assert kl == pytest.approx(0.5 * math.log(2) + 0.25 * math.log(0.5), abs=1e-12)
+
+
+def test_near_ties_count_as_top1_agreement_and_real_misses_do_not():
+    a, b = math.log(0.30), math.log(0.29)
+    rec = _record([1, 2, 3], [a, a], [[[2, a], [5, b]], [[3, a], [5, b]]])
+    ref = [{"actual": b, "top": [b, a], "argmax": 5, "max": a},  # swapped, 0.034 nats apart: a tie
+           {"actual": math.log(0.1), "top": [math.log(0.1), math.log(0.6)], "argmax": 5, "max": math.log(0.6)}]
+    assert numeric.text_figures("t", rec, ref).top1 == 0.5
+
+
+def _fig(name, ppl, *, tokens=101, kl=0.0, top1=1.0, ratio=1.0, prose=False, compared=True):
+    return numeric.TextFigures(name=name, tokens=tokens, ppl_vllm=ppl, ppl_reference=ppl / ratio if compared else None,
+                               ppl_ratio=ratio if compared else None, kl_mean=kl if compared else None,
+                               top1=top1 if compared else None, prose=prose)
+
+
+def test_healthy_figures_pass():
+    v, f = numeric.judge([_fig("prose-en", 22.25, prose=True), _fig("code", 3.1)], 49152)
+    assert (v.passed, v.compared, v.bound_judged, v.prose_ppl, [x.code for x in f]) == (True, True, True, 22.25, [])
+
+
+def test_a_wrong_tokenizer_fails_the_bound_though_both_implementations_agree():
+    # the Gemma-3 GGUF import: 962.8 in vLLM and in transformers
+    v, f = numeric.judge([_fig("prose-en", 962.8, prose=True, tokens=337)], 262144)
+    assert (v.passed, [x.code for x in f]) == (False, ["smoke.numeric.perplexity_bound"])
+    assert f[0].value == 962.8
+
+
+def test_disagreement_names_the_text_and_the_limits():
+    v, f = numeric.judge([_fig("prose-en", 22.0, prose=True), _fig("code", 3.0, kl=0.5, top1=0.6, ratio=1.4)], 49152)
+    assert (v.passed, [x.code for x in f], v.kl_mean, v.top1, v.ppl_ratio_worst) == (
+        False, ["smoke.numeric.disagreement"], 0.25, 0.8, 1.4)
+    assert f[0].message.startswith("vLLM and transformers disagree on the same token ids (limits: KL <= 0.02, top-1 >= 0.9,"
+                                   " perplexity ratio <= 1.05): code: KL 0.5, top-1 0.600, perplexity x1.4")
+
+
+def test_quantized_limits_are_looser():
+    figs = [_fig("prose-en", 25.0, prose=True, kl=0.05, top1=0.9, ratio=1.1)]
+    assert numeric.judge(figs, 49152)[0].passed is False
+    assert numeric.judge(figs, 49152, quantized=True)[0].passed is True
+
+
+def test_a_small_test_vocabulary_is_judged_by_agreement_alone_and_says_so():
+    v, f = numeric.judge([_fig("prose-en", 140.0, prose=True)], 128)
+    assert (v.passed, v.bound_judged, [x.code for x in f]) == (True, False, ["smoke.numeric.bound_not_judged"])
+    assert v.bound_not_judged.startswith("a vocabulary of 128 tokens is below 1000")
+
+
+def test_not_compared_is_a_warning_never_silence():
+    v, f = numeric.judge([_fig("prose-en", 22.0, prose=True, compared=False)], 49152, not_compared="too big")
+    assert (v.passed, v.compared, [(x.code, x.severity.value) for x in f]) == (
+        True, False, [("smoke.numeric.not_compared", "warning")])
+
+
+@pytest.mark.parametrize(("seq", "finish", "expected"), [
+    ([7] * 64, "length", "the answer repeats the 1-item cycle [7] over its last 64 of 64 items up to the length limit"),
+    ([1, 2, 3] + [5, 6] * 20, "length", "the answer repeats the 2-item cycle [5, 6] over its last 40 of 43 items up to the length limit"),
+    ([7] * 64, "stop", None),  # it stopped: not run to the limit
+    (list(range(64)), "length", None),
+    ([7] * 11, "length", None),  # too short to judge
+    (list(range(40)) + [7] * 20, "length", None),  # less than half the answer
+    ([2, 2], "stop", "the answer is 2 special tokens and no text"),
+])
+def test_degenerate_answers(seq, finish, expected):
+    assert numeric.degenerate(seq, finish_reason=finish, special=frozenset({2})) == expected
+
+
+def test_the_gemma_answer_is_degenerate_by_words_too():
+    words = ("is " * 64).split()
+    assert numeric.degenerate(words, finish_reason="length") == (
+        "the answer repeats the 1-item cycle ['is'] over its last 64 of 64 items up to the length limit")
