@@ -47,7 +47,7 @@ from modelyard.model.checkpoint import Checkpoint
 from modelyard.version import code_digest, library_versions
 
 #: bump when the shape of a stored answer changes
-SCHEMA = 2
+SCHEMA = 3
 #: distributions whose behaviour the answers are (their versions are in every key)
 LIBRARIES = ("transformers", "tokenizers", "torch", "huggingface_hub", "jinja2", "sentencepiece", "tiktoken",
              "protobuf")
@@ -274,6 +274,31 @@ def turn_terminator(tok: Any, rendered: str) -> tuple[str, int] | None:
     return (best, candidates[best]) if best else None
 
 
+#: what a chat template's role headers and turn terminators look like: ``<|...|>`` (ChatML, Llama 3, Phi) and
+#: ``<name>``/``</name>`` (``<s>``, ``<start_of_turn>``, ``<end_of_turn>``)
+_MARKER = re.compile(r"<\|[^<>|\s]{1,60}\|>|</?[A-Za-z_][A-Za-z0-9_]{0,40}>")
+
+
+def split_markers(tok: Any, rendered: str) -> list[list[Any]]:
+    """The markers of ``rendered`` (a template's rendering of :data:`_CONVERSATION`, with the conversation's own
+    text taken out) that the tokenizer does not encode as one token: ``[[marker, [pieces]], ...]``. Every
+    ``<|...|>`` marker is judged; a ``<name>`` marker only when the vocabulary holds it as a token. A model
+    learnt each marker as one token; split into pieces it reaches the model as text it never saw in training
+    (the Gemma GGUF import that split words had this failure too)."""
+    text = rendered
+    for m in _CONVERSATION:
+        text = text.replace(m["content"], " ")
+    out: list[list[Any]] = []
+    vocab = tok.get_vocab()
+    for marker in dict.fromkeys(_MARKER.findall(text)):
+        if not marker.startswith("<|") and marker not in vocab:
+            continue  # a <name> the vocabulary does not hold is the template's plain text (Llama 2's <<SYS>>)
+        ids = tok.encode(marker, add_special_tokens=False)
+        if len(ids) != 1 or tok.convert_ids_to_tokens(ids)[0] != marker:  # pieces, or the unknown token
+            out.append([marker, [str(p) for p in tok.convert_ids_to_tokens(ids)]])
+    return out
+
+
 def configured_eos_ids(ckpt: Checkpoint) -> list[int]:
     """The eos ids config.json and generation_config.json declare (``eos_token_id``: an int or a list), in order."""
     out: list[int] = []
@@ -316,6 +341,7 @@ class TokenizerFacts:
     render: tuple[str | None, str | None, bool] | None = None
     terminator: tuple[str, int] | None = None
     tokens: dict[int, str | None] | None = None
+    split_markers: tuple[tuple[str, tuple[str, ...]], ...] = ()  # :func:`split_markers` of ``render``
 
 
 class HFFacts:
@@ -422,7 +448,8 @@ class HFFacts:
         return TokenizerFacts(None, d["size"], d["pad_missing"], d["eos_token"], d["eos_id"], d["bos_token"],
                               (render[0], self._untext(render[1]), bool(render[2])) if render is not None else None,
                               (d["terminator"][0], d["terminator"][1]) if d["terminator"] else None,
-                              {int(k): v for k, v in d["tokens"].items()})
+                              {int(k): v for k, v in d["tokens"].items()},
+                              tuple((m, tuple(p)) for m, p in d.get("split_markers") or ()))
 
     def _tokenizer(self) -> dict[str, Any]:
         ckpt = self._ckpt
@@ -433,11 +460,13 @@ class HFFacts:
         eos = eos if isinstance(eos, str) else None
         bos = getattr(tok, "bos_token", None)
         render = terminator = None
+        split: list[list[Any]] = []
         if ckpt.chat_template():
             text, rerr, dropped = render_conversation(tok)
             render = [text, self._text(rerr), dropped]
             term = turn_terminator(tok, text) if text is not None else None
             terminator = list(term) if term is not None else None
+            split = split_markers(tok, text) if text is not None else []
         tokens: dict[str, str | None] = {}
         for i in configured_eos_ids(ckpt):
             try:
@@ -449,7 +478,7 @@ class HFFacts:
         return {"error": None, "size": len(tok), "pad_missing": getattr(tok, "pad_token", None) is None,
                 "eos_token": eos, "eos_id": eos_id if isinstance(eos_id, int) else None,
                 "bos_token": bos if isinstance(bos, str) else None, "render": render, "terminator": terminator,
-                "tokens": tokens}
+                "tokens": tokens, "split_markers": split}
 
     def save(self) -> None:
         """Write the cache entry when something was computed (atomically; a failure to write is ignored)."""

@@ -184,6 +184,19 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "Fold the system text into the first user turn in the template (or document that clients must not "
                  "send system messages), then check that a system+user+assistant conversation renders.",
                  "vLLM chat_utils apply_hf_chat_template; vllm-project/vllm#2964, huggingface/chat-ui#1386")
+    for marker, pieces in tok.split_markers:
+        # <|...|> markers are always added tokens of their vocabulary (ChatML, Llama 3, Phi); <name> markers
+        # may be plain text of a template (a tag a model learnt as text), so they only warn
+        bad = (Severity.INFO if ctx.target.serve == "completion" else sev if marker.startswith("<|")
+               else Severity.WARNING)
+        yield _f("tokenizer.chat_template.marker_split", bad,
+                 (f"the chat template emits {marker}, which the tokenizer encodes as {list(pieces)}, not as the one token "
+                  f"{marker}: every chat prompt reaches the model with a role header or turn marker it never "
+                  "saw in training"), tfile, "chat_template", marker,
+                 f"Add {marker} to the tokenizer as a special token (tokenizer.json added_tokens, with the id the "
+                 "model was trained with), or use the tokenizer files of the model the template belongs to.",
+                 "a chat model learns each role header and turn terminator as one token of its vocabulary; "
+                 "vLLM tokenizes the rendered template with the served tokenizer")
     term = tok.terminator
     if term is None:
         yield _f("tokenizer.chat_template.no_turn_terminator", Severity.INFO,

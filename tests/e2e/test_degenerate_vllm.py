@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 
 def make_one_word_llama(out):
-    make_tiny_llama(out)
+    make_tiny_llama(out, hidden=128, intermediate=256)  # head_dim 32: vLLM CPU attention needs >= 32
     path = out / "model.safetensors"
     t = load_file(str(path))
     for name in t:

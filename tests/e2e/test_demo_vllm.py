@@ -25,6 +25,28 @@ def test_demo_answers_paris_and_stops_at_end_of_turn(demo_run):
     assert 0 < s["completion_tokens"] < 64
 
 
+def test_demo_smoke_carries_the_numerical_gate(demo_run):
+    """vLLM's prompt_logprobs on the packaged reference texts agree with transformers' float32 forward on
+    the same ids, the prose perplexity is far under the bound, and the figures reach the manifest and the
+    report (docs/reference/smoke.md, "The numerical gate")."""
+    home, out = demo_run
+    art = Path(out["artifact"])
+    n = out["smoke"]["numeric"]
+    assert (n["passed"], n["compared"], n["bound_judged"], n["vocab_size"]) == (True, True, True, 49152)
+    assert n["reference"].startswith("transformers 5.") and n["reference"].endswith(", float32, CPU")
+    # token counts are the served tokenizer's (deterministic); the figures vary a little with the CPU's kernels
+    assert [(t["name"], t["tokens"]) for t in n["texts"]] == [
+        ("prose-en", 188), ("code-python", 122), ("prose-fr", 104), ("prose-de", 96), ("prose-es", 66)]
+    assert 15 < n["prose_ppl"] < 30  # measured 22.25 (benchmarks/README.md, "Numerical gate")
+    assert n["kl_mean"] < n["limits"]["kl_max"] and n["top1"] >= n["limits"]["top1_min"]
+    assert 1.0 <= n["ppl_ratio_worst"] <= n["limits"]["ppl_ratio_max"]
+    assert [f["code"] for f in out["smoke"]["findings"] if f["severity"] != "info"] == []
+    assert json.loads((art / "manifest.json").read_text())["smoke"]["numeric"] == n
+    md = (art / "report.md").read_text()
+    assert f"### Numerical gate (against {n['reference']}): passed" in md
+    assert "| prose-en | 188 |" in md
+
+
 def test_demo_artifact_layout_and_report(demo_run):
     home, out = demo_run
     art = Path(out["artifact"])

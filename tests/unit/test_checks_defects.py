@@ -265,8 +265,12 @@ def test_turn_terminator_not_in_stop_set_then_patched(m):
 def test_slow_class_without_spm(m):
     edit_json(m / "tokenizer_config.json", tokenizer_class="LlamaTokenizer")
     r = verify_folder(m)
+    # transformers 5 builds LlamaTokenizer over the WordLevel vocabulary, and it encodes "<|im_start|>" as
+    # nothing at all: the encoding check sees what that does to every chat prompt
     assert [(f.code, f.field, f.value) for f in r.findings if f.severity.value == "warning"] == [
-        ("tokenizer.class.slow_without_model", "tokenizer_class", "LlamaTokenizer")]
+        ("tokenizer.class.slow_without_model", "tokenizer_class", "LlamaTokenizer"),
+        ("tokenizer.chat_template.marker_split", "chat_template", "<|im_start|>")]
+    assert any("encodes as [], not as the one token <|im_start|>" in f.message for f in r.findings)
 
 
 def test_control_token_not_special(m):
@@ -390,3 +394,18 @@ def test_tensor_stored_twice_with_one_shape_warns(m):
     assert list(r.errors) == []
     assert [(f.code, f.value) for f in r.findings if f.code.startswith("safetensors.tensor.")] == [
         ("safetensors.tensor.duplicate", 2)]
+
+
+def test_template_marker_that_is_not_one_token_is_an_error_for_chat(m):
+    jinja = m / "chat_template.jinja"
+    if jinja.exists():
+        jinja.write_text(jinja.read_text().replace("<|im_start|>", "<|turn|>"))
+    else:
+        tc = json.loads((m / "tokenizer_config.json").read_text())
+        edit_json(m / "tokenizer_config.json", chat_template=tc["chat_template"].replace("<|im_start|>", "<|turn|>"))
+    r = verify_folder(m, Target(serve="chat"))
+    assert [(f.code, f.value) for f in r.errors] == [("tokenizer.chat_template.marker_split", "<|turn|>")]
+    assert "encodes as ['<unk>'], not as the one token <|turn|>" in r.errors[0].message
+    done = verify_folder(m, Target(serve="completion"))
+    assert [(f.code, f.severity.value) for f in done.findings if f.code == "tokenizer.chat_template.marker_split"] == [
+        ("tokenizer.chat_template.marker_split", "info")]
