@@ -47,8 +47,15 @@ def test_server_smoke_checks_the_openai_api(bench_run):
     assert "Paris" in s["text"] and s["finish_reason"] == "stop" and s["stream_text"] == s["text"]
     assert [(c["name"], c["passed"]) for c in s["checks"]] == [
         ("models", True), ("chat.text", True), ("chat.finish_reason", True), ("chat.usage", True),
-        ("stream.reassembles", True), ("stream.finish_reason", True), ("stream.usage", True)]
+        ("stream.reassembles", True), ("stream.finish_reason", True), ("stream.usage", True), ("numeric", True)]
     assert [(g["name"], g["passed"]) for g in s["golden"]] == [("capital-of-france", True), ("largest-planet", True)]
+    # the numerical gate over the server's API (/tokenize, /v1/completions prompt_logprobs) sees the load
+    # smoke's token counts: the same served tokenizer
+    n = s["numeric"]
+    assert (n["passed"], n["compared"], n["bound_judged"]) == (True, True, True)
+    assert [(t["name"], t["tokens"]) for t in n["texts"]] == [
+        ("prose-en", 188), ("code-python", 122), ("prose-fr", 104), ("prose-de", 96), ("prose-es", 66)]
+    assert 15 < n["prose_ppl"] < 30 and n["ppl_ratio_worst"] <= n["limits"]["ppl_ratio_max"]
 
 
 def test_bench_reports_latency_and_throughput(bench_run):
