@@ -47,7 +47,7 @@ from modelyard.model.checkpoint import Checkpoint
 from modelyard.version import code_digest, library_versions
 
 #: bump when the shape of a stored answer changes
-SCHEMA = 3
+SCHEMA = 4
 #: distributions whose behaviour the answers are (their versions are in every key)
 LIBRARIES = ("transformers", "tokenizers", "torch", "huggingface_hub", "jinja2", "sentencepiece", "tiktoken",
              "protobuf")
@@ -253,6 +253,42 @@ def render_conversation(tok: Any) -> tuple[str | None, str | None, bool]:
     return None, last, False
 
 
+_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                          "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                         "required": ["city"]}}}
+#: the conversation shapes users send (OpenAI chat API), each rendered with and without add_generation_prompt
+SHAPES: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = {
+    "system+user": ([_CONVERSATION[0], _CONVERSATION[1]], None),
+    "user": ([_CONVERSATION[1]], None),
+    "user+user": ([_CONVERSATION[1], {"role": "user", "content": "And of Italy?"}], None),
+    "multi-turn": ([_CONVERSATION[1], {"role": "assistant", "content": "Paris."},
+                    {"role": "user", "content": "And of Italy?"}], None),
+    "tool-call": ([{"role": "user", "content": "What is the weather in Paris?"},
+                   {"role": "assistant", "content": "", "tool_calls": [
+                       {"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                   {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "18 C, sunny"}],
+                  [_TOOL]),
+}
+
+
+def render_shapes(tok: Any) -> list[list[Any]]:
+    """Render each of :data:`SHAPES` through the chat template, with and without ``add_generation_prompt``:
+    ``[[shape, add_generation_prompt, error or None], ...]`` (``error`` "ExcType: first line"). vLLM's chat
+    endpoint renders every request through ``apply_chat_template`` this way (``tools`` passed for the
+    tool-call shape), so a shape that raises here is an HTTP 400 for every request of that shape."""
+    out: list[list[Any]] = []
+    for name, (msgs, tools) in SHAPES.items():
+        for gen in (True, False):
+            err = None
+            try:
+                tok.apply_chat_template(msgs, tools=tools, add_generation_prompt=gen, tokenize=False)
+            except Exception as exc:  # jinja2 TemplateError, raise_exception(...) in the template, ...
+                err = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            out.append([name, gen, err])
+    return out
+
+
 def turn_terminator(tok: Any, rendered: str) -> tuple[str, int] | None:
     """The special token that closes the assistant's turn in ``rendered``: ``(content, id)``, or None
     when the text after the reply does not start with an added/special token."""
@@ -342,6 +378,7 @@ class TokenizerFacts:
     terminator: tuple[str, int] | None = None
     tokens: dict[int, str | None] | None = None
     split_markers: tuple[tuple[str, tuple[str, ...]], ...] = ()  # :func:`split_markers` of ``render``
+    shapes: tuple[tuple[str, bool, str | None], ...] = ()  # :func:`render_shapes`
 
 
 class HFFacts:
@@ -449,7 +486,8 @@ class HFFacts:
                               (render[0], self._untext(render[1]), bool(render[2])) if render is not None else None,
                               (d["terminator"][0], d["terminator"][1]) if d["terminator"] else None,
                               {int(k): v for k, v in d["tokens"].items()},
-                              tuple((m, tuple(p)) for m, p in d.get("split_markers") or ()))
+                              tuple((m, tuple(p)) for m, p in d.get("split_markers") or ()),
+                              tuple((n, bool(g), self._untext(e)) for n, g, e in d.get("shapes") or ()))
 
     def _tokenizer(self) -> dict[str, Any]:
         ckpt = self._ckpt
@@ -461,12 +499,14 @@ class HFFacts:
         bos = getattr(tok, "bos_token", None)
         render = terminator = None
         split: list[list[Any]] = []
+        shapes: list[list[Any]] = []
         if ckpt.chat_template():
             text, rerr, dropped = render_conversation(tok)
             render = [text, self._text(rerr), dropped]
             term = turn_terminator(tok, text) if text is not None else None
             terminator = list(term) if term is not None else None
             split = split_markers(tok, text) if text is not None else []
+            shapes = [[n, g, self._text(e)] for n, g, e in render_shapes(tok)]
         tokens: dict[str, str | None] = {}
         for i in configured_eos_ids(ckpt):
             try:
@@ -478,7 +518,7 @@ class HFFacts:
         return {"error": None, "size": len(tok), "pad_missing": getattr(tok, "pad_token", None) is None,
                 "eos_token": eos, "eos_id": eos_id if isinstance(eos_id, int) else None,
                 "bos_token": bos if isinstance(bos, str) else None, "render": render, "terminator": terminator,
-                "tokens": tokens, "split_markers": split}
+                "tokens": tokens, "split_markers": split, "shapes": shapes}
 
     def save(self) -> None:
         """Write the cache entry when something was computed (atomically; a failure to write is ignored)."""

@@ -184,6 +184,21 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "Fold the system text into the first user turn in the template (or document that clients must not "
                  "send system messages), then check that a system+user+assistant conversation renders.",
                  "vLLM chat_utils apply_hf_chat_template; vllm-project/vllm#2964, huggingface/chat-ui#1386")
+    failed: dict[str, list[str]] = {}
+    for shape, gen, err in tok.shapes:
+        if err is not None and shape != "system+user":  # a system message: tokenizer.chat_template.no_system_role
+            failed.setdefault(shape, []).append(f"add_generation_prompt={gen}: {err}")
+    for shape, errs in failed.items():
+        completion = ctx.target.serve == "completion"
+        bad = Severity.INFO if completion else (sev if shape == "user" else Severity.WARNING)
+        yield _f("tokenizer.chat_template.shape_failed", bad,
+                 (f"the chat template raises on a conversation of shape {shape} ({'; '.join(errs)}): vLLM's chat "
+                  "endpoint answers every such request with HTTP 400"
+                  + ("; completions do not use the template" if completion else "")),
+                 tfile, "chat_template", shape,
+                 "Make the template accept the shape (or document that clients must not send it); "
+                 "`tokenizer.apply_chat_template(messages, add_generation_prompt=True)` shows the error.",
+                 "vLLM chat_utils apply_hf_chat_template renders every chat request through the template")
     for marker, pieces in tok.split_markers:
         # <|...|> markers are always added tokens of their vocabulary (ChatML, Llama 3, Phi); <name> markers
         # may be plain text of a template (a tag a model learnt as text), so they only warn

@@ -409,3 +409,45 @@ def test_template_marker_that_is_not_one_token_is_an_error_for_chat(m):
     done = verify_folder(m, Target(serve="completion"))
     assert [(f.code, f.severity.value) for f in done.findings if f.code == "tokenizer.chat_template.marker_split"] == [
         ("tokenizer.chat_template.marker_split", "info")]
+
+
+def _set_template(m, template):
+    jinja = m / "chat_template.jinja"
+    if jinja.exists():
+        jinja.write_text(template)
+    else:
+        edit_json(m / "tokenizer_config.json", chat_template=template)
+
+
+ALTERNATE = ("{% for m in messages %}{% if m['role'] in ['user', 'assistant'] and loop.index0 > 0 and "
+             "m['role'] == messages[loop.index0 - 1]['role'] %}{{ raise_exception('Conversation roles must alternate') }}"
+             "{% endif %}{% if m['role'] == 'tool' %}{{ raise_exception('Unknown role: tool') }}{% endif %}"
+             "<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+             "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+
+
+def test_template_raising_on_other_conversation_shapes_warns(m):
+    _set_template(m, ALTERNATE)
+    r = verify_folder(m, Target(serve="chat"))
+    assert list(r.errors) == []
+    assert [(f.code, f.severity.value, f.value) for f in r.findings if f.code == "tokenizer.chat_template.shape_failed"] == [
+        ("tokenizer.chat_template.shape_failed", "warning", "user+user"),
+        ("tokenizer.chat_template.shape_failed", "warning", "tool-call")]
+    f = next(f for f in r.findings if f.value == "user+user")
+    assert f.message.startswith("the chat template raises on a conversation of shape user+user "
+                                "(add_generation_prompt=True: TemplateError: Conversation roles must alternate; "
+                                "add_generation_prompt=False: TemplateError: Conversation roles must alternate)")
+
+
+def test_template_raising_on_a_lone_user_turn_is_an_error_for_chat(m):
+    _set_template(m, "{% if messages[0]['role'] != 'system' %}{{ raise_exception('A system message is required') }}"
+                     "{% endif %}" + ALTERNATE)
+    r = verify_folder(m, Target(serve="chat"))
+    shapes = [(f.code, f.severity.value, f.value) for f in r.findings if f.code == "tokenizer.chat_template.shape_failed"]
+    assert shapes == [("tokenizer.chat_template.shape_failed", "error", "user"),
+                      ("tokenizer.chat_template.shape_failed", "warning", "user+user"),
+                      ("tokenizer.chat_template.shape_failed", "warning", "multi-turn"),
+                      ("tokenizer.chat_template.shape_failed", "warning", "tool-call")]
+    assert [f.code for f in r.errors] == ["tokenizer.chat_template.shape_failed"]
+    done = verify_folder(m, Target(serve="completion"))
+    assert {f.severity.value for f in done.findings if f.code == "tokenizer.chat_template.shape_failed"} == {"info"}
