@@ -43,8 +43,12 @@ def smoke_covers(prev: dict[str, Any], *, level: str, mode: str) -> bool:
     bench) in serving ``mode``: it passed, at that level or a higher one, in that mode. A chat smoke
     also stands for a completion one (it loaded and generated, and passed the stricter stop rule); a
     completion smoke never stands for chat (it did not exercise the chat template). A result without
-    ``mode`` was stored before modes were recorded, when every smoke chatted."""
+    ``mode`` was stored before modes were recorded, when every smoke chatted. A result without a passed
+    numerical gate (``numeric``) was stored before the gate existed: it stands for nothing, so the smoke runs
+    again (a model that answers garbage once passed every earlier gate)."""
     if not prev.get("passed") or SMOKE_LEVEL_RANK[prev.get("level", "load")] < SMOKE_LEVEL_RANK[level]:
+        return False
+    if not (prev.get("numeric") or {}).get("passed"):
         return False
     return prev.get("mode", "chat") in (mode, "chat")
 

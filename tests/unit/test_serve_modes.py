@@ -133,14 +133,19 @@ def test_server_smoke_completion_requests_use_v1_completions():
                                                  {"chat": "openai-chat", "completion": "openai"})
 
 
+GATE = {"passed": True, "compared": True}
+
+
 @pytest.mark.parametrize("prev,serve,level,covers", [
-    ({"passed": True, "mode": "completion"}, "completion", "load", True),
-    ({"passed": True, "mode": "completion"}, "chat", "load", False),  # never exercised the chat template
-    ({"passed": True, "mode": "chat"}, "completion", "load", True),  # the stricter rule passed
-    ({"passed": True}, "chat", "load", True),  # stored before modes were recorded: a chat smoke
-    ({"passed": False, "mode": "completion"}, "completion", "load", False),
-    ({"passed": True, "mode": "completion", "level": "server"}, "completion", "load", True),
-    ({"passed": True, "mode": "completion"}, "completion", "server", False),
+    ({"passed": True, "mode": "completion", "numeric": GATE}, "completion", "load", True),
+    ({"passed": True, "mode": "completion", "numeric": GATE}, "chat", "load", False),  # never exercised the template
+    ({"passed": True, "mode": "chat", "numeric": GATE}, "completion", "load", True),  # the stricter rule passed
+    ({"passed": True, "numeric": GATE}, "chat", "load", True),  # stored before modes were recorded: a chat smoke
+    ({"passed": False, "mode": "completion", "numeric": GATE}, "completion", "load", False),
+    ({"passed": True, "mode": "completion", "level": "server", "numeric": GATE}, "completion", "load", True),
+    ({"passed": True, "mode": "completion", "numeric": GATE}, "completion", "server", False),
+    ({"passed": True, "mode": "chat"}, "chat", "load", False),  # stored before the numerical gate: smoke again
+    ({"passed": True, "mode": "chat", "numeric": None}, "chat", "load", False),
 ])
 def test_a_stored_smoke_is_reused_only_for_its_mode_or_a_weaker_one(prev, serve, level, covers):
     assert smoke_covers(prev, IngestOptions(serve=serve, smoke_level=level)) is covers

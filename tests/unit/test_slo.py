@@ -90,7 +90,7 @@ def test_device_class():
 
 def _stored(ttft_p95: float) -> dict:
     b = {"completed": 8, "failed": 0, "p95_ttft_ms": ttft_p95, "p95_itl_ms": 150.0}
-    return {"passed": True, "level": "bench", "mode": "chat",
+    return {"passed": True, "level": "bench", "mode": "chat", "numeric": {"passed": True},
             "bench": b | {"slo": bench.judge(b, bench.default_targets("cpu"), cls="cpu")}}
 
 
