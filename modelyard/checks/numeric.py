@@ -255,3 +255,19 @@ def degenerate_finding(why: str, text: str | None) -> Finding:
                    fix="A model that repeats one token is fed nonsense or computes nonsense: check the tokenizer "
                        "(bos policy, single-token words) and the weights; see the numerical gate's figures.",
                    source="a working model does not repeat one token to the length limit (greedy); modelyard's smoke")
+
+
+def summary_line(n: dict[str, Any] | None) -> str:
+    """One line for the console about a :class:`NumericVerdict` record (``to_dict()``): the verdict, the
+    English prose perplexity against its bound, and the agreement with the reference (or why none)."""
+    if not n:
+        return "numerical gate: not run"
+    head = f"numerical gate: {'passed' if n.get('passed') else 'FAILED'}"
+    bound = (f"English prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')})" if n.get("bound_judged")
+             else f"perplexity bound not judged ({n.get('bound_not_judged')})")
+    if n.get("compared"):
+        agree = (f"against {n.get('reference')}: mean KL {n.get('kl_mean')} nats/token, top-1 {n.get('top1')}, "
+                 f"worst perplexity ratio {n.get('ppl_ratio_worst')}")
+    else:
+        agree = f"not compared: {n.get('not_compared')}"
+    return f"{head}; {bound}; {agree}"

@@ -137,7 +137,8 @@ def numeric_md(n: dict[str, Any], findings: Any = ()) -> list[str]:
              f"- agreement over every text: mean KL {n.get('kl_mean')} nats/token (limit {lim.get('kl_max')}), top-1 "
              f"{n.get('top1')} (limit {lim.get('top1_min')}), worst perplexity ratio {n.get('ppl_ratio_worst')} "
              f"(limit {lim.get('ppl_ratio_max')})",
-             f"- plain prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')})"
+             f"- English prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')}, judged on the text marked "
+             "prose only; the other texts are judged by agreement)"
              + ("" if n.get("bound_judged") else f": not judged, {n.get('bound_not_judged')}"), "",
              "| text | tokens | perplexity vLLM | perplexity reference | ratio | KL | top-1 | greedy continuation |",
              "|---|---|---|---|---|---|---|---|"]

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 
+from modelyard.checks import numeric
 from modelyard.checks.report import counted
 from modelyard.cli._choices import Dtype, Gpu, QuantRuntime, Scheme, Serve, SmokeLevel
 from modelyard.cli._common import (
@@ -111,6 +112,7 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
         out.print(f"{'prompt' if s.get('mode') == 'completion' else 'question'}: {s['question']}", highlight=False)
         out.print(f"answer: {s['text']}", highlight=False)
         out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
+        out.print(numeric.summary_line(s.get("numeric")), highlight=False, soft_wrap=True)
     else:
         out.print("smoke: skipped (--no-smoke)")
 

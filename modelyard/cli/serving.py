@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
+from modelyard.checks import numeric
 from modelyard.cli._choices import Gpu, KvCacheDtype, Serve, SmokeLevel
 from modelyard.cli._common import (
     _quiet_libraries,
@@ -80,6 +81,7 @@ def _print_server_smoke(s: dict[str, Any]) -> None:
     out.print(f"{'prompt' if s.get('mode') == 'completion' else 'question'}: {s['question']}", highlight=False)
     out.print(f"answer: {s['text']}", highlight=False)
     out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
+    out.print(numeric.summary_line(s.get("numeric")), highlight=False, soft_wrap=True)
     for c in s.get("checks") or []:
         out.print(f"  {'ok ' if c['passed'] else 'FAIL'} {c['name']}: {escape(c['detail'])}", highlight=False)
     for g in s.get("golden") or []:
@@ -124,7 +126,10 @@ def smoke_cmd(
     artifact's serve/vllm.yaml (CPU overrides applied), or use the one at --url, check the API and the
     golden prompts, and (bench) run vLLM's benchmark client and judge it against the --slo targets.
     The question goes through the chat API, or as a plain-text prompt through the completions API with
-    --serve completion. Exit 0 when every check and target passes, 1 when one fails, 2 for bad input."""
+    --serve completion. Every level also runs the numerical gate: vLLM's prompt_logprobs on fixed reference
+    texts against transformers on the same token ids, an English prose perplexity bound, and a check that
+    the answer is not one token repeated. Exit 0 when every check and target passes, 1 when one fails, 2
+    for bad input."""
     _quiet_libraries(verbose)
     with working(as_json):
         level = either(smoke_level, level, "--smoke") or "server"
@@ -165,6 +170,7 @@ def smoke_cmd(
         return
     if level == "load":
         out.print(f"answer: {res.text}\nfinish_reason: {res.finish_reason}", highlight=False)
+        out.print(numeric.summary_line(d.get("numeric")), highlight=False, soft_wrap=True)
     else:
         _print_server_smoke(d)
     if not res.passed:

@@ -129,3 +129,17 @@ def test_the_early_reference_starts_only_where_both_fit(tiny_llama_dir, tmp_path
     assert stage.overlap_fits(tiny_llama_dir, 128, kv, big) is True
     assert stage.start_early_reference(tiny_llama_dir, 256, kv, small) is None
     assert isinstance(stage.start_early_reference(tiny_llama_dir, 256, kv, big), stage.EarlyReference)
+
+
+def test_the_console_line_names_the_verdict_the_bound_and_the_agreement():
+    n = {"passed": True, "compared": True, "bound_judged": True, "prose_ppl": 22.2474, "ppl_bound": 100.0,
+         "reference": "transformers 5.17.0, float32, CPU", "kl_mean": 0.000721, "top1": 0.9825, "ppl_ratio_worst": 1.00729}
+    assert numeric.summary_line(n) == (
+        "numerical gate: passed; English prose perplexity 22.2474 (bound 100.0); against transformers 5.17.0, "
+        "float32, CPU: mean KL 0.000721 nats/token, top-1 0.9825, worst perplexity ratio 1.00729")
+    tiny = {"passed": False, "compared": False, "bound_judged": False, "bound_not_judged": "vocabulary of 128 tokens",
+            "not_compared": "float32 weights and working memory need about 9.0 GB"}
+    assert numeric.summary_line(tiny) == (
+        "numerical gate: FAILED; perplexity bound not judged (vocabulary of 128 tokens); not compared: float32 "
+        "weights and working memory need about 9.0 GB")
+    assert numeric.summary_line(None) == "numerical gate: not run"
