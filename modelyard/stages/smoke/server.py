@@ -373,6 +373,7 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     check_mode(mode)
     timeout = timeout or settings.smoke_timeout
     t0 = time.perf_counter()
+    early = numeric.start_early_reference(model_dir, max_model_len, int(settings.vllm_kvcache_space_gib * 2**30))
     server = (_attach(url, model_dir, settings, config, min(timeout, 60.0)) if url else
               start_server(model_dir, settings, config=config, max_model_len=max_model_len, timeout=timeout))
     with server as srv:
@@ -396,7 +397,7 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                                    "See the server's error; `modelyard verify` on the folder may name the cause.") from exc
     text, finish, usage, s_text = answer
     verdict, findings = judge_numbers(model_dir, records, vocab_size(model_dir), (text or "").split(),
-                                      finish_reason=finish, text=text)
+                                      finish_reason=finish, text=text, early=early)
     checks.append(Check("numeric", verdict.passed, "; ".join(f["message"] for f in findings if f["severity"] == "error")
                         or f"prose perplexity {verdict.prose_ppl}, KL {verdict.kl_mean}, top-1 {verdict.top1} "
                            f"({'compared with ' + str(verdict.reference) if verdict.compared else 'not compared'})"))
