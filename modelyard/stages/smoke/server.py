@@ -318,6 +318,8 @@ def start_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
         tmp = Path(tmpd)
         (tmp / "vllm.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = cpu_smoke_env(model_dir) | runtime_env(settings, tmpd)  # the caller's ONEDNN_MAX_CPU_ISA wins
+        if cfg.get("enforce-eager"):  # as the load smoke: no per-shape compile of vLLM's logprob-rank helper
+            env.setdefault("TORCH_COMPILE_DISABLE", "1")
         ranks = int(cfg.get("tensor-parallel-size") or 1) * int(cfg.get("pipeline-parallel-size") or 1)
         if "VLLM_CPU_OMP_THREADS_BIND" not in env and (bind := cpu_threads_bind(ranks)) is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind  # one NUMA node: vLLM's auto binding refuses 2+ ranks
