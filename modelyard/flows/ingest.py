@@ -221,7 +221,9 @@ def smoke_task(model_dir: Path, settings: Settings, options: SmokeOptions) -> sm
     res = smoke.smoke_load(model_dir, settings, question=options.prompt, max_tokens=options.max_tokens,
                            max_model_len=options.max_model_len, mode=options.mode)
     if not res.passed:
-        fix = ("Check generation_config.json eos_token_id against the chat template's turn terminator."
+        judged = [f for f in res.findings if f.get("severity") == "error" and f.get("fix")]
+        fix = (judged[0]["fix"] if judged else
+               "Check generation_config.json eos_token_id against the chat template's turn terminator."
                if res.mode == "chat" else
                "Check that the model continues plain text (an instruct model may end a bare prompt at once: "
                "serve it as chat with its template, --serve chat).")

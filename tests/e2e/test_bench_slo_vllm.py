@@ -51,4 +51,6 @@ def test_impossible_target_fails_the_gate(vllm_server):
     missed = [v for v in b["slo"]["verdicts"] if not v["passed"]]
     assert [(v["target"], v["limit"], v["value"]) for v in missed] == [("ttft_p95_ms", 0.001, b["p95_ttft_ms"])]
     assert b["p95_ttft_ms"] > 0.001
-    assert [c["passed"] for c in s["checks"]] == [True] * 7  # the server itself passed; only the target failed
+    # the server itself passed, the numerical gate included; only the target failed
+    assert [(c["name"], c["passed"]) for c in s["checks"]][-1] == ("numeric", True)
+    assert [c["passed"] for c in s["checks"]] == [True] * 8

@@ -121,7 +121,10 @@ def test_server_smoke_through_the_front(proxy, vllm_server):
     s = json_result(r.stdout, "smoke")
     assert [(c["name"], c["passed"]) for c in s["checks"]] == [
         ("models", True), ("chat.text", True), ("chat.finish_reason", True), ("chat.usage", True),
-        ("stream.reassembles", True), ("stream.finish_reason", True), ("stream.usage", True)]
+        ("stream.reassembles", True), ("stream.finish_reason", True), ("stream.usage", True), ("numeric", True)]
+    # the numerical gate needs only /v1/ (the prompt's ids come back with return_token_ids): the load
+    # smoke's token counts through the front too
+    assert [t["tokens"] for t in s["numeric"]["texts"]] == [188, 122, 104, 96, 66]
     assert s["vllm_version"] is None  # /version is not public behind the front
     r = run_cli("smoke", str(art), "--smoke", "server", "--url", base, "--json", timeout=600)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]

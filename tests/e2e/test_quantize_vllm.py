@@ -151,10 +151,14 @@ def test_smollm2_w8a8_verifies_measures_and_answers_paris(smollm2_dir, tmp_path)
     home = tmp_path / "store"
     r = run_cli("ingest", f"file://{smollm2_dir}", "--quantize", "w8a8", "--num-samples", "16", "--max-seq-len",
                 "128", "--out", str(home), "--json", timeout=2400)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json_result(r.stdout, "ingest")
     s = out["smoke"]
     assert "Paris" in s["text"] and s["finish_reason"] == "stop" and s["passed"] is True
+    # the numerical gate judges a quantized model by the quantized limits (W8A8 quantizes activations too)
+    n = s["numeric"]
+    assert (n["passed"], n["compared"], n["limits"]) == (True, True, {"kl_max": 0.1, "top1_min": 0.75,
+                                                                       "ppl_ratio_max": 1.15})
     (art,) = store_artifacts(home)
     report = json.loads((art / "report.json").read_text())
     assert report["summary"]["passed"] is True

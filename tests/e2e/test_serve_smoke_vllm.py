@@ -49,7 +49,7 @@ def test_server_smoke_checks_the_openai_api(bench_run):
         ("models", True), ("chat.text", True), ("chat.finish_reason", True), ("chat.usage", True),
         ("stream.reassembles", True), ("stream.finish_reason", True), ("stream.usage", True), ("numeric", True)]
     assert [(g["name"], g["passed"]) for g in s["golden"]] == [("capital-of-france", True), ("largest-planet", True)]
-    # the numerical gate over the server's API (/tokenize, /v1/completions prompt_logprobs) sees the load
+    # the numerical gate over the server's API (/v1/completions prompt_logprobs, return_token_ids) sees the load
     # smoke's token counts: the same served tokenizer
     n = s["numeric"]
     assert (n["passed"], n["compared"], n["bound_judged"]) == (True, True, True)

@@ -143,3 +143,17 @@ def test_the_console_line_names_the_verdict_the_bound_and_the_agreement():
         "numerical gate: FAILED; perplexity bound not judged (vocabulary of 128 tokens); not compared: float32 "
         "weights and working memory need about 9.0 GB")
     assert numeric.summary_line(None) == "numerical gate: not run"
+
+
+def test_dry_load_that_could_not_run_is_not_judged_never_a_pass():
+    from modelyard.checks.base import Target
+    from modelyard.stages.verify.runtime import dry_load_findings
+
+    fs = dry_load_findings({"ok": False, "error": "ImportError: x"}, "0.32.0", Target())
+    assert [(f.code, f.severity.value) for f in fs] == [("runtime.dry_load.not_judged", "warning")]
+    assert dry_load_findings({"ok": True, "stage": "done", "target": "host", "tensor_parallel_size": 1}, "0.32.0",
+                             Target()) == []
+    fs = dry_load_findings({"ok": True, "stage": "track", "error": "ValueError", "uninitialized": ["a.weight", "b.weight"],
+                            "target": "host", "tensor_parallel_size": 1}, "0.32.0", Target())
+    assert [(f.code, f.field, f.value) for f in fs] == [("runtime.dry_load.uninitialized", "a.weight",
+                                                         ["a.weight", "b.weight"])]

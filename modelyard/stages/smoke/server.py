@@ -429,20 +429,25 @@ def vocab_size(model_dir: Path) -> int:
 
 
 def score_over_api(client: httpx.Client, name: str, spec: dict[str, Any], max_model_len: int) -> list[dict[str, Any]]:
-    """The reference texts of ``spec`` (:func:`numeric.reference_spec`) scored through the server's own API,
-    as the ``load`` runner scores them offline: ``/tokenize`` (the served tokenizer, its bos policy), then
-    ``/v1/completions`` with the token ids as the prompt, ``prompt_logprobs`` (vLLM's extra parameter) and a
-    greedy continuation. Returns the runner's record shape (:func:`modelyard.checks.numeric.text_figures`)."""
+    """The reference texts of ``spec`` (:func:`numeric.reference_spec`) scored through the server's own
+    OpenAI API, as the ``load`` runner scores them offline: one ``/v1/completions`` request per text with
+    the text as the prompt (so the served tokenizer encodes it, with its own bos policy), vLLM's extra
+    parameters ``return_token_ids`` (the prompt's ids come back as ``prompt_token_ids``),
+    ``truncate_prompt_tokens`` with ``truncation_side="right"`` (the first ``max_model_len -
+    continuation - 1`` tokens, the load runner's cut) and ``prompt_logprobs``, and a greedy continuation.
+    Only ``/v1/`` is used, so it works through a front that exposes nothing else (``/tokenize`` is not
+    public behind the generated nginx). Returns the runner's record shape
+    (:func:`modelyard.checks.numeric.text_figures`); raises ``httpx.HTTPStatusError`` on a failed request."""
     k, cont = spec["top_k"], spec["continuation_tokens"]
     records = []
     for t in spec["texts"]:
-        r = client.post("/tokenize", json={"model": name, "prompt": t["text"]})
-        r.raise_for_status()
-        ids = list(r.json()["tokens"])[: max(2, max_model_len - cont - 1)]
-        r = client.post("/v1/completions", json={"model": name, "prompt": ids, "max_tokens": cont, "temperature": 0,
-                                                 "prompt_logprobs": k})
+        r = client.post("/v1/completions", json={
+            "model": name, "prompt": t["text"], "max_tokens": cont, "temperature": 0, "prompt_logprobs": k,
+            "return_token_ids": True, "truncate_prompt_tokens": max(2, max_model_len - cont - 1),
+            "truncation_side": "right"})
         r.raise_for_status()
         choice = r.json()["choices"][0]
+        ids = [int(i) for i in choice["prompt_token_ids"]]
         logprobs, top = [None], [[]]
         for pos, entry in enumerate(choice["prompt_logprobs"][1:len(ids)], start=1):
             logprobs.append(float(entry[str(ids[pos])]["logprob"]))

@@ -16,7 +16,17 @@ object to ``--out`` (each part ``{"ok": bool, ...}`` or ``{"ok": false, "error":
   and a system message; the stop set (tokenizer eos + generation config eos ids, as
   ``SamplingParams.update_from_generation_config`` builds it) and the token that closes a turn;
 - ``weights``: ``DefaultModelLoader._prepare_weights`` (the files the default loader reads) and the
-  tensor names stored in more than one of them (read from the safetensors headers).
+  tensor names stored in more than one of them (read from the safetensors headers);
+- ``dry_load``: the model built as vLLM builds it (``initialize_model`` under the engine config, the
+  target's ``tensor_parallel_size`` as rank 0 of that split) on the meta device, and its own
+  ``load_weights`` fed every checkpoint tensor through ``DefaultModelLoader.get_all_weights`` as a
+  shape-only meta tensor read from the safetensors header (no weight byte is read); then
+  ``track_weights_loading(quantized=True)``, vLLM's strict rule for parameters no tensor filled. With a
+  target compute capability (``gpu_cc``) the platform answers as a CUDA device of that capability while
+  the quantization config and the layers are built, so vLLM's own scheme checks and kernel selection
+  (``_check_scheme_supported``, ``choose_mp_linear_kernel``, ``choose_scaled_mm_linear_kernel``) judge the
+  target GPU; a question only the CUDA kernel library answers (a ``torch.ops._C`` op the CPU build lacks)
+  is reported as not judged.
 """
 
 import argparse
@@ -172,6 +182,118 @@ def _weights(a) -> dict:
     return out
 
 
+_DT = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+       "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_DIST = {"up": False}
+
+
+def _meta_weights(files, *args, **kwargs):
+    """``safetensors_weights_iterator``'s contract with shape-only tensors from the headers."""
+    import torch
+
+    for f in files:
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            doc = json.loads(fh.read(n))
+        for name, spec in doc.items():
+            if name == "__metadata__":
+                continue
+            dt = getattr(torch, _DT.get(spec.get("dtype"), ""), None) or torch.uint8
+            yield name, torch.empty(spec["shape"], dtype=dt, device="meta")
+
+
+def _not_judged(exc: BaseException, tb: str) -> str | None:
+    """Why vLLM's code could not be asked here, or None when ``exc`` is vLLM's own verdict."""
+    text = str(exc)
+    if "_OpNamespace" in text or "torch.ops._C" in text:
+        return f"needs the CUDA kernel library's answer ({_err(exc)}), which the CPU build lacks"
+    if "meta" in text.lower() and ("meta tensor" in text.lower() or "device='meta'" in text or "meta device" in text):
+        return f"reads tensor values, which a shape-only dry load does not have ({_err(exc)})"
+    if isinstance(exc, (NotImplementedError, ImportError)):
+        return _err(exc)
+    return None
+
+
+def _dry_load(a, EngineArgs) -> dict:
+    import tempfile
+
+    import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+    from vllm.model_executor.model_loader import default_loader as dl
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.platforms import current_platform
+    from vllm.platforms.interface import DeviceCapability, PlatformEnum
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    tp = int(getattr(a, "tensor_parallel_size", None) or 1)
+    cc = getattr(a, "gpu_cc", None)
+    kw = dict(model=a.model, trust_remote_code=False, dtype=a.dtype or "auto", seed=0, enforce_eager=True)
+    if a.max_model_len:
+        kw["max_model_len"] = a.max_model_len
+    ea = EngineArgs(**kw)
+    vc = ea.create_engine_config()  # on the host platform: imports every quantization module as the host would
+    out: dict = {"ok": True, "target": f"cuda {cc}" if cc else "host", "tensor_parallel_size": tp}
+    plat = type(current_platform)
+    saved = (plat._enum, plat.get_device_capability)
+    tb = ""
+    try:
+        if cc:
+            major, minor = (int(x) for x in str(cc).split(".")[:2])
+            plat._enum = PlatformEnum.CUDA
+            plat.get_device_capability = classmethod(lambda cls, device_id=0: DeviceCapability(major, minor))
+            mc = ea.create_model_config()
+            vc.model_config = mc
+            vc.quant_config = VllmConfig._get_quantization_config(mc, vc.load_config)
+        mc = vc.model_config
+        with set_current_vllm_config(vc):
+            if not _DIST["up"]:
+                ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                distributed_init_method=f"file://{tempfile.mktemp(prefix='modelyard-')}")
+                _DIST["up"] = True
+            else:  # the groups depend on the model (an expert-parallel group only for MoE): rebuild per folder
+                ps.destroy_model_parallel()
+            ps.ensure_model_parallel_initialized(1, 1)
+            ps._TP.world_size, ps._TP.rank_in_group = tp, 0  # rank 0 of the target's split
+            vc.parallel_config.tensor_parallel_size = tp
+            stage = "build"
+            try:
+                with set_default_torch_dtype(mc.dtype), torch.device("meta"):
+                    model = initialize_model(vllm_config=vc, model_config=mc)
+                out["kernels"] = sorted({f"{type(m.scheme).__name__}: {type(getattr(m.scheme, 'kernel', None)).__name__}"
+                                         for m in model.modules() if getattr(m, "scheme", None) is not None
+                                         and getattr(m.scheme, "kernel", None) is not None})
+                out["quant_methods"] = sorted({type(m.quant_method).__name__ for m in model.modules()
+                                               if getattr(m, "quant_method", None) is not None})
+                stage = "load"
+                loader = dl.DefaultModelLoader(vc.load_config)
+                real_iter, dl.safetensors_weights_iterator = dl.safetensors_weights_iterator, _meta_weights
+                try:
+                    loaded = model.load_weights(loader.get_all_weights(mc, model))
+                finally:
+                    dl.safetensors_weights_iterator = real_iter
+                out["parameters"] = sum(1 for _ in model.named_parameters())
+                out["loaded"] = None if loaded is None else len(loaded)
+                stage = "track"
+                if loaded is not None:
+                    loader.track_weights_loading(model, set(loaded), quantized=True)
+                out["stage"] = "done"
+            except Exception as exc:
+                tb = traceback.format_exc()
+                why = _not_judged(exc, tb)
+                out.update(stage=stage, error=_err(exc), not_judged=why,
+                           quantization="/layers/quantization/" in tb or "/kernels/" in tb)
+                if stage == "track":
+                    msg = str(exc)
+                    out["uninitialized"] = sorted(x.strip(" '") for x in msg[msg.find("{") + 1:msg.rfind("}")].split(","))[:50]
+    except Exception as exc:  # the target's model config or quantization config refused
+        tb = traceback.format_exc()
+        out.update(stage="config", error=_err(exc), not_judged=_not_judged(exc, tb), quantization=True)
+    finally:
+        plat._enum, plat.get_device_capability = saved
+    return out
+
+
 def answer(a, EngineArgs) -> dict:
     """Every decision for one folder (``a``: model, max_model_len, dtype, tokenizer_mode)."""
     result: dict = {}
@@ -217,6 +339,11 @@ def answer(a, EngineArgs) -> dict:
         result["weights"] = _weights(a)
     except Exception as exc:
         result["weights"] = {"ok": False, "error": _err(exc)}
+    if getattr(a, "dry_load", False) and mc is not None and (result.get("weights") or {}).get("use_safetensors"):
+        try:
+            result["dry_load"] = _dry_load(a, EngineArgs)
+        except Exception as exc:
+            result["dry_load"] = {"ok": False, "error": _err(exc)}
     result["ok"] = True
     return result
 
@@ -237,7 +364,8 @@ def main() -> int:
     ap.add_argument("--batch", default=None,
                     help="a JSON list of {model, max_model_len, dtype, out}: one import, many folders")
     a = ap.parse_args()
-    jobs = [a] if not a.batch else [argparse.Namespace(**{"tokenizer_mode": None, "dtype": None, "max_model_len": None, **j})
+    jobs = [a] if not a.batch else [argparse.Namespace(**{"tokenizer_mode": None, "dtype": None, "max_model_len": None,
+                                                          "dry_load": False, "gpu_cc": None, "tensor_parallel_size": 1, **j})
                                     for j in json.load(open(a.batch))]
     t0 = time.perf_counter()
     ok = True

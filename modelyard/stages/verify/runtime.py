@@ -80,6 +80,7 @@ class OracleRun:
         self.tmp = tempfile.TemporaryDirectory(prefix="modelyard-oracle-")
         tmp = self.tmp.name
         self.jobs = [{"model": str(Path(d).resolve()), "max_model_len": t.max_model_len, "dtype": t.dtype,
+                      "dry_load": True, "gpu_cc": t.gpu_cc, "tensor_parallel_size": t.tensor_parallel_size,
                       "out": f"{tmp}/answer-{i}.json"} for i, (d, t) in enumerate(items)]
         Path(tmp, "batch.json").write_text(json.dumps(self.jobs))
         self.log = open(Path(tmp) / "log", "wb")
@@ -211,6 +212,7 @@ def runtime_findings(answer: RuntimeAnswer, target: Target) -> list[Finding]:
     out.extend(_sampling(raw.get("sampling") or {}, ver))
     out.extend(_tokenizer(raw.get("tokenizer") or {}, ver, target))
     out.extend(_weights(raw.get("weights") or {}, ver))
+    out.extend(dry_load_findings(raw.get("dry_load") or {}, ver, target))
     return out
 
 
@@ -317,6 +319,68 @@ def _weights(w: dict[str, Any], ver: str | None) -> list[Finding]:
                            file=(dup.get(name) or [None])[-1], field=name, value=dup,
                            fix="Keep each tensor in exactly one shard (regenerate the shards and the index).",
                            source=src))
+    return out
+
+
+def dry_load_findings(d: dict[str, Any], ver: str | None, target: Target) -> list[Finding]:
+    """Findings of the runner's ``dry_load`` part (codes ``runtime.dry_load.*``, ``runtime.quantization.*``).
+
+    vLLM's loader judges, not a rule: ``load_weights`` raising on a tensor (a shape it cannot place, a name
+    no parameter takes) is ``runtime.dry_load.rejected`` (error); parameters no checkpoint tensor filled,
+    by ``DefaultModelLoader.track_weights_loading(quantized=True)`` (vLLM applies it by default only to
+    unquantized models and exempts linear layers there, so the served weights would be uninitialised
+    memory) are ``runtime.dry_load.uninitialized`` (error); the target GPU (``target.gpu_cc``) refused by
+    vLLM's quantization code (minimum capability, no kernel that implements the layer) is
+    ``runtime.quantization.target_unsupported`` (error); where vLLM's code could not be asked here (a CUDA
+    kernel-library op the CPU build lacks, a value a shape-only tensor does not have) the finding is
+    ``runtime.dry_load.not_judged`` (warning), never a silent pass. The kernels vLLM picked for a target
+    GPU are ``runtime.quantization.kernels`` (info)."""
+    if not d:
+        return []
+    fn = "initialize_model + load_weights on the meta device"
+    where = f"{d.get('target')}, tensor_parallel_size {d.get('tensor_parallel_size')}"
+    src = _src(ver, fn)
+    if not d.get("ok"):
+        return [Finding("runtime.dry_load.not_judged", Severity.WARNING,
+                        f"vLLM {ver}'s dry load could not run ({where}): {d.get('error')}", value=d.get("error"),
+                        fix="The hand-written rules judged the weights; a real load (`modelyard smoke`) judges the rest.",
+                        source=src)]
+    out: list[Finding] = []
+    err, stage = d.get("error"), d.get("stage")
+    if d.get("kernels") and target.gpu_cc:
+        out.append(Finding("runtime.quantization.kernels", Severity.INFO,
+                           f"on compute capability {target.gpu_cc} vLLM {ver} picks {'; '.join(d['kernels'])}",
+                           value=d["kernels"], source=_src(ver, "the quantization scheme's kernel selection")))
+    if stage == "done" or not err:
+        return out
+    if d.get("not_judged"):
+        out.append(Finding("runtime.dry_load.not_judged", Severity.WARNING,
+                           f"vLLM {ver}'s dry load ({where}) was not judged at its {stage} step: {d['not_judged']}",
+                           value=err, fix="Judge it on the target (`modelyard smoke` there), or trust the hand-written rules.",
+                           source=src))
+    elif stage in ("config", "build") and d.get("quantization") and target.gpu_cc:
+        out.append(Finding("runtime.quantization.target_unsupported", Severity.ERROR,
+                           f"vLLM {ver} cannot serve this quantization on compute capability {target.gpu_cc}: {err}",
+                           file="config.json", field="quantization_config", value=err,
+                           fix="Quantize for that GPU (another scheme: `modelyard quantize --scheme ...`), or serve on a "
+                               "GPU whose capability vLLM names.", source=_src(ver, "the quantization config and kernels")))
+    elif stage in ("config", "build"):
+        out.append(Finding("runtime.dry_load.not_judged", Severity.WARNING,
+                           f"vLLM {ver} could not build the model for a dry load ({where}): {err}", value=err,
+                           fix="A real load (`modelyard smoke`) judges it.", source=src))
+    elif stage == "load":
+        out.append(Finding("runtime.dry_load.rejected", Severity.ERROR,
+                           f"vLLM {ver}'s loader refuses the checkpoint's tensors ({where}): {err}",
+                           file="model.safetensors.index.json", value=err,
+                           fix="Regenerate the shards from the source model (each tensor once, with the shape the "
+                               "architecture and config.json give it).", source=src))
+    elif stage == "track":
+        names = d.get("uninitialized") or []
+        out.append(Finding("runtime.dry_load.uninitialized", Severity.ERROR,
+                           (f"vLLM {ver} would leave {len(names)} parameter(s) uninitialised ({where}): no checkpoint "
+                            f"tensor fills {', '.join(names[:5])}"), field=(names or [None])[0], value=names,
+                           fix="Ship the missing tensors (download again from the same revision, or regenerate the "
+                               "shards).", source=_src(ver, "DefaultModelLoader.track_weights_loading")))
     return out
 
 
