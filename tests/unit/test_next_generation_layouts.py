@@ -77,6 +77,9 @@ def make_deepseek_v3_mtp(out: Path) -> Path:
     cfg_path = out / "config.json"
     data = json.loads(cfg_path.read_text())
     data["num_nextn_predict_layers"] = 1
+    # as DeepSeek-V3's config.json says: vLLM creates the router's e_score_correction_bias only for
+    # topk_method "noaux_tc" (its dry load refuses the tensor otherwise; transformers always creates it)
+    data["topk_method"] = "noaux_tc"
     cfg_path.write_text(json.dumps(data, indent=2))
     write_wordlevel_tokenizer(out)
     return out
