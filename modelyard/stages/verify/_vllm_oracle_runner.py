@@ -146,13 +146,18 @@ def _tokenizer(a, mc, sampling) -> dict:
     return out
 
 
-def _header_names(path: str) -> list:
+def _header(path: str) -> dict:
+    """A safetensors file's header: ``{tensor name: {"dtype", "shape", ...}}`` without ``__metadata__``."""
     with open(path, "rb") as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
         if n > 100_000_000:
-            return []
+            return {}
         doc = json.loads(fh.read(n))
-    return [k for k in doc if k != "__metadata__"] if isinstance(doc, dict) else []
+    return {k: v for k, v in doc.items() if k != "__metadata__"} if isinstance(doc, dict) else {}
+
+
+def _header_names(path: str) -> list:
+    return list(_header(path))
 
 
 def _weights(a) -> dict:
@@ -192,17 +197,12 @@ def _meta_weights(files, *args, **kwargs):
     import torch
 
     for f in files:
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            doc = json.loads(fh.read(n))
-        for name, spec in doc.items():
-            if name == "__metadata__":
-                continue
+        for name, spec in _header(f).items():
             dt = getattr(torch, _DT.get(spec.get("dtype"), ""), None) or torch.uint8
             yield name, torch.empty(spec["shape"], dtype=dt, device="meta")
 
 
-def _not_judged(exc: BaseException, tb: str) -> str | None:
+def _not_judged(exc: BaseException) -> str | None:
     """Why vLLM's code could not be asked here, or None when ``exc`` is vLLM's own verdict."""
     text = str(exc)
     if "_OpNamespace" in text or "torch.ops._C" in text:
@@ -280,7 +280,7 @@ def _dry_load(a, EngineArgs) -> dict:
                 out["stage"] = "done"
             except Exception as exc:
                 tb = traceback.format_exc()
-                why = _not_judged(exc, tb)
+                why = _not_judged(exc)
                 out.update(stage=stage, error=_err(exc), not_judged=why,
                            quantization="/layers/quantization/" in tb or "/kernels/" in tb)
                 if stage == "track":
@@ -288,7 +288,7 @@ def _dry_load(a, EngineArgs) -> dict:
                     out["uninitialized"] = sorted(x.strip(" '") for x in msg[msg.find("{") + 1:msg.rfind("}")].split(","))[:50]
     except Exception as exc:  # the target's model config or quantization config refused
         tb = traceback.format_exc()
-        out.update(stage="config", error=_err(exc), not_judged=_not_judged(exc, tb), quantization=True)
+        out.update(stage="config", error=_err(exc), not_judged=_not_judged(exc), quantization=True)
     finally:
         plat._enum, plat.get_device_capability = saved
     return out
