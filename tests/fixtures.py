@@ -345,6 +345,31 @@ def make_tiktoken_llama(out: Path, *, merges: int = 44) -> Path:
     return out
 
 
+def make_bpe_llama(out: Path, *, vocab_size: int = 800) -> Path:
+    """A folder with a byte-level BPE ``tokenizer.json`` (GPT-2/Llama-3 style: ByteLevel pre-tokenizer and
+    decoder, ``Ġ`` for a leading space) trained here by the tokenizers library on :func:`tiny_corpus` and the
+    probe texts, ChatML template closed by the eos ``<|im_end|>``; config vocab_size = the trained size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from modelyard.checks.gguf_tokenizer import probe_texts
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.train_from_iterator(tiny_corpus() + probe_texts() * 4, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    n = tok.get_vocab_size()
+    make_tiny_llama(out, vocab_size=n, bos_token_id=0, eos_token_id=2, tokenizer=False)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>",
+                                   unk_token=None, pad_token="<|endoftext|>")
+    fast.chat_template = CHATML_TEMPLATE
+    fast.save_pretrained(str(out))
+    return out
+
+
 def train_spm_bpe(lines: list[str], vocab_size: int = 600):
     """A SentencePiece BPE model (byte fallback; ``<unk>``/``<s>``/``</s>`` at 0/1/2) trained here on ``lines``:
     its ``SentencePieceProcessor``. BPE pieces score minus their merge rank, as in every SentencePiece-BPE model;

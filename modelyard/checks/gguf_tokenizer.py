@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelyard import paths
 from modelyard.checks.base import Finding, Severity
 
 #: llama.cpp ``llama_token_type`` values (``gguf-py`` ``TokenType``)
@@ -143,6 +144,17 @@ def single_token_words(vocab: GgufVocab, texts: Sequence[str]) -> list[tuple[str
             if w not in seen and tid is not None and vocab.type_of(tid) == NORMAL:
                 seen[w] = tid
     return list(seen.items())
+
+
+def probe_texts() -> list[str]:
+    """What a served tokenizer is checked on (a converted GGUF's here, every folder's in the runtime oracle):
+    the numerical gate's reference texts, line by line (``modelyard/data/reference-texts.yaml``), and one
+    plain sentence first."""
+    import yaml  # noqa: PLC0415 - light, but only needed here
+
+    data = yaml.safe_load((paths.DATA / "reference-texts.yaml").read_text(encoding="utf-8"))
+    lines = [ln for t in data["texts"] for ln in t["text"].splitlines() if ln.strip()]
+    return ["The capital of France is Paris.", *lines]
 
 
 Encode = Callable[[str, bool], list[int]]

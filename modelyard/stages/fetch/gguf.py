@@ -37,9 +37,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from modelyard import paths, progress
+from modelyard import progress
 from modelyard.checks.base import Finding, Severity
-from modelyard.checks.gguf_tokenizer import CONTROL, NORMAL, SOURCE, USER_DEFINED, GgufVocab, compare
+from modelyard.checks.gguf_tokenizer import CONTROL, NORMAL, SOURCE, USER_DEFINED, GgufVocab, compare, probe_texts
 from modelyard.errors import ConversionError, InvalidSourceError, SourceNotFoundError
 from modelyard.model.digest import sha256_file
 from modelyard.model.snapshot import FileEntry, Snapshot
@@ -165,16 +165,6 @@ def read_vocab(gguf_path: Path) -> GgufVocab:
                      bos_token_id=opt_int("bos_token_id"), eos_token_id=opt_int("eos_token_id"),
                      unk_token_id=opt_int("unknown_token_id"), add_bos_token=opt_bool("add_bos_token"),
                      add_eos_token=opt_bool("add_eos_token"), add_space_prefix=opt_bool("add_space_prefix"))
-
-
-def probe_texts() -> list[str]:
-    """What the converted tokenizer is checked on: the numerical gate's reference texts, line by line
-    (``modelyard/data/reference-texts.yaml``), and one plain sentence first."""
-    import yaml  # noqa: PLC0415 - light, but only needed here
-
-    data = yaml.safe_load((paths.DATA / "reference-texts.yaml").read_text(encoding="utf-8"))
-    lines = [ln for t in data["texts"] for ln in t["text"].splitlines() if ln.strip()]
-    return ["The capital of France is Paris.", *lines]
 
 
 def spm_tokenizer(vocab: GgufVocab) -> Any:

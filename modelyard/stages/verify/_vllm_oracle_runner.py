@@ -15,6 +15,11 @@ object to ``--out`` (each part ``{"ok": bool, ...}`` or ``{"ok": false, "error":
   resolves it, rendered through ``safe_apply_chat_template`` with and without ``add_generation_prompt``
   and a system message; the stop set (tokenizer eos + generation config eos ids, as
   ``SamplingParams.update_from_generation_config`` builds it) and the token that closes a turn;
+  ``probe``: that tokenizer over the job's ``probe_texts`` against an independent reading of the same
+  vocabulary: words that are one token of the vocabulary after a space (``Ġword``, ``▁word``) must come out
+  as that one token; decoding must give each text back; ``tokenizer_config.json``'s explicit
+  ``add_bos_token`` must be what encoding does; and with a ``tokenizer.model`` beside it, SentencePiece's own
+  encoding of each text (the source the fast tokenizer was converted from) must be the same ids;
 - ``weights``: ``DefaultModelLoader._prepare_weights`` (the files the default loader reads) and the
   tensor names stored in more than one of them (read from the safetensors headers);
 - ``dry_load``: the model built as vLLM builds it (``initialize_model`` under the engine config, the
@@ -32,6 +37,7 @@ object to ``--out`` (each part ``{"ok": bool, ...}`` or ``{"ok": false, "error":
 import argparse
 import json
 import os
+import re
 import runpy
 import struct
 import sys
@@ -104,6 +110,88 @@ def _turn_terminator(tok, rendered: str):
     return [best, cands[best]] if best else None
 
 
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+
+
+def _norm_ws(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _probe(tok, texts, folder) -> dict:
+    """The served tokenizer over ``texts`` against an independent reading of its vocabulary (module doc)."""
+    out: dict = {"ok": True, "texts": len(texts)}
+    vocab = tok.get_vocab()
+    skip = set(getattr(tok, "all_special_ids", None) or []) | set(getattr(tok, "added_tokens_decoder", None) or {})
+
+    def enc(text, special=False):
+        return list(tok.encode(text, add_special_tokens=special))
+
+    words: dict = {}
+    for t in texts:
+        for w in _WORD.findall(t):
+            if w in words:
+                continue
+            for mark in ("\u0120", "\u2581"):  # Ġ (byte-level BPE), ▁ (SentencePiece, Metaspace)
+                tid = vocab.get(mark + w)
+                if tid is not None and tid not in skip:
+                    words[w] = tid
+                    break
+    split = []
+    for w, tid in words.items():
+        if not any(tid in ids for ids in (enc(" " + w), enc(w), enc("The " + w))):
+            split.append([w, tok.convert_ids_to_tokens(enc(" " + w))[:8]])
+    out.update(single_token_words=len(words), split=split[:10], split_count=len(split))
+    bad, unk_texts = [], 0
+    unk = getattr(tok, "unk_token_id", None)
+    for t in texts:
+        ids = enc(t)
+        if isinstance(unk, int) and unk in ids:  # a vocabulary without byte fallback that lacks the text
+            unk_texts += 1
+            continue
+        back = tok.decode(ids, skip_special_tokens=True)
+        if _norm_ws(back) != _norm_ws(t):
+            bad.append([t[:80], back[:80]])
+    out.update(round_trip_failed=bad[:5], round_trip_failed_count=len(bad), round_trip_checked=len(texts) - unk_texts,
+               unknown_token_texts=unk_texts)
+    cfg = {}
+    try:
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as fh:
+            cfg = json.load(fh)
+    except (OSError, ValueError):
+        pass
+    bos = getattr(tok, "bos_token_id", None)
+    if isinstance(cfg, dict) and isinstance(cfg.get("add_bos_token"), bool) and isinstance(bos, int) and texts:
+        with_special, plain = enc(texts[0], True), enc(texts[0])
+        adds = bool(with_special) and with_special[0] == bos and (not plain or plain[0] != bos)
+        out["bos"] = {"declared": cfg["add_bos_token"], "adds": adds, "bos_token_id": bos}
+    spm = os.path.join(folder, "tokenizer.model")
+    if os.path.isfile(spm) and os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        try:
+            import sentencepiece
+
+            sp = sentencepiece.SentencePieceProcessor(model_file=spm)
+            # a model trained with remove_extra_whitespaces collapses runs of spaces, which transformers'
+            # LlamaConverter does not carry over: only texts without such runs are compared then
+            collapses = list(sp.encode("a  b")) == list(sp.encode("a b"))
+            diff, compared = [], 0
+            for t in texts:
+                if collapses and " ".join(t.split()) != t:
+                    continue
+                compared += 1
+                want, got = list(sp.encode(t)), enc(t)
+                if want != got:
+                    k = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+                    diff.append({"text": t[:80], "tokens": len(got), "sentencepiece_tokens": len(want), "at": k,
+                                 "got_ids": got[k:k + 4], "want_ids": want[k:k + 4],
+                                 "got": tok.convert_ids_to_tokens(got[k:k + 4]),
+                                 "want": [sp.id_to_piece(i) for i in want[k:k + 4]]})
+            out["sentencepiece"] = {"ok": True, "mismatch": diff[:5], "mismatch_count": len(diff), "compared": compared,
+                                    "collapses_whitespace": collapses}
+        except Exception as exc:
+            out["sentencepiece"] = {"ok": False, "error": _err(exc)}
+    return out
+
+
 def _tokenizer(a, mc, sampling) -> dict:
     from vllm.renderers.hf import resolve_chat_template, safe_apply_chat_template
     from vllm.tokenizers import get_tokenizer
@@ -121,6 +209,11 @@ def _tokenizer(a, mc, sampling) -> dict:
         if isinstance(i, int):
             stop.add(i)
     out["stop_token_ids"] = sorted(stop)
+    if getattr(a, "probe_texts", None):
+        try:
+            out["probe"] = _probe(tok, a.probe_texts, a.model)
+        except Exception as exc:
+            out["probe"] = {"ok": False, "error": _err(exc)}
     try:
         template = resolve_chat_template(tok, None, None, model_config=mc)
     except Exception as exc:

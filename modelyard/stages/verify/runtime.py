@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.checks.base import Finding, Severity, Target
+from modelyard.checks.gguf_tokenizer import probe_texts
 from modelyard.errors import RuntimeNotFoundError
 from modelyard.settings import Settings
 from modelyard.stages.smoke import kill_group, runtime_env
@@ -79,9 +80,10 @@ class OracleRun:
         self.t0 = time.perf_counter()
         self.tmp = tempfile.TemporaryDirectory(prefix="modelyard-oracle-")
         tmp = self.tmp.name
+        texts = probe_texts()
         self.jobs = [{"model": str(Path(d).resolve()), "max_model_len": t.max_model_len, "dtype": t.dtype,
                       "dry_load": True, "gpu_cc": t.gpu_cc, "tensor_parallel_size": t.tensor_parallel_size,
-                      "out": f"{tmp}/answer-{i}.json"} for i, (d, t) in enumerate(items)]
+                      "probe_texts": texts, "out": f"{tmp}/answer-{i}.json"} for i, (d, t) in enumerate(items)]
         Path(tmp, "batch.json").write_text(json.dumps(self.jobs))
         self.log = open(Path(tmp) / "log", "wb")
         self.proc = subprocess.Popen([str(python), str(RUNNER), "--batch", f"{tmp}/batch.json"], stdout=self.log,
@@ -249,15 +251,16 @@ def _tokenizer(t: dict[str, Any], ver: str | None, target: Target) -> list[Findi
                         f"vLLM {ver} cannot build the tokenizer: {t.get('error')}", file="tokenizer_config.json",
                         value=t.get("error"), fix="Ship the tokenizer files of the same revision (tokenizer.json or "
                                                   "tokenizer.model).", source=src)]
+    probe = probe_findings(t.get("probe") or {}, ver)
     sev = _serve_severity(target)
     tfile = "tokenizer_config.json"
     if not t.get("chat_template"):
-        return [Finding("runtime.chat_template.missing", sev,
+        return [*probe, Finding("runtime.chat_template.missing", sev,
                         f"vLLM {ver} resolves no chat template: the chat endpoint rejects every request "
                         "('default chat template is no longer allowed')", file=tfile, field="chat_template",
                         fix="Add chat_template.jinja, or serve completions only (--serve completion).", source=src)]
     r = t.get("renders") or {}
-    out = []
+    out = list(probe)
     failed = {k: v.get("error") for k, v in r.items() if not v.get("ok")}
     if failed and all(not v.get("ok") for k, v in r.items() if not k.startswith("system")):
         out.append(Finding("runtime.chat_template.render_failed", sev,
@@ -288,6 +291,85 @@ def _tokenizer(t: dict[str, Any], ver: str | None, target: Target) -> list[Findi
                            file="generation_config.json", field="eos_token_id", value=stops,
                            fix=f"Add {term[1]} to generation_config.json eos_token_id; `modelyard patch` does this.",
                            source=_src(ver, "SamplingParams.update_from_generation_config")))
+    return out
+
+
+_TOKFIX = ("Ship the tokenizer files of the checkpoint's own revision (tokenizer.json converted from the same "
+           "tokenizer.model or vocabulary the model was trained with), or re-convert it with a current transformers.")
+
+
+def probe_findings(p: dict[str, Any], ver: str | None) -> list[Finding]:
+    """Findings of the runner's tokenizer ``probe`` (codes ``runtime.tokenizer.*``): the tokenizer vLLM builds
+    (``vllm.tokenizers.get_tokenizer``) over the probe texts (:func:`~modelyard.checks.gguf_tokenizer.probe_texts`)
+    against an independent reading of the same vocabulary.
+
+    - ``runtime.tokenizer.splits_single_tokens``: words that are one token of the vocabulary after a space
+      (``Ġword``, ``▁word``) come out as several pieces. Error from 2 words and a quarter of those probed (a
+      pre-tokenizer, normalizer or merge list that does not match the vocabulary: the model reads other pieces
+      than it was trained on, as with the Gemma GGUF conversion that answered " is is is"); a warning below.
+    - ``runtime.tokenizer.round_trip``: decoding the ids does not give the text back (whitespace collapsed;
+      texts with the unknown token are not counted). Error from half of the texts checked, a warning below.
+    - ``runtime.tokenizer.bos_policy``: ``tokenizer_config.json`` sets ``add_bos_token`` explicitly and
+      encoding does otherwise (error: a bos-trained model reads every prompt without it, or twice).
+    - ``runtime.tokenizer.sentencepiece_mismatch``: with ``tokenizer.model`` beside ``tokenizer.json``,
+      SentencePiece's own encoding (the source the fast tokenizer was converted from) gives other ids. Error
+      from a quarter of the texts compared, a warning below. A ``tokenizer.model`` that collapses runs of
+      spaces (``remove_extra_whitespaces``, which transformers' ``LlamaConverter`` does not carry over) is
+      compared on the texts without such runs only.
+    An unreadable probe is ``runtime.tokenizer.not_judged`` (warning), never a silent pass."""
+    if not p:
+        return []
+    src = _src(ver, "get_tokenizer, over the probe texts")
+    f = "tokenizer.json"
+    if not p.get("ok"):
+        return [Finding("runtime.tokenizer.not_judged", Severity.WARNING,
+                        f"the tokenizer vLLM {ver} builds could not be probed: {p.get('error')}", file=f,
+                        value=p.get("error"), fix="Check that the tokenizer encodes and decodes text.", source=src)]
+    out: list[Finding] = []
+    n, split = int(p.get("single_token_words") or 0), p.get("split") or []
+    k = int(p.get("split_count") or 0)
+    if k:
+        shown = ", ".join(f"{w!r} -> {pieces}" for w, pieces in split[:4])
+        out.append(Finding("runtime.tokenizer.splits_single_tokens",
+                           Severity.ERROR if k >= 3 and 10 * k >= n else Severity.WARNING,
+                           (f"{k} of {n} probe words that are single tokens of the vocabulary come out as several "
+                            f"pieces in the tokenizer vLLM {ver} builds: {shown}"),
+                           file=f, field="model", value=k, fix=_TOKFIX, source=src))
+    checked, bad = int(p.get("round_trip_checked") or 0), int(p.get("round_trip_failed_count") or 0)
+    if bad:
+        t, back = (p.get("round_trip_failed") or [["", ""]])[0]
+        out.append(Finding("runtime.tokenizer.round_trip",
+                           Severity.ERROR if 2 * bad >= checked else Severity.WARNING,
+                           (f"decoding does not give the text back for {bad} of {checked} probe texts in the tokenizer "
+                            f"vLLM {ver} builds: {t[:50]!r} comes back as {back[:50]!r}"),
+                           file=f, field="decoder", value=bad, fix=_TOKFIX, source=src))
+    bos = p.get("bos") or {}
+    if bos and bos.get("declared") != bos.get("adds"):
+        out.append(Finding("runtime.tokenizer.bos_policy", Severity.ERROR,
+                           (f"tokenizer_config.json sets add_bos_token {str(bos.get('declared')).lower()}, but the "
+                            f"tokenizer vLLM {ver} builds {'adds' if bos.get('adds') else 'does not add'} the bos "
+                            f"token (id {bos.get('bos_token_id')}) when it encodes a prompt"),
+                           file="tokenizer_config.json", field="add_bos_token", value=bos.get("declared"),
+                           fix="Make tokenizer.json's post_processor add the bos token as add_bos_token says (or set "
+                               "add_bos_token to what the model was trained with).", source=src))
+    sp = p.get("sentencepiece") or {}
+    if sp.get("ok") and sp.get("mismatch_count"):
+        m, total = int(sp["mismatch_count"]), int(sp.get("compared") or p.get("texts") or 0)
+        d = (sp.get("mismatch") or [{}])[0]
+        out.append(Finding("runtime.tokenizer.sentencepiece_mismatch",
+                           Severity.ERROR if 4 * m >= total else Severity.WARNING,
+                           (f"{m} of {total} probe texts encode otherwise in tokenizer.json (as vLLM {ver} loads it) "
+                            f"than in tokenizer.model (SentencePiece): {d.get('tokens')} tokens against "
+                            f"{d.get('sentencepiece_tokens')}, first at token {d.get('at')}: {d.get('got')} "
+                            f"{d.get('got_ids')} against {d.get('want')} {d.get('want_ids')}"),
+                           file=f, field="model", value=m,
+                           fix="Re-convert tokenizer.json from tokenizer.model (transformers' from_slow), or ship the "
+                               "pair from the same revision.", source=src + " and sentencepiece"))
+    elif sp and not sp.get("ok"):
+        out.append(Finding("runtime.tokenizer.not_judged", Severity.WARNING,
+                           f"tokenizer.model could not be read by SentencePiece to compare: {sp.get('error')}",
+                           file="tokenizer.model", value=sp.get("error"),
+                           fix="Ship a tokenizer.model that SentencePiece reads, or drop it.", source=src))
     return out
 
 
