@@ -1,6 +1,6 @@
 """Runs INSIDE the vLLM runtime interpreter (stdlib + vLLM only), for benchmarks/differential.py.
 
-Reads a JSON list of jobs (``{"id", "model", "mode", "prompt", "max_model_len", "max_tokens"}``) and, for
+Reads a JSON list of jobs (``{"id", "model", "mode", "prompt", "max_model_len", "max_tokens", "messages"?}``) and, for
 each job not yet in the JSONL output, loads the model with the vLLM offline API (engine in-process,
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, eager), asks one greedy question (chat through the model's
 template, or a plain completion) with the server's defaults from generation_config.json
@@ -57,7 +57,8 @@ def main() -> int:
                 if params.max_tokens is None or params.max_tokens == 16 and not _has_default_max(llm):
                     params.max_tokens = job["max_tokens"]
                 if job["mode"] == "chat":
-                    outs = llm.chat([{"role": "user", "content": job["prompt"]}], params, use_tqdm=False)
+                    outs = llm.chat(job.get("messages") or [{"role": "user", "content": job["prompt"]}], params,
+                                    use_tqdm=False)
                 else:
                     outs = llm.generate([job["prompt"]], params, use_tqdm=False)
                 o = outs[0].outputs[0]

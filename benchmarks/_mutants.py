@@ -34,6 +34,9 @@ class Mutant:
     #: the id of the mutant whose answer is what this one's config intends (default: the healthy base's), e.g. a
     #: rope block without its type key is judged against the same block with it
     ref_id: str | None = None
+    #: the conversation to ask in chat mode (default: one user turn with the prompt); the template-shape family
+    #: asks the shape its template mishandles
+    messages: list[dict[str, Any]] | None = None
 
     @property
     def id(self) -> str:
@@ -42,9 +45,12 @@ class Mutant:
 
     def job(self, d: Path) -> dict[str, Any]:
         kind = "demo" if self.base == "demo" else "tiny"
-        return {"id": self.id, "model": str(d), "mode": self.mode, "prompt": PROMPTS[(kind, self.mode)],
-                "max_model_len": self.max_model_len or (DEMO_LEN if kind == "demo" else TINY_LEN),
-                "max_tokens": MAX_TOKENS[kind]}
+        job = {"id": self.id, "model": str(d), "mode": self.mode, "prompt": PROMPTS[(kind, self.mode)],
+               "max_model_len": self.max_model_len or (DEMO_LEN if kind == "demo" else TINY_LEN),
+               "max_tokens": MAX_TOKENS[kind]}
+        if self.messages:
+            job["messages"] = self.messages
+        return job
 
 
 def _tiny(out: Path) -> Path:
@@ -428,7 +434,187 @@ def _w8a8(out: Path) -> Path:
 BASES["w8a8"] = _w8a8
 
 
+# --- families from the blind spots of the hand rules (the numerical-gate work): weights vLLM's loader would
+# not take or would leave empty, quantized tensor layouts, tokenizer conversions, conversation shapes ----------
+
+def _tensors(fn: Callable[[dict], Any], index: bool = False) -> Callable[[Path], None]:
+    """Edit every shard's tensors through ``fn(tensors_by_name)`` (one dict over all shards; tensors keep
+    their shard, new ones go to the first); the index follows when ``index``."""
+    def go(d: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        files = sorted(d.glob("*.safetensors"))
+        where, allt = {}, {}
+        for f in files:
+            for k, v in load_file(str(f)).items():
+                where[k], allt[k] = f, v
+        before = set(allt)
+        fn(allt)
+        for f in files:
+            part = {k: v.contiguous() for k, v in allt.items() if where.get(k, files[0]) == f}
+            save_file(part, str(f), metadata={"format": "pt"})
+        idx = d / "model.safetensors.index.json"
+        if index and idx.is_file():
+            doc = json.loads(idx.read_text())
+            for k in before - set(allt):
+                doc["weight_map"].pop(k, None)
+            for k in set(allt) - before:
+                doc["weight_map"][k] = files[0].name
+            idx.write_text(json.dumps(doc, indent=2))
+    return go
+
+
+def _loader_weights() -> list[Mutant]:
+    import torch
+
+    q, down, lm = "model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight", "lm_head.weight"
+
+    def strip_prefix(t: dict) -> None:
+        for k in [k for k in t if k.startswith("model.")]:
+            t[k[len("model."):]] = t.pop(k)
+
+    def dup_wrong_shape(d: Path) -> None:  # the issue's case: a second copy in another shard, of another shape
+        from safetensors.torch import load_file, save_file
+
+        shards = sorted(d.glob("model-*.safetensors"))
+        norm = "model.layers.0.input_layernorm.weight"
+        doc = json.loads((d / "model.safetensors.index.json").read_text())
+        other = next(f for f in shards if f.name != doc["weight_map"][norm])
+        sd = load_file(str(other))
+        sd[norm] = torch.zeros(8, 72, dtype=torch.bfloat16)
+        save_file(sd, str(other), metadata={"format": "pt"})
+
+    m = "loader-weights"
+    return [
+        Mutant(m, "healthy", "tiny", "completion", lambda d: None),
+        Mutant(m, "tensor-missing", "tiny", "completion", _tensors(lambda t: t.pop(down))),
+        Mutant(m, "norm-missing", "tiny", "completion", _tensors(lambda t: t.pop("model.layers.1.input_layernorm.weight"))),
+        Mutant(m, "lm-head-missing-untied", "tiny", "completion", _tensors(lambda t: t.pop(lm))),
+        Mutant(m, "lm-head-extra-tied", "tiny", "completion", _set("config.json", "tie_word_embeddings", True)),
+        Mutant(m, "rows-cut", "tiny", "completion", _tensors(lambda t: t.__setitem__(q, t[q][:-8]))),
+        Mutant(m, "transposed", "tiny", "completion", _tensors(lambda t: t.__setitem__(down, t[down].t()))),
+        Mutant(m, "embeddings-fewer-rows", "tiny", "completion",
+               _tensors(lambda t: t.__setitem__("model.embed_tokens.weight", t["model.embed_tokens.weight"][:-16]))),
+        Mutant(m, "unknown-tensor", "tiny", "completion",
+               _tensors(lambda t: t.__setitem__("model.layers.0.mlp.bogus.weight", torch.zeros(4, 4, dtype=torch.bfloat16)))),
+        Mutant(m, "bias-without-attention-bias", "tiny", "completion",
+               _tensors(lambda t: t.__setitem__("model.layers.0.self_attn.q_proj.bias", torch.zeros(128, dtype=torch.bfloat16)))),
+        Mutant(m, "prefix-stripped", "tiny", "completion", _tensors(strip_prefix)),
+        Mutant(m, "more-layers-in-config", "tiny", "completion", _set("config.json", "num_hidden_layers", 3)),
+        Mutant(m, "fewer-layers-in-config", "tiny", "completion", _set("config.json", "num_hidden_layers", 1)),
+        Mutant(m, "one-tensor-float32", "tiny", "completion", _tensors(lambda t: t.__setitem__(q, t[q].float()))),
+        Mutant(m, "duplicate-wrong-shape", "tiny3", "completion", dup_wrong_shape),
+        Mutant(m, "shard-tensor-missing", "tiny3", "completion", _tensors(lambda t: t.pop(down), index=True)),
+    ]
+
+
+def _quantized_weights() -> list[Mutant]:
+    import torch
+
+    w = "model.layers.0.mlp.down_proj"
+    m = "quantized-weights"
+    return [
+        Mutant(m, "healthy", "w8a8", "completion", lambda d: None),
+        Mutant(m, "scale-missing", "w8a8", "completion", _tensors(lambda t: t.pop(f"{w}.weight_scale"))),
+        Mutant(m, "scale-flat", "w8a8", "completion",
+               _tensors(lambda t: t.__setitem__(f"{w}.weight_scale", t[f"{w}.weight_scale"].flatten()))),
+        Mutant(m, "scale-per-tensor", "w8a8", "completion",
+               _tensors(lambda t: t.__setitem__(f"{w}.weight_scale", t[f"{w}.weight_scale"][:1].flatten()))),
+        Mutant(m, "weight-dequantized", "w8a8", "completion",
+               _tensors(lambda t: t.__setitem__(f"{w}.weight", t[f"{w}.weight"].to(torch.bfloat16)))),
+        Mutant(m, "static-input-scale", "w8a8", "completion",
+               _tensors(lambda t: t.__setitem__(f"{w}.input_scale", torch.ones(1, dtype=torch.bfloat16)))),
+        Mutant(m, "zero-point-on-symmetric", "w8a8", "completion",
+               _tensors(lambda t: t.__setitem__(f"{w}.weight_zero_point", torch.zeros(128, 1, dtype=torch.int8)))),
+        Mutant(m, "lm-head-quantized-but-ignored", "w8a8", "completion",
+               _tensors(lambda t: t.update({"lm_head.weight_scale": torch.ones(128, 1, dtype=torch.bfloat16),
+                                            "lm_head.weight": t["lm_head.weight"].to(torch.int8)}))),
+    ]
+
+
+def _tok(fn: Callable[[dict], Any]) -> Callable[[Path], None]:
+    return _edit("tokenizer.json", fn)
+
+
+def _tokenizers() -> list[Mutant]:
+    def swap_ids(doc: dict) -> None:  # two common words trade ids, as a vocabulary of another revision would
+        v = doc["model"]["vocab"]
+        v["ĠParis"], v["ĠLondon"] = v["ĠLondon"], v["ĠParis"]
+
+    def no_im_end(doc: dict) -> None:  # the turn marker is no longer an added token: it is split as text
+        doc["added_tokens"] = [t for t in doc["added_tokens"] if t["content"] != "<|im_end|>"]
+
+    def vocab_merges(d: Path) -> None:  # the slow-tokenizer files instead of tokenizer.json: healthy
+        doc = json.loads((d / "tokenizer.json").read_text())
+        (d / "vocab.json").write_text(json.dumps(doc["model"]["vocab"]))
+        merges = [" ".join(x) if isinstance(x, list) else x for x in doc["model"]["merges"]]
+        (d / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+        (d / "tokenizer.json").unlink()
+        _set("tokenizer_config.json", "tokenizer_class", "GPT2Tokenizer")(d)
+
+    m = "tokenizer"
+    out = []
+    for mode in ("chat", "completion"):
+        out += [
+            Mutant(m, f"merges-cut-{mode}", "demo", mode,
+                   _tok(lambda doc: doc["model"].__setitem__("merges", doc["model"]["merges"][: len(doc["model"]["merges"]) // 4]))),
+            Mutant(m, f"pre-tokenizer-removed-{mode}", "demo", mode, _tok(lambda doc: doc.__setitem__("pre_tokenizer", None))),
+            Mutant(m, f"decoder-removed-{mode}", "demo", mode, _tok(lambda doc: doc.__setitem__("decoder", None))),
+            Mutant(m, f"lowercase-normalizer-{mode}", "demo", mode,
+                   _tok(lambda doc: doc.__setitem__("normalizer", {"type": "Lowercase"}))),
+            Mutant(m, f"ids-swapped-{mode}", "demo", mode, _tok(swap_ids)),
+        ]
+    out += [
+        Mutant(m, "turn-marker-not-added-chat", "demo", "chat", _tok(no_im_end)),
+        Mutant(m, "vocab-merges-files-completion", "demo", "completion", vocab_merges),
+        Mutant(m, "tokenizer-json-removed-completion", "demo", "completion", _rm("tokenizer.json")),
+    ]
+    return out
+
+
+_Q = "What is the capital of France?"
+SHAPES: dict[str, list[dict[str, Any]]] = {
+    "system+user": [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": _Q}],
+    "user+user": [{"role": "user", "content": "I have a geography question."}, {"role": "user", "content": _Q}],
+    "multi-turn": [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hello! How can I help?"},
+                   {"role": "user", "content": _Q}],
+    "tool-result": [{"role": "user", "content": "Look up the capital of France."},
+                    {"role": "assistant", "content": "Looking it up."},
+                    {"role": "tool", "content": "Paris"}, {"role": "user", "content": _Q}],
+}
+
+
+def _template_shapes() -> list[Mutant]:
+    raise_if = ("{% for m in messages %}{% if COND %}{{ raise_exception('WHY') }}{% endif %}{% endfor %}")
+
+    def guard(cond: str, why: str) -> Callable[[Path], None]:
+        return _template(raise_if.replace("COND", cond).replace("WHY", why) + _CHATML)
+
+    alternate = ("{% for m in messages %}{% if loop.index0 > 0 and m['role'] == messages[loop.index0 - 1]['role'] %}"
+                 "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+                 "{% endif %}{% endfor %}")
+    needs_system = "{% if messages[0]['role'] != 'system' %}{{ raise_exception('A system message is required') }}{% endif %}"
+    m = "template-shapes"
+    out = [Mutant(m, f"healthy-{k}", "demo", "chat", lambda d: None, messages=v) for k, v in SHAPES.items()]
+    out += [
+        Mutant(m, "rejects-system", "demo", "chat", guard("m['role'] == 'system'", "System role not supported"),
+               messages=SHAPES["system+user"]),
+        Mutant(m, "alternation-enforced", "demo", "chat", _template(alternate + _CHATML), messages=SHAPES["user+user"]),
+        Mutant(m, "rejects-tool", "demo", "chat", guard("m['role'] == 'tool'", "Tool role not supported"),
+               messages=SHAPES["tool-result"]),
+        Mutant(m, "rejects-assistant-history", "demo", "chat",
+               guard("m['role'] == 'assistant'", "Only single-turn conversations"), messages=SHAPES["multi-turn"]),
+        Mutant(m, "requires-system", "demo", "chat", _template(needs_system + _CHATML)),
+        Mutant(m, "drops-history-terminators", "demo", "chat", _template(
+            "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+            "('<|im_end|>' if message['role'] != 'assistant' else '') + '\\n' }}{% endfor %}"
+            "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"), messages=SHAPES["multi-turn"]),
+    ]
+    return out
+
+
 def all_mutants() -> list[Mutant]:
     """Every mutant, family by family (stable order)."""
     return (_config_keys() + _rope() + _head_dim() + _architectures() + _length() + _dtype() + _generation_config()
-            + _special_tokens() + _chat_templates() + _index() + _quantization())
+            + _special_tokens() + _chat_templates() + _index() + _quantization() + _loader_weights()
+            + _quantized_weights() + _tokenizers() + _template_shapes())

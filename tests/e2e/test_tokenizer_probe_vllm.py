@@ -18,7 +18,13 @@ from tests.fixtures import make_bpe_llama, make_spm_llama, make_tiktoken_llama
 pytestmark = pytest.mark.vllm
 
 CASES = ("bpe", "bpe-merges-cut", "bpe-no-pre-tokenizer", "bpe-no-decoder", "spm", "spm-json", "spm-json-stale",
-         "tiktoken")
+         "tiktoken", "bpe-alternation")
+#: a template that enforces strict user/assistant alternation and knows no tool role (public Mistral- and
+#: Llama-2-era templates): fine for one question, HTTP 400 for conversations of other shapes
+ALTERNATION = ("{% for m in messages %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+               "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+               "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+               "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
 def _edit_json(p: Path, fn) -> None:
@@ -47,10 +53,13 @@ def judged(tmp_path_factory):
     AutoTokenizer.from_pretrained(str(other)).save_pretrained(str(base / "other-json"))
     shutil.copy(base / "other-json" / "tokenizer.json", base / "spm-json-stale" / "tokenizer.json")
     make_tiktoken_llama(base / "tiktoken")
+    shutil.copytree(bpe, base / "bpe-alternation")
+    (base / "bpe-alternation" / "chat_template.jinja").unlink(missing_ok=True)
+    _edit_json(base / "bpe-alternation" / "tokenizer_config.json", lambda d: d.__setitem__("chat_template", ALTERNATION))
     items = [(base / n, Target(serve="chat")) for n in CASES]
     answers = ask_runtime_many(items)
     return {n: [(f.code, f.severity.value, f.message) for f in runtime_findings(a, t)
-                if f.code.startswith("runtime.tokenizer")]
+                if f.code.startswith(("runtime.tokenizer", "runtime.chat_template.rejects_shape"))]
             for n, (_, t), a in zip(CASES, items, answers)}
 
 
@@ -87,3 +96,11 @@ def test_a_stale_tokenizer_json_disagrees_with_its_sentencepiece_model(judged):
     assert msg.endswith("7 of 7 probe texts encode otherwise in tokenizer.json (as vLLM 0.32.0 loads it) than in "
                         "tokenizer.model (SentencePiece): 27 tokens against 27, first at token 0: ['▁', '<0x54>', 'he', "
                         "'▁c'] [272, 87, 263, 261] against ['▁', '<0x54>', 'he', '▁c'] [292, 87, 263, 261]")
+
+
+def test_conversation_shapes_the_template_refuses_are_named(judged):
+    (code, sev, msg), = judged["bpe-alternation"]
+    assert (code, sev) == ("runtime.chat_template.rejects_shape", "warning")
+    assert msg == ("vLLM 0.32.0 cannot render 2 conversation shape(s) users send with the chat template (HTTP 400 for "
+                   "them): user+user: VLLMValidationError: Conversation roles must alternate user/assistant/user/assistant/...; "
+                   "tool-call+result: VLLMValidationError: Conversation roles must alternate user/assistant/user/assistant/...")

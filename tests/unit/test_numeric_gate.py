@@ -157,3 +157,21 @@ def test_dry_load_that_could_not_run_is_not_judged_never_a_pass():
                             "target": "host", "tensor_parallel_size": 1}, "0.32.0", Target())
     assert [(f.code, f.field, f.value) for f in fs] == [("runtime.dry_load.uninitialized", "a.weight",
                                                          ["a.weight", "b.weight"])]
+
+
+def test_a_derived_artifact_is_judged_against_its_parent_one_sided():
+    # a quantized artifact that scores better than its parent on one text is no defect; one that departs is
+    figs = [_fig("prose-en", 23.0, kl=0.04, top1=0.85, ratio=1.04), _fig("code", 3.0, kl=0.02, top1=0.9, ratio=0.97)]
+    rec, f = numeric.judge_parent(figs, quantized=True, reference="r")
+    assert (rec["compared"], rec["kl_mean"], rec["top1"], rec["ppl_ratio_worst"], f) == (True, 0.03, 0.875, 1.04, [])
+    assert rec["ppl_ratio_mean"] == round(math.exp((math.log(1.04) + math.log(0.97)) / 2), 5)
+    rec, f = numeric.judge_parent(figs, quantized=False)  # a patch changes no weight: the tight limits
+    assert [(x.code, x.severity.value) for x in f] == [("smoke.numeric.parent_disagreement", "error")]
+    assert f[0].message == ("the served artifact departs from its parent checkpoint (limits: KL <= 0.02, top-1 >= 0.9, "
+                            "perplexity ratio <= 1.05): prose-en: KL 0.04, top-1 0.850, perplexity x1.04")
+
+
+def test_a_parent_that_could_not_run_is_not_compared_never_a_pass():
+    rec, f = numeric.judge_parent([_fig("prose-en", 23.0, compared=False)], quantized=True, not_compared="too big")
+    assert (rec["compared"], rec["not_compared"], [(x.code, x.severity.value) for x in f]) == (
+        False, "too big", [("smoke.numeric.parent_not_compared", "warning")])

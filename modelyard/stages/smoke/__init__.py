@@ -204,14 +204,15 @@ def root_cause(log: str) -> str | None:
 
 def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,
                max_model_len: int | None = None, timeout: float | None = None,
-               mode: str = DEFAULT_SERVE, numbers: bool = True) -> SmokeResult:
+               mode: str = DEFAULT_SERVE, numbers: bool = True, parent: Path | None = None) -> SmokeResult:
     """Run the smoke in the vLLM runtime; returns a SmokeResult (``passed`` may be False).
 
     ``mode`` is the target's serving mode: ``chat`` asks ``question`` through the chat template,
     ``completion`` sends it as a plain-text prompt; :func:`~modelyard.model.modes.judge_answer`
     is the pass rule of each.
     ``numbers=False`` leaves out the numerical gate (:func:`judge_numbers`; only
-    ``benchmarks/numeric_gate.py`` does, to measure what the gate costs).
+    ``benchmarks/numeric_gate.py`` does, to measure what the gate costs). ``parent``: the checkpoint
+    ``model_dir`` was quantized or patched from, whose transformers forward the gate compares too.
     ``max_tokens`` (tokens) bounds the answer. ``max_model_len`` (tokens) defaults to
     min(``max_position_embeddings``, 4096) to bound the CPU KV cache. Raises
     :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError` (exit 2)
@@ -289,7 +290,7 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     t_gate = time.perf_counter()
     verdict, findings = judge_numbers(model_dir, r.get("reference") or [], int(r.get("vocab_size") or 0),
                                       r.get("answer_ids") or [], finish_reason=r.get("finish_reason"), text=r.get("text"),
-                                      special=frozenset(r.get("special_ids") or ()), early=early)
+                                      special=frozenset(r.get("special_ids") or ()), early=early, parent=parent)
     numeric_seconds = {"vllm": r.get("reference_seconds"), "reference": round(time.perf_counter() - t_gate, 2)}
     if error is None and not verdict.passed:
         error = "; ".join(f["message"] for f in findings if f["severity"] == "error")
@@ -299,15 +300,16 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
 
 def judge_numbers(model_dir: Path, records: list[dict[str, Any]], vocab_size: int, answer: list[Any], *,
                   finish_reason: str | None, text: str | None, special: frozenset[int] = frozenset(),
-                  meminfo: Path = numeric.MEMINFO,
-                  early: numeric.EarlyReference | None = None) -> tuple[numeric.NumericVerdict, list[dict[str, Any]]]:
+                  meminfo: Path = numeric.MEMINFO, early: numeric.EarlyReference | None = None,
+                  parent: Path | None = None) -> tuple[numeric.NumericVerdict, list[dict[str, Any]]]:
     """The numerical gate (:func:`numeric.numeric_gate`) over the reference ``records`` (the runner's, or
     the server's) and the degenerate-answer check (:func:`modelyard.checks.numeric.degenerate`) over
     ``answer`` (token ids, or words), as one verdict and its findings (dicts). The verdict fails when
     either has an error. ``early``: the reference started beside vLLM (:func:`numeric.start_early_reference`).
-    Used by the ``load`` and the ``server`` smoke alike."""
+    Used by the ``load`` and the ``server`` smoke alike. ``parent``: the checkpoint a derived artifact
+    (quantized, patched) came from, compared too (:func:`numeric.numeric_gate`)."""
     with progress.task("numerical gate: vLLM against transformers", total=None):
-        verdict, found = numeric.numeric_gate(model_dir, records, vocab_size, meminfo, early)
+        verdict, found = numeric.numeric_gate(model_dir, records, vocab_size, meminfo, early, parent=parent)
     why = degenerate(answer, finish_reason=finish_reason, special=special)
     if why:
         found.append(degenerate_finding(why, text))

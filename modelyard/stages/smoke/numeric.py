@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -196,12 +197,17 @@ def _quantized(model_dir: Path) -> bool:
 
 
 def numeric_gate(model_dir: Path, records: list[dict[str, Any]], vocab_size: int,
-                 meminfo: Path = MEMINFO, early: EarlyReference | None = None) -> tuple[numeric.NumericVerdict, list[Finding]]:
+                 meminfo: Path = MEMINFO, early: EarlyReference | None = None,
+                 parent: Path | None = None) -> tuple[numeric.NumericVerdict, list[Finding]]:
     """Judge the runner's ``records`` of ``model_dir`` (a model of ``vocab_size`` tokens): compare them
     with :func:`reference_logprobs` where :func:`fits_on_host` allows, then
     :func:`modelyard.checks.numeric.judge` (quantized limits for a checkpoint with a
     ``quantization_config``). ``early`` is the reference started beside vLLM, if one was. A reference that
-    fails to run is "not compared" with its error, never a pass by silence."""
+    fails to run is "not compared" with its error, never a pass by silence.
+
+    ``parent``: the checkpoint ``model_dir`` was derived from (quantized or patched from; it shares the
+    tokenizer, so the same ids apply): transformers' forward of it on the same ids is compared with vLLM's
+    numbers by :func:`modelyard.checks.numeric.judge_parent`, recorded as the verdict's ``parent``."""
     prose = {t["name"]: bool(t.get("prose")) for t in reference_texts()}
     why = fits_on_host(model_dir, meminfo)
     refs: list[Any] = [None] * len(records)
@@ -213,4 +219,18 @@ def numeric_gate(model_dir: Path, records: list[dict[str, Any]], vocab_size: int
         except Exception as exc:  # noqa: BLE001 - any failure of the second implementation is reported, not raised
             why = f"transformers could not run the checkpoint: {type(exc).__name__}: {str(exc)[:300]}"
     texts = [numeric.text_figures(r["name"], r, ref, prose=prose.get(r["name"], False)) for r, ref in zip(records, refs)]
-    return numeric.judge(texts, vocab_size, quantized=_quantized(model_dir), not_compared=why, reference=label)
+    verdict, found = numeric.judge(texts, vocab_size, quantized=_quantized(model_dir), not_compared=why, reference=label)
+    if parent is None or Path(parent).resolve() == Path(model_dir).resolve():
+        return verdict, found
+    pwhy = fits_on_host(Path(parent), meminfo)
+    prefs: list[Any] = [None] * len(records)
+    if pwhy is None:
+        try:
+            prefs = reference_logprobs(Path(parent), records)
+        except Exception as exc:  # noqa: BLE001 - reported as not compared, never raised
+            pwhy = f"transformers could not run the parent checkpoint: {type(exc).__name__}: {str(exc)[:300]}"
+    ptexts = [numeric.text_figures(r["name"], r, ref) for r, ref in zip(records, prefs)]
+    rec, pfound = numeric.judge_parent(ptexts, quantized=_quantized(model_dir), not_compared=pwhy,
+                                       reference=f"transformers {md.version('transformers')}, float32, CPU, on the parent")
+    passed = verdict.passed and not any(f.severity.value == "error" for f in pfound)
+    return replace(verdict, parent=rec, passed=passed), found + pfound

@@ -357,7 +357,8 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                  max_tokens: int = 64, golden: list[GoldenPrompt] | None = None, golden_source: str | None = None,
                  bench: BenchSpec | None = None, max_model_len: int = 2048,
                  timeout: float | None = None, mode: str = DEFAULT_SERVE, url: str | None = None,
-                 slo: dict[str, float] | None = None, slo_class: str | None = None) -> ServerSmokeResult:
+                 slo: dict[str, float] | None = None, slo_class: str | None = None,
+                 parent: Path | None = None) -> ServerSmokeResult:
     """Start the vLLM OpenAI server on ``model_dir`` from ``config`` (serve/vllm.yaml's keys) with
     :func:`cpu_config` overrides (:func:`start_server`), run the checks of this module's docstring
     through the API of ``mode`` (chat or completion), then stop it. With ``url``, check the server
@@ -399,7 +400,7 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                                    "See the server's error; `modelyard verify` on the folder may name the cause.") from exc
     text, finish, usage, s_text = answer
     verdict, findings = judge_numbers(model_dir, records, vocab_size(model_dir), (text or "").split(),
-                                      finish_reason=finish, text=text, early=early)
+                                      finish_reason=finish, text=text, early=early, parent=parent)
     checks.append(Check("numeric", verdict.passed, "; ".join(f["message"] for f in findings if f["severity"] == "error")
                         or f"prose perplexity {verdict.prose_ppl}, KL {verdict.kl_mean}, top-1 {verdict.top1} "
                            f"({'compared with ' + str(verdict.reference) if verdict.compared else 'not compared'})"))

@@ -13,7 +13,8 @@ object to ``--out`` (each part ``{"ok": bool, ...}`` or ``{"ok": false, "error":
   generation_config.json) and ``try_get_generation_config()``;
 - ``tokenizer``: ``vllm.tokenizers.get_tokenizer``; the chat template as ``resolve_chat_template``
   resolves it, rendered through ``safe_apply_chat_template`` with and without ``add_generation_prompt``
-  and a system message; the stop set (tokenizer eos + generation config eos ids, as
+  and a system message, and over the conversation shapes users send (two user turns in a row, multi-turn
+  with assistant history, a tool call and its result: ``shape:*``); the stop set (tokenizer eos + generation config eos ids, as
   ``SamplingParams.update_from_generation_config`` builds it) and the token that closes a turn;
   ``probe``: that tokenizer over the job's ``probe_texts`` against an independent reading of the same
   vocabulary: words that are one token of the vocabulary after a space (``Ġword``, ``▁word``) must come out
@@ -64,6 +65,33 @@ def _model_config(a, EngineArgs):
     if a.tokenizer_mode:
         kw["tokenizer_mode"] = a.tokenizer_mode
     return EngineArgs(**kw).create_model_config()
+
+
+def _inspect_cause(model: str):
+    """Why vLLM's registry could not inspect the architecture ("failed to be inspected"): import the model's
+    own module here and return the import error (e.g. a package the runtime venv lacks), or None."""
+    import importlib
+
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as fh:
+            archs = json.load(fh).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    for arch in archs:
+        entry = ModelRegistry.models.get(arch)
+        name = getattr(entry, "module_name", None)
+        if not name:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            return {"architecture": arch, "module": name, "error": _err(exc),
+                    "missing": getattr(exc, "name", None)}
+        except Exception as exc:
+            return {"architecture": arch, "module": name, "error": _err(exc), "missing": None}
+    return None
 
 
 def _describe(mc) -> dict:
@@ -225,9 +253,16 @@ def _tokenizer(a, mc, sampling) -> dict:
     system = {"role": "system", "content": "You are a helpful assistant."}
     reply = {"role": "assistant", "content": SENTINEL}
     renders = {}
+    hello = {"role": "user", "content": "Hello!"}
+    hi = {"role": "assistant", "content": "Hello! How can I help?"}
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function", "function": {
+        "name": "lookup", "arguments": '{"query": "capital of France"}'}}]}
+    result = {"role": "tool", "tool_call_id": "call_0", "content": "Paris"}
     for name, conv, gen in (("user", [user], False), ("user+gen", [user], True),
                             ("system+user", [system, user], False), ("system+user+gen", [system, user], True),
-                            ("user+assistant", [user, reply], False)):
+                            ("user+assistant", [user, reply], False),
+                            ("shape:user+user", [hello, user], True), ("shape:multi-turn", [hello, hi, user], True),
+                            ("shape:tool-call+result", [user, call, result], True)):
         try:
             renders[name] = {"ok": True, "text": safe_apply_chat_template(
                 mc, tok, conv, tokenize=False, add_generation_prompt=gen)}
@@ -399,6 +434,11 @@ def answer(a, EngineArgs) -> dict:
             result["model_config_default_len"] = _describe(_model_config(a2, EngineArgs))
     except Exception as exc:
         result["model_config"] = {"ok": False, "error": _err(exc)}
+        if "failed to be inspected" in str(exc):
+            try:
+                result["model_config"]["inspect_cause"] = _inspect_cause(a.model)
+            except Exception as exc2:
+                result["model_config"]["inspect_cause"] = {"error": _err(exc2), "missing": None}
         if a.max_model_len:  # learn what vLLM would derive on its own
             try:
                 a2 = argparse.Namespace(**{**vars(a), "max_model_len": None})

