@@ -1,6 +1,6 @@
 """Runs INSIDE the vLLM runtime interpreter (stdlib + vLLM only), for benchmarks/differential.py.
 
-Reads a JSON list of jobs (``{"id", "model", "mode", "prompt", "max_model_len", "max_tokens", "messages"?}``) and, for
+Reads a JSON list of jobs (``{"id", "model", "mode", "prompt", "max_model_len", "max_tokens", "messages"?, "score"?}``) and, for
 each job not yet in the JSONL output, loads the model with the vLLM offline API (engine in-process,
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, eager), asks one greedy question (chat through the model's
 template, or a plain completion) with the server's defaults from generation_config.json
@@ -10,6 +10,7 @@ template, or a plain completion) with the server's defaults from generation_conf
 
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -64,6 +65,14 @@ def main() -> int:
                 o = outs[0].outputs[0]
                 rec.update(stage="done", text=o.text, token_ids=list(o.token_ids), finish_reason=o.finish_reason,
                            max_tokens=params.max_tokens)
+                if job.get("score"):  # vLLM's own perplexity of a plain text, through the served tokenizer
+                    from vllm import SamplingParams
+
+                    so = llm.generate([job["score"]], SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1),
+                                      use_tqdm=False)[0]
+                    lps = [d[t].logprob for t, d in zip(so.prompt_token_ids[1:], so.prompt_logprobs[1:]) if d]
+                    rec.update(score_tokens=len(so.prompt_token_ids),
+                               score_ppl=round(math.exp(-sum(lps) / max(len(lps), 1)), 3))
             except BaseException as exc:
                 rec.update(stage="request", error=_err(exc), tb=traceback.format_exc()[-1500:])
         rec["seconds"] = round(time.perf_counter() - t0, 2)

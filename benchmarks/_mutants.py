@@ -37,6 +37,9 @@ class Mutant:
     #: the conversation to ask in chat mode (default: one user turn with the prompt); the template-shape family
     #: asks the shape its template mishandles
     messages: list[dict[str, Any]] | None = None
+    #: also have vLLM score the reference prose (its perplexity through the served tokenizer): a tokenizer that
+    #: reads text otherwise than the model was trained on shows there before it shows in one short answer
+    score: bool = False
 
     @property
     def id(self) -> str:
@@ -50,7 +53,16 @@ class Mutant:
                "max_tokens": MAX_TOKENS[kind]}
         if self.messages:
             job["messages"] = self.messages
+        if self.score:
+            job["score"] = prose_text()
         return job
+
+
+def prose_text() -> str:
+    """The numerical gate's plain-prose reference text (``modelyard/data/reference-texts.yaml``)."""
+    from modelyard.stages.smoke.numeric import reference_texts
+
+    return next(t["text"] for t in reference_texts() if t.get("prose"))
 
 
 def _tiny(out: Path) -> Path:
@@ -553,7 +565,7 @@ def _tokenizers() -> list[Mutant]:
         _set("tokenizer_config.json", "tokenizer_class", "GPT2Tokenizer")(d)
 
     m = "tokenizer"
-    out = []
+    out: list[Mutant] = []
     for mode in ("chat", "completion"):
         out += [
             Mutant(m, f"merges-cut-{mode}", "demo", mode,
@@ -569,6 +581,8 @@ def _tokenizers() -> list[Mutant]:
         Mutant(m, "vocab-merges-files-completion", "demo", "completion", vocab_merges),
         Mutant(m, "tokenizer-json-removed-completion", "demo", "completion", _rm("tokenizer.json")),
     ]
+    for x in out:
+        x.score = True
     return out
 
 

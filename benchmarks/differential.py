@@ -13,7 +13,8 @@ and asked one greedy question, chat or completion. The outcome:
 
 - ``refuses``: vLLM fails to start, or fails the request;
 - ``wrong``: it answers, but wrong or without stopping. Demo base: the answer lacks "Paris", or a chat
-  answer ends by length instead of its end-of-turn token. Tiny base (random weights): the greedy token
+  answer ends by length instead of its end-of-turn token, or (tokenizer family) vLLM's perplexity of the
+  reference prose is more than 1.2x the healthy model's. Tiny base (random weights): the greedy token
   ids differ from the healthy base's for the same prompt;
 - ``fine``: otherwise.
 Outcomes that hang on what the CPU build lacks (a kernel, an attention head size) are counted apart as
@@ -51,6 +52,9 @@ RUNNER = Path(__file__).with_name("_differential_runner.py")
 #: error texts of the CPU build lacking a kernel or a shape: counted apart, not as a verdict.
 CPU_LIMITED = ("Unsupported CPU attention", "cpu_gemm_wna16", "not supported on CPU", "CPU backend",
                "no kernel", "is not supported for the current platform", "not supported on the current platform")
+#: a scored mutant (``Mutant.score``) whose prose perplexity in vLLM exceeds the healthy model's by this factor
+#: reads text otherwise than the model was trained on: wrong, even when its one short answer looks right
+SCORE_RATIO = 1.2
 JOB_TIMEOUT = 240.0  # seconds one mutant may take before it counts as a hang
 
 
@@ -141,6 +145,11 @@ def classify(m: Mutant, res: dict[str, Any], ref: dict[str, Any] | None) -> tupl
             return "wrong", f"the reply starts with the role header the template did not open: {text[:40]!r}"
         if m.mode == "chat" and res.get("finish_reason") != "stop":
             return "wrong", f"did not stop ({res.get('finish_reason')}, {len(res.get('token_ids') or [])} tokens)"
+        if m.score and ref and ref.get("score_ppl") and res.get("score_ppl"):
+            ratio = res["score_ppl"] / ref["score_ppl"]
+            if ratio > SCORE_RATIO:
+                return "wrong", (f"answer {text[:30]!r}, but vLLM's perplexity of the reference prose is x{ratio:.2f} "
+                                 f"the healthy model's ({res['score_ppl']} against {ref['score_ppl']})")
         return "fine", f"answer {text[:40]!r}"
     if ref is None or ref.get("error"):
         return "fine", "no reference"
@@ -214,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         jobs.append(m.job(d))
         key = (m.base, m.mode)
-        if m.base != "demo" and key not in refs:  # the healthy base's own answer is the reference
-            ref = Mutant("ref", f"{m.base}-{m.mode}", m.base, m.mode, lambda _d: None)
+        if (m.base != "demo" or m.score) and key not in refs:  # the healthy base's own answer is the reference
+            ref = Mutant("ref", f"{m.base}-{m.mode}" + ("-scored" if m.score else ""), m.base, m.mode, lambda _d: None,
+                         score=m.score)
             refs[key] = ref.id
             jobs.insert(0, ref.job(bases[m.base]))
     print(f"{len(rows)} mutants built and judged in {time.perf_counter() - t0:.0f} s; loading each in vLLM ...",

@@ -145,6 +145,16 @@ def numeric_md(n: dict[str, Any], findings: Any = ()) -> list[str]:
     lines += [f"| {t['name']} | {t['tokens']} | {t['ppl_vllm']} | {t.get('ppl_reference')} | {t.get('ppl_ratio')} | "
               f"{t.get('kl_mean')} | {t.get('top1')} | {(t.get('continuation') or '')[:60]!r} |".replace("|'", "\\|'")
               for t in n.get("texts") or []]
+    par = n.get("parent")
+    if par and par.get("compared"):
+        plim = par.get("limits") or {}
+        lines += ["", f"Against the parent checkpoint ({par.get('reference')}): mean KL {par.get('kl_mean')} "
+                      f"(limit {plim.get('kl_max')}), top-1 {par.get('top1')} (limit {plim.get('top1_min')}), perplexity "
+                      f"ratio x{par.get('ppl_ratio_mean')}, worst x{par.get('ppl_ratio_worst')} (limit "
+                      f"{plim.get('ppl_ratio_max')})", "", "| text | KL | top-1 | perplexity ratio |", "|---|---|---|---|"]
+        lines += [f"| {t['name']} | {t['kl_mean']} | {t['top1']} | {t['ppl_ratio']} |" for t in par.get("texts") or []]
+    elif par:
+        lines += ["", f"Against the parent checkpoint: not compared, {par.get('not_compared')}"]
     lines += [f"- `{f['code']}` ({f['severity']}): {f['message']}" for f in findings if f.get("severity") != "info"]
     return lines
 

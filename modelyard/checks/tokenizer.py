@@ -50,9 +50,13 @@ def _f(code: str, severity: Severity, message: str, file: str | None, field: str
 def tokenizer_files(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     """Files present; the declared class buildable from them; transformers builds it in fast mode."""
     has_json, has_spm = "tokenizer.json" in ckpt.files, "tokenizer.model" in ckpt.files
-    if not has_json and not has_spm:
+    # the slow tokenizers' own files: byte-level BPE (GPT-2, Qwen2: vocab.json + merges.txt), tiktoken, Tekken
+    other = ({"vocab.json", "merges.txt"} <= set(ckpt.files)
+             or any(f.endswith(".tiktoken") or f == "tekken.json" for f in ckpt.files))
+    if not has_json and not has_spm and not other:
         yield _f("tokenizer.files.missing", Severity.ERROR,
-                 "neither tokenizer.json nor tokenizer.model is present: transformers 4 fails, transformers 5 "
+                 "no tokenizer file is present (tokenizer.json, tokenizer.model, vocab.json with merges.txt, "
+                 "*.tiktoken): transformers 4 fails, transformers 5 "
                  "builds a tokenizer that knows only the special tokens", "tokenizer.json", None, None,
                  "Copy tokenizer.json (and tokenizer.model for SentencePiece families) from the source model.",
                  "transformers AutoTokenizer; huggingface/transformers#27845")

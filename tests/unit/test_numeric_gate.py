@@ -175,3 +175,40 @@ def test_a_parent_that_could_not_run_is_not_compared_never_a_pass():
     rec, f = numeric.judge_parent([_fig("prose-en", 23.0, compared=False)], quantized=True, not_compared="too big")
     assert (rec["compared"], rec["not_compared"], [(x.code, x.severity.value) for x in f]) == (
         False, "too big", [("smoke.numeric.parent_not_compared", "warning")])
+
+
+def test_a_clean_dry_load_decides_the_weight_layout_rules():
+    # a q_proj.bias on a Llama without attention_bias: vLLM's Llama loader skips it and answers as the healthy
+    # model (differential family loader-weights); the hand rule's error becomes a warning, other errors stay
+    from modelyard.checks.base import Finding, Severity
+    from modelyard.stages.verify.runtime import RuntimeAnswer, defer_to_loader
+
+    hand = [Finding("architecture.unexpected_tensors", Severity.ERROR, "1 tensor(s) are not parameters of X: b"),
+            Finding("architecture.shape_mismatch", Severity.ERROR, "s")]
+    clean = RuntimeAnswer(raw={"ok": True, "dry_load": {"ok": True, "stage": "done"}}, wall_seconds=1.0,
+                          vllm_version="0.32.0")
+    got = defer_to_loader(hand, clean)
+    assert [(f.code, f.severity.value) for f in got] == [("architecture.unexpected_tensors", "warning"),
+                                                         ("architecture.shape_mismatch", "error")]
+    assert got[0].message == ("1 tensor(s) are not parameters of X: b; vLLM 0.32.0's own loader (dry load) places or "
+                              "skips every checkpoint tensor and leaves no parameter empty, so vLLM serves it "
+                              "(transformers and other loaders may still refuse)")
+    refused = RuntimeAnswer(raw={"ok": True, "dry_load": {"ok": True, "stage": "load", "error": "ValueError: x"}},
+                            wall_seconds=1.0, vllm_version="0.32.0")
+    assert defer_to_loader(hand, refused) == hand
+    assert defer_to_loader(hand, RuntimeAnswer(raw={"ok": True}, wall_seconds=1.0)) == hand
+
+
+def test_the_slow_tokenizer_files_are_a_tokenizer(tiny_llama_dir, tmp_path):
+    # vocab.json + merges.txt (GPT-2 / Qwen2 byte-level BPE) without tokenizer.json: vLLM serves it
+    import shutil
+
+    from modelyard.checks import Target
+    from modelyard.stages.verify import verify_folder
+
+    d = shutil.copytree(tiny_llama_dir, tmp_path / "m")
+    (d / "tokenizer.json").unlink()
+    assert "tokenizer.files.missing" in {f.code for f in verify_folder(d, Target()).findings}
+    (d / "vocab.json").write_text('{"a": 0}')
+    (d / "merges.txt").write_text("#version: 0.2\n")
+    assert "tokenizer.files.missing" not in {f.code for f in verify_folder(d, Target()).findings}

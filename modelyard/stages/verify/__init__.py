@@ -27,7 +27,7 @@ from modelyard.model.digest import file_digest
 from modelyard.model.snapshot import Snapshot
 from modelyard.model.source import Source
 from modelyard.settings import Settings
-from modelyard.stages.verify.runtime import OracleRun, reconcile, runtime_findings
+from modelyard.stages.verify.runtime import OracleRun, defer_to_loader, reconcile, runtime_findings
 
 
 def listing_digest(path: Path | str) -> str:
@@ -103,7 +103,7 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
 
         answer = runtime_answer or oracle.answers()[0]
         found = runtime_findings(answer, target)
-        findings += found + reconcile(findings, found, answer.vllm_version)
+        findings = defer_to_loader(findings, answer) + found + reconcile(findings, found, answer.vllm_version)
     return Report(findings=tuple(findings), target=target)
 
 

@@ -24,7 +24,7 @@ import json
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -502,6 +502,26 @@ PAIRS: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("safetensors.index.missing_shard",), ("runtime.weights.unusable",), "the weight files"),
     (("safetensors.index.duplicate_weight_set",), ("runtime.weights.mistral_format",), "a second weight set"),
 )
+
+
+#: hand-rule weight-layout errors that vLLM's own loader decides, for its version, when the dry load ran clean
+LOADER_DECIDES = ("architecture.unexpected_tensors", "architecture.missing_tensors")
+
+
+def defer_to_loader(hand: list[Finding], answer: RuntimeAnswer) -> list[Finding]:
+    """``hand`` with the :data:`LOADER_DECIDES` errors made warnings where the dry load ran clean (vLLM's
+    ``load_weights`` placed or skipped every checkpoint tensor and ``track_weights_loading`` found no
+    parameter empty): vLLM serves that checkpoint, e.g. a ``q_proj.bias`` on a Llama without
+    ``attention_bias`` (vLLM's Llama loader skips biases its layers lack) gives the healthy model's answers.
+    The finding stays, as a warning, for other loaders and versions. Anything else is returned unchanged."""
+    d = answer.raw.get("dry_load") or {}
+    if not (answer.raw.get("ok") and d.get("ok") and d.get("stage") == "done" and not d.get("error")):
+        return hand
+    ver = answer.vllm_version
+    note = (f"; vLLM {ver}'s own loader (dry load) places or skips every checkpoint tensor and leaves no parameter "
+            "empty, so vLLM serves it (transformers and other loaders may still refuse)")
+    return [replace(f, severity=Severity.WARNING, message=f.message + note)
+            if f.code in LOADER_DECIDES and f.severity == Severity.ERROR else f for f in hand]
 
 
 def reconcile(hand: list[Finding], runtime: list[Finding], ver: str | None) -> list[Finding]:
