@@ -329,7 +329,8 @@ def probe_findings(p: dict[str, Any], ver: str | None) -> list[Finding]:
       pre-tokenizer, normalizer or merge list that does not match the vocabulary: the model reads other pieces
       than it was trained on, as with the Gemma GGUF conversion that answered " is is is"); a warning below.
     - ``runtime.tokenizer.round_trip``: decoding the ids does not give the text back (whitespace collapsed;
-      texts with the unknown token are not counted). Error from half of the texts checked, a warning below.
+      texts with the unknown token are not counted, nor texts a vocabulary of under 1000 tokens, a test
+      fixture's, silently drops characters of). Error from half of the texts checked, a warning below.
     - ``runtime.tokenizer.bos_policy``: ``tokenizer_config.json`` sets ``add_bos_token`` explicitly and
       encoding does otherwise (error: a bos-trained model reads every prompt without it, or twice).
     - ``runtime.tokenizer.sentencepiece_mismatch``: with ``tokenizer.model`` beside ``tokenizer.json``,
