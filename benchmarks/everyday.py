@@ -21,7 +21,7 @@ Wall times of child processes, on whatever else the machine is doing: the load a
    ingest minus the median sha256sum (targets: <= 5 s with a kept server, <= 10 s without). Modes:
    - *kept server*: ``modelyard server start --store <store>`` ran before (not timed);
    - *private API*: no server: the ingest boots Prefect's ephemeral API itself while importing Prefect
-     (``modelyard/flows/server.py``), and imports transformers in its warm-up thread, what a plain
+     (``modelyard/runtime/prefect_server.py``), and imports transformers in its warm-up thread, what a plain
      ``modelyard ingest`` does now;
    - *before*: Prefect's own ephemeral API (``MODELYARD_PREFECT_API=ephemeral``), no facts cache
      (``MODELYARD_FACTS_CACHE=off``) and no facts worker (``MODELYARD_FACTS_WORKER=off``): what

@@ -7,7 +7,7 @@ What runs, in one process tree, in this order:
 2. Baseline for the facts: ``nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version`` and its
    banner; each GPU's name, memory (MiB x 2**20 against NVML's bytes), compute capability, the driver and the
    driver's CUDA version must agree with what doctor reported through NVML.
-3. The all-reduce runner doctor uses (``modelyard/stages/_nccl_runner.py``) over ``--sizes`` bytes, and the
+3. The all-reduce runner doctor uses (``modelyard/runtime/scripts/nccl_allreduce.py``) over ``--sizes`` bytes, and the
    baseline for its bandwidth: a direct ``torch.distributed.all_reduce`` loop timed with CUDA events (a separate
    script, nothing of modelyard), at the doctor check's size (256 MiB). Ratio: doctor busbw / direct busbw.
 4. ``modelyard doctor ARTIFACT --json`` for each ``--artifact`` folder (the exit code and the judged needs).

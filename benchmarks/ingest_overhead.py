@@ -8,7 +8,7 @@ GGUF conversion is never part of it: the source is ``file://<that folder>``) and
 on a warm page cache (every file read once first, and vLLM imported once, untimed):
 
 - **hand-run parts**: ``sha256sum`` of every file of the folder (one process), then the vLLM smoke
-  runner (``modelyard/stages/smoke/_vllm_smoke_runner.py``) in the vLLM runtime's interpreter, with the
+  runner (``modelyard/runtime/scripts/vllm_smoke.py``) in the vLLM runtime's interpreter, with the
   exact arguments and environment that ``smoke.smoke_load`` uses (``runtime_env``, ``--enforce-eager``,
   ``--max-model-len min(max_position_embeddings, 4096)``, 64 tokens, the default question): load + one chat;
 - **modelyard ingest** with the smoke (``--smoke load``, the default), fresh store: the ratio
@@ -67,8 +67,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.ingest_io import find_model, make_tiny  # noqa: E402
 from modelyard.flows.options import IngestOptions  # noqa: E402
+from modelyard.runtime.venv import runtime_env  # noqa: E402
 from modelyard.settings import Settings  # noqa: E402
-from modelyard.stages.smoke import RUNNER, SMOKE_LEN_CAP, runtime_env  # noqa: E402
+from modelyard.stages.smoke import RUNNER, SMOKE_LEN_CAP  # noqa: E402
 from tests.e2e.prefect_server import PrefectServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

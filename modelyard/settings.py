@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     facts_worker: str | None = None
     #: the Prefect API of a command's flow runs when none is configured: "auto" (the kept
     #: ``modelyard server`` of the store, else a private ephemeral server started early) or "ephemeral"
-    #: (Prefect's own, started inside the flow call); see modelyard.flows.server
+    #: (Prefect's own, started inside the flow call); see modelyard.runtime.prefect_server
     prefect_api: str = "auto"
     #: also append every progress event as one JSON line to this file (read by :func:`env_value`, a hot path)
     progress_jsonl: Path | None = None

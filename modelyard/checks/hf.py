@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.checks import facts_worker
+from modelyard.checks.versions import FACTS_LIBRARIES
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.version import code_digest, library_versions
 
 #: bump when the shape of a stored answer changes
 SCHEMA = 4
 #: distributions whose behaviour the answers are (their versions are in every key)
-LIBRARIES = ("transformers", "tokenizers", "torch", "huggingface_hub", "jinja2", "sentencepiece", "tiktoken",
-             "protobuf")
+LIBRARIES = FACTS_LIBRARIES
 #: files counted by name and size only: weights that transformers' config and tokenizer loaders never read
 _NOT_READ = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".gguf", ".h5", ".msgpack", ".onnx")
 _ROOT = "\x00{root}\x00"

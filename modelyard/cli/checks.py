@@ -33,8 +33,8 @@ from modelyard.cli._common import (
     working,
 )
 from modelyard.errors import InvalidTargetError, ModelyardError, QualityGateError, VerificationFailedError
-from modelyard.flows.server import use_facts_worker
 from modelyard.model.source import parse_source
+from modelyard.runtime.prefect_server import use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages import quantize as q
 from modelyard.stages.patch import patch_folder

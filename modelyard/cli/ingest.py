@@ -26,9 +26,9 @@ from modelyard.cli._common import (
 )
 from modelyard.cli.serving import _print_server_smoke, slo_class_option, slo_option
 from modelyard.errors import SourceNotFoundError
-from modelyard.flows.server import connect, use_facts_worker
 from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.model.source import parse_source, sanitize_name
+from modelyard.runtime.prefect_server import connect, use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages.fetch import check_local
 from modelyard.stages.quantize import scheme

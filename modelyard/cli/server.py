@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from modelyard.cli._common import Command, emit_json, json_option, out, store_option, verbose_option
-from modelyard.flows import server
+from modelyard.runtime import prefect_server as server
 from modelyard.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,

@@ -8,7 +8,7 @@ Two halves, so the judgement can be tested without a GPU:
   (``MODELYARD_VLLM_PYTHON``, as the smoke stage finds it) in a subprocess with a timeout for vLLM,
   torch, torch's CUDA and NCCL, and ``torch.cuda`` devices when neither NVML nor nvidia-smi answers.
   With two or more GPUs it runs :func:`nccl_check`, an all-reduce across all of them in that
-  interpreter (``_nccl_runner.py``), and reports whether the sum was right and the bus bandwidth.
+  interpreter (``runtime/scripts/nccl_allreduce.py``), and reports whether the sum was right and the bus bandwidth.
 - :func:`judge_needs` is pure: :class:`HostFacts` x :class:`ArtifactNeeds` -> :class:`NeedCheck` list.
 
 Rules and their sources:
@@ -46,8 +46,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -62,12 +60,14 @@ from modelyard.checks.quantization import QUANT_METHOD_SINCE, VLLM_LATEST_METHOD
 from modelyard.checks.versions import parse_version, version_lt
 from modelyard.errors import MissingConfigError
 from modelyard.model.checkpoint import Checkpoint
+from modelyard.runtime.process import free_port, run_script
+from modelyard.runtime.scripts import SCRIPTS
 from modelyard.settings import Settings
 from modelyard.stages.quantize.compat import scheme_label
 from modelyard.stages.serve.plan import DTYPE_BYTES, ServePlanError, model_size, rank_need_bytes
 
 MIB = 2**20
-NCCL_RUNNER = Path(__file__).with_name("_nccl_runner.py")
+NCCL_RUNNER = SCRIPTS / "nccl_allreduce.py"
 
 _PROBE = r"""
 import json, importlib.metadata as md
@@ -110,7 +110,7 @@ class GpuDevice:
 
 @dataclass(frozen=True)
 class NcclCheck:
-    """One all-reduce check across ``world_size`` GPUs (``_nccl_runner.py``): ``ok`` when the sum was
+    """One all-reduce check across ``world_size`` GPUs (``runtime/scripts/nccl_allreduce.py``): ``ok`` when the sum was
     right on every element; ``bytes`` per all-reduce (float32), ``seconds_per_op`` wall seconds,
     ``algbw_gbps`` / ``busbw_gbps`` in 10**9 bytes/s (nccl-tests' algorithm and bus bandwidth);
     ``error`` says why it failed."""
@@ -275,12 +275,6 @@ def _text(v: str | bytes) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def nccl_check(python: Path | str, world_size: int, *, timeout: float = 120.0, nbytes: int = 256 * MIB,
                iters: int = 20, backend: str = "nccl") -> NcclCheck:
     """All-reduce ``nbytes`` of float32 across ``world_size`` GPUs (one process each) with
@@ -291,25 +285,20 @@ def nccl_check(python: Path | str, world_size: int, *, timeout: float = 120.0, n
     seconds is killed with its process group."""
     with tempfile.TemporaryDirectory(prefix="modelyard-nccl-") as tmp:
         result = Path(tmp) / "result.json"
-        cmd = [str(python), str(NCCL_RUNNER), "--world-size", str(world_size), "--port", str(_free_port()),
-               "--bytes", str(nbytes), "--iters", str(iters), "--backend", backend, "--result", str(result)]
+        args = ["--world-size", str(world_size), "--port", str(free_port()), "--bytes", str(nbytes), "--iters",
+                str(iters), "--backend", backend, "--result", str(result)]
         env = {**os.environ, "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0")}
         try:
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                 start_new_session=True)
+            run = run_script(python, NCCL_RUNNER, args, env=env, timeout=timeout, log=Path(tmp) / "log", grace=0)
         except OSError as exc:
             return NcclCheck(False, world_size, backend, error=f"{python}: {exc}")
-        try:
-            log, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
+        if run.timed_out:
             return NcclCheck(False, world_size, backend, error=f"the all-reduce did not finish in {timeout:g} s")
         try:
             r = json.loads(result.read_text())
         except (OSError, ValueError):
             return NcclCheck(False, world_size, backend,
-                             error=f"the runner exited {p.returncode} with no result: {(log or '').strip()[-300:]}")
+                             error=f"the runner exited {run.returncode} with no result: {run.tail.strip()[-300:]}")
     if "sizes" not in r:
         return NcclCheck(False, world_size, backend, error=str(r.get("error") or "no figures")[:500])
     row = r["sizes"][-1]

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from modelyard.runtime.process import free_port
+from modelyard.runtime.venv import runtime_env
 from modelyard.settings import Settings
-from modelyard.stages.smoke import runtime_env
-from modelyard.stages.smoke.server import cpu_config, free_port, smoke_server
+from modelyard.stages.smoke.server import cpu_config, smoke_server
 from tests.conftest import json_result, run_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.e2e]

@@ -117,7 +117,7 @@ def test_the_private_api_server_dies_with_a_killed_command(tmp_path):
     import sys
 
     code = ("import os, signal, sys\n"
-            "from modelyard.flows.server import PrivateAPI\n"
+            "from modelyard.runtime.prefect_server import PrivateAPI\n"
             "api = PrivateAPI(300)\n"
             "api.wait()\n"
             "print(api._proc.pid, flush=True)\n"

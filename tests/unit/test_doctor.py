@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from modelyard.cli import app
+from modelyard.runtime.process import free_port
 from modelyard.settings import Settings
 from modelyard.stages import doctor as d
 from modelyard.stages.doctor import ArtifactNeeds, GpuDevice, HostFacts, artifact_needs, judge_needs
@@ -146,7 +147,7 @@ def test_cuda_version_string():
 
 
 def test_bus_bandwidth_is_nccl_tests_definition():
-    from modelyard.stages._nccl_runner import bus_bandwidth
+    from modelyard.runtime.scripts.nccl_allreduce import bus_bandwidth
 
     assert bus_bandwidth(10**9, 0.5, 2) == (2.0, 2.0)  # 2 ranks: busbw = algbw
     assert bus_bandwidth(10**9, 0.5, 4) == (2.0, 3.0)  # x 2 (n-1)/n
@@ -167,7 +168,7 @@ def test_allreduce_check_on_cpu_with_gloo():
 
 def test_allreduce_runner_checks_the_sum(tmp_path):
     r = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, str(d.NCCL_RUNNER), "--world-size", "3", "--port", str(d._free_port()),
+    p = subprocess.run([sys.executable, str(d.NCCL_RUNNER), "--world-size", "3", "--port", str(free_port()),
                         "--bytes", "64", "1024", "--iters", "2", "--warmup", "1", "--backend", "gloo", "--result", str(r)],
                        timeout=120)
     res = json.loads(r.read_text())

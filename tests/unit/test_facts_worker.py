@@ -1,4 +1,4 @@
-"""The warm facts worker (modelyard/checks/facts_worker.py): a real worker process answers verify's
+"""The warm facts worker (modelyard/checks/facts_worker.py, the client; modelyard/runtime/facts_server.py, the process): a real worker process answers verify's
 transformers questions, the command then imports neither torch nor transformers, and the answers are
 the ones the command computes itself (same report, same facts cache entry)."""
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.checks import facts_worker
+from modelyard.runtime import facts_server
 from tests.conftest import ROOT
 
 
@@ -32,7 +33,7 @@ def _verify(folder: str, cache: Path, cwd: Path = ROOT, **env: str) -> tuple[sub
 def worker(tmp_path_factory):
     """A real worker, a child of this test process, ready to answer."""
     sock = str(tmp_path_factory.mktemp("fw") / "facts.sock")
-    proc = facts_worker.spawn(sock, with_parent=True)
+    proc = facts_server.spawn(sock, with_parent=True)
     try:
         assert facts_worker.wait_ready(sock, 120), "the facts worker did not become ready"
         yield sock
@@ -81,7 +82,7 @@ def _raw(sock: str, req: dict) -> dict:
         s.settimeout(60)
         s.connect(sock)
         s.sendall(json.dumps(req).encode() + b"\n")
-        return json.loads(facts_worker._read_line(s))
+        return json.loads(facts_worker.read_line(s))
 
 
 def test_a_worker_refuses_other_code_and_unknown_questions(tmp_path, tiny_llama_dir, worker):
@@ -132,9 +133,9 @@ def test_only_a_socket_folder_modelyard_made_is_removed(tmp_path):
     keep = tmp_path / "keep"
     keep.mkdir()
     (keep / "data").write_text("x")
-    facts_worker.remove_socket_dir(str(keep / "facts.sock"))
+    facts_server.remove_socket_dir(str(keep / "facts.sock"))
     assert (keep / "data").read_text() == "x"
-    sock = facts_worker.private_socket()
+    sock = facts_server.private_socket()
     assert Path(sock).parent.is_dir() and oct(Path(sock).parent.stat().st_mode & 0o777) == "0o700"
-    facts_worker.remove_socket_dir(sock)
+    facts_server.remove_socket_dir(sock)
     assert not Path(sock).parent.exists()

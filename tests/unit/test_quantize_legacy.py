@@ -101,7 +101,7 @@ def test_smoke_root_cause_names_the_worker_exception():
 def test_transformers4_view_keeps_rope_theta_and_dtype(tmp_path, monkeypatch):
     """AutoAWQ runs on transformers 4.51, which ignores the transformers-5 keys: without the rewrite a
     model with rope_theta 500000 would be calibrated with the default 10000."""
-    from modelyard.stages.quantize import _legacy_runner as runner
+    from modelyard.runtime.scripts import legacy_quantize as runner
 
     src = tmp_path / "src"
     src.mkdir()

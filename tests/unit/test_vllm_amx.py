@@ -1,4 +1,4 @@
-"""The AMX permission request every in-process vLLM runner makes first (modelyard/stages/_vllm_amx.py)."""
+"""The AMX permission request every in-process vLLM runner makes first (modelyard/runtime/scripts/amx.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import modelyard
 
-request_amx = runpy.run_path(str(Path(modelyard.__file__).parent / "stages" / "_vllm_amx.py"))["request_amx"]
+request_amx = runpy.run_path(str(Path(modelyard.__file__).parent / "runtime" / "scripts" / "amx.py"))["request_amx"]
 
 
 def test_a_host_without_amx_asks_nothing(tmp_path):

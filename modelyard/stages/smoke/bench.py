@@ -1,7 +1,7 @@
 """bench: the ``bench`` smoke level's load (vLLM's own ``vllm bench serve``) and its SLO verdict.
 
 The load is vLLM's benchmark client (module ``vllm.benchmarks.serve``, run in the runtime venv by
-``_vllm_bench_runner.py``; backend ``openai-chat`` or ``openai`` after the serving mode): a fixed,
+``runtime/scripts/vllm_bench.py``; backend ``openai-chat`` or ``openai`` after the serving mode): a fixed,
 bounded load of :class:`BenchSpec` random prompts. It reports TTFT, inter-token latency (ITL) and
 time per output token at p50/p95/p99 (ms), request and output-token throughput, and errors.
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,9 +37,11 @@ from typing import Any
 
 from modelyard.errors import InvalidTargetError
 from modelyard.model.modes import DEFAULT_SERVE
+from modelyard.runtime.process import run_script
+from modelyard.runtime.scripts import SCRIPTS
 from modelyard.stages.serve.gpus import GPUS, gpu_spec, spec_for_smi_name
 
-RUNNER = Path(__file__).with_name("_vllm_bench_runner.py")
+RUNNER = SCRIPTS / "vllm_bench.py"
 #: the OpenAI endpoint each serving mode asks, and vLLM bench's backend for it
 ENDPOINTS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 BENCH_BACKENDS = {"chat": "openai-chat", "completion": "openai"}
@@ -193,10 +194,8 @@ def run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchS
             "--max-concurrency", str(spec.max_concurrency), "--ignore-eos", "--num-warmups", "1", "--seed", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", ",".join(map(str, PERCENTILES)),
             "--disable-tqdm"]
-    cmd = [str(python), str(RUNNER), "--out", str(out), "--", *args]
-    try:
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=spec.timeout)
-    except subprocess.TimeoutExpired:
+    run = run_script(python, RUNNER, ["--out", str(out), "--", *args], env=env, timeout=spec.timeout, log=tmp / "bench.log")
+    if run.timed_out:
         return {"passed": False, "error": f"the benchmark did not finish within {spec.timeout:.0f} s"}
     if not out.is_file():
         return {"passed": False, "error": "the benchmark client exited without a result"}

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import socket
 import subprocess
 import tempfile
 import time
@@ -45,18 +44,18 @@ import httpx
 import yaml
 
 from modelyard import paths, progress
-from modelyard.errors import InvalidTargetError, RuntimeNotFoundError, SmokeFailedError
+from modelyard.errors import InvalidTargetError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
+from modelyard.runtime.process import free_port, kill_group
+from modelyard.runtime.venv import runtime_env, vllm_python
 from modelyard.settings import Settings
 from modelyard.stages.smoke import (
     cpu_smoke_dtype,
     cpu_smoke_env,
     cpu_threads_bind,
     judge_numbers,
-    kill_group,
     numeric,
     root_cause,
-    runtime_env,
 )
 from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
 
@@ -200,12 +199,6 @@ def cpu_config(config: dict[str, Any], model_dir: Path, *, max_model_len: int) -
     return cfg
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _body(mode: str, model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     """A greedy request of ``max_tokens`` tokens: a user message (chat) or the plain-text prompt (completion)."""
     ask = {"prompt": prompt} if mode == "completion" else {"messages": [{"role": "user", "content": prompt}]}
@@ -287,11 +280,7 @@ class RunningServer:
 
 def runtime_python(settings: Settings) -> Path:
     """The runtime interpreter; :class:`RuntimeNotFoundError` (exit 2) when it is missing."""
-    python = settings.vllm_interpreter()
-    if not python.exists():
-        raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
-                                   fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or pass --no-smoke.")
-    return python
+    return vllm_python(settings, "pass --no-smoke")
 
 
 def served_name(config: dict[str, Any], model_dir: Path) -> str:

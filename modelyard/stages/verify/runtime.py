@@ -1,7 +1,7 @@
 """runtime_check: let the local vLLM judge what it decides at startup (``verify --runtime local``).
 
 A hand-written rule is a guess about what vLLM will do. The runtime venv's own vLLM can answer much of
-it without weights and without a GPU; :func:`ask_runtime` runs ``_vllm_oracle_runner.py`` there (a
+it without weights and without a GPU; :func:`ask_runtime` runs ``runtime/scripts/vllm_oracle.py`` there (a
 subprocess with a timeout; stdlib + vLLM only) and :func:`runtime_findings` turns its answer into
 ``runtime.*`` findings whose ``source`` names the vLLM version and the function that decided:
 
@@ -30,11 +30,12 @@ from typing import Any
 
 from modelyard.checks.base import Finding, Severity, Target
 from modelyard.checks.gguf_tokenizer import probe_texts
-from modelyard.errors import RuntimeNotFoundError
+from modelyard.runtime.process import kill_group
+from modelyard.runtime.scripts import SCRIPTS
+from modelyard.runtime.venv import runtime_env, vllm_python
 from modelyard.settings import Settings
-from modelyard.stages.smoke import kill_group, runtime_env
 
-RUNNER = Path(__file__).with_name("_vllm_oracle_runner.py")
+RUNNER = SCRIPTS / "vllm_oracle.py"
 #: seconds the oracle may take (import ~7-15 s on 2 cores, then 0.01-1 s per question).
 ORACLE_TIMEOUT = 180.0
 
@@ -72,11 +73,7 @@ class OracleRun:
 
     def __init__(self, items: list[tuple[Path, Target]], settings: Settings | None = None) -> None:
         settings = settings or Settings()
-        python = settings.vllm_interpreter()
-        if not python.exists():
-            raise RuntimeNotFoundError(f"vLLM runtime interpreter {python} does not exist",
-                                       fix="Run `make setup` (creates .venv-vllm) or set MODELYARD_VLLM_PYTHON; or "
-                                           "verify without --runtime local.")
+        python = vllm_python(settings, "verify without --runtime local")
         self.t0 = time.perf_counter()
         self.tmp = tempfile.TemporaryDirectory(prefix="modelyard-oracle-")
         tmp = self.tmp.name

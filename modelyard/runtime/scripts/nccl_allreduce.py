@@ -1,7 +1,7 @@
 """Runs INSIDE the serving runtime's interpreter (stdlib + torch), as a script: one all-reduce check
 across this host's GPUs through ``torch.distributed``, one process per rank.
 
-    python _nccl_runner.py --world-size N --port P --bytes B [B ...] --iters K --warmup W --result r.json
+    python nccl_allreduce.py --world-size N --port P --bytes B [B ...] --iters K --warmup W --result r.json
                            [--backend nccl|gloo]
 
 Each rank fills a float32 buffer with ``rank + 1`` and all-reduces it once (sum): every element must

@@ -1,7 +1,7 @@
 """Perplexity and KL divergence of a quantized model against its parent: the math only.
 
 Needs torch and transformers and nothing of modelyard, so the same code also runs inside the
-legacy quantizer venvs (``_legacy_runner.py`` loads this file by path), where the quantized model
+legacy quantizer venvs (``legacy_quantize.py`` beside it loads this file by path), where the quantized model
 can be loaded back with that backend's transformers. ``quantize.evaluate_quality`` wraps it in the
 pipeline's venv.
 """

@@ -10,7 +10,7 @@ speed"). Two ways out, both chosen by :func:`connect` before Prefect is imported
   ``<store>/.prefect-server/`` (``server.json`` there records its pid, port and API URL, ``server.log``
   its output). A command of the same store (``--store``, else ``MODELYARD_HOME``) finds it and sets
   ``PREFECT_API_URL`` to it when it answers ``/api/health``. ``modelyard server stop`` stops it. A warm
-  facts worker runs beside it (:mod:`modelyard.checks.facts_worker`, :func:`use_facts_worker`).
+  facts worker runs beside it (:mod:`modelyard.runtime.facts_server`, :func:`use_facts_worker`).
 - **a private API server, started early**: otherwise the same ephemeral server Prefect would start
   (``prefect.server.api.server.SubprocessASGIServer``: uvicorn with ``create_app``,
   ``PREFECT__SERVER_EPHEMERAL=1``, on the caller's ``PREFECT_HOME``) is started by :func:`connect`
@@ -47,6 +47,8 @@ from typing import Any
 from modelyard.checks import facts_worker
 from modelyard.errors import ServerError
 from modelyard.model.digest import pid_alive
+from modelyard.runtime import facts_server
+from modelyard.runtime.process import free_port
 from modelyard.settings import env_value
 
 #: folder of the kept server, under the store
@@ -81,7 +83,7 @@ class ServerState:
 
 def _ours(pid: int | None, marker: str) -> bool:
     """True when process ``pid`` lives and its command line holds ``marker`` (``prefect`` for the server,
-    ``facts_worker`` for the worker): a pid recorded before a crash or reboot may belong to another program
+    ``modelyard.runtime.facts_server`` for the worker): a pid recorded before a crash or reboot may belong to another program
     now, which ``stop`` must not signal. Where ``/proc`` cannot be read, a living pid counts."""
     if pid is None or not pid_alive(pid):
         return False
@@ -93,15 +95,15 @@ def _ours(pid: int | None, marker: str) -> bool:
 
 def facts_running(st: ServerState) -> bool:
     """True when the kept server's facts worker lives and its socket is there."""
-    return bool(st.facts_socket) and _ours(st.facts_pid, "facts_worker") and Path(st.facts_socket or "").exists()
+    return bool(st.facts_socket) and _ours(st.facts_pid, facts_server.MARKER) and Path(st.facts_socket or "").exists()
 
 
 def _spawn_facts_worker(d: Path) -> tuple[int, str]:
     """Start the kept facts worker (its output appended to ``d/facts-worker.log``); returns once its socket
     is bound (it binds before its imports), or after :data:`~modelyard.checks.facts_worker.START_GRACE` s."""
-    sock = facts_worker.private_socket()
+    sock = facts_server.private_socket()
     with open(d / FACTS_LOG, "ab") as fh:
-        worker = facts_worker.spawn(sock, with_parent=False, log=fh)
+        worker = facts_server.spawn(sock, with_parent=False, log=fh)
     deadline = time.monotonic() + facts_worker.START_GRACE
     while not Path(sock).exists() and worker.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -109,20 +111,14 @@ def _spawn_facts_worker(d: Path) -> tuple[int, str]:
 
 
 def _stop_facts_worker(st: ServerState) -> None:
-    if _ours(st.facts_pid, "facts_worker"):
+    if _ours(st.facts_pid, facts_server.MARKER):
         _stop_pid(st.facts_pid)  # type: ignore[arg-type]
     if st.facts_socket:
-        facts_worker.remove_socket_dir(st.facts_socket)
+        facts_server.remove_socket_dir(st.facts_socket)
 
 
 def server_dir(store: Path) -> Path:
     return Path(store).expanduser().absolute() / SERVER_DIR
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def healthy(api_url: str, timeout: float = 1.0) -> bool:

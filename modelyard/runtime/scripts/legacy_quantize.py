@@ -3,8 +3,8 @@
 Stdlib + that backend + its transformers; nothing of modelyard is imported except the quality math,
 ``quality.py``, loaded by file path. Called by ``stages/quantize/legacy.py``::
 
-    python _legacy_runner.py quantize --backend gptqmodel|autoawq --model DIR --out DIR --spec spec.json --result r.json
-    python _legacy_runner.py evaluate --model PARENT --out QUANTIZED --spec spec.json --result r.json
+    python legacy_quantize.py quantize --backend gptqmodel|autoawq --model DIR --out DIR --spec spec.json --result r.json
+    python legacy_quantize.py evaluate --model PARENT --out QUANTIZED --spec spec.json --result r.json
 
 ``spec.json``: ``{"quant": {"bits", "group_size", "sym", "desc_act"}, "texts": [...], "max_seq_len": N,
 "heldout": "text"}``. The result JSON has ``ok``, ``error``, ``traceback``, ``tools`` and, for

