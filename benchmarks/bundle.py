@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modelyard.model.digest import tree_digest  # noqa: E402
 from modelyard.model.snapshot import FileEntry  # noqa: E402
-from modelyard.transport.bundle import bundle_artifact  # noqa: E402
+from modelyard.transport.refs import bundle_artifact  # noqa: E402
 
 
 def make_artifact(root: Path, size_mb: int) -> Path:

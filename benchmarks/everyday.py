@@ -207,7 +207,7 @@ def bench_empty(tmp: Path, runs: int) -> dict[str, float]:
 
 
 def bench_unbundle(tmp: Path, runs: int, size_mb: int) -> tuple[dict[str, float], int]:
-    from modelyard.transport.bundle import bundle_artifact
+    from modelyard.transport.refs import bundle_artifact
     from modelyard.transport.unbundle import _rmtree, unbundle
 
     art = make_artifact(tmp / "artifact", size_mb)

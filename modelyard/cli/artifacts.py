@@ -27,12 +27,12 @@ from modelyard.cli._common import (
 )
 from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError, StoreError
 from modelyard.settings import Settings
-from modelyard.transport.bundle import bundle_artifact, resolve_artifact
 from modelyard.transport.catalog import list_artifacts, show_artifact
 from modelyard.transport.hfcache import rehydrate
 from modelyard.transport.objectstore import is_remote
 from modelyard.transport.oci import OciRef, parse_oci_ref
 from modelyard.transport.publish import publish, pull
+from modelyard.transport.refs import bundle_artifact, resolve_artifact
 from modelyard.transport.signing import sign_artifact, verify_signature
 from modelyard.transport.unbundle import unbundle
 

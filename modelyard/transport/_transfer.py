@@ -24,7 +24,6 @@ from modelyard.transport.bundle import (
     VERSION,
     bundle_meta,
     dump_meta,
-    resolve_artifact,
 )
 from modelyard.transport.unbundle import (
     BundleContents,
@@ -78,10 +77,11 @@ class PullResult:
     signature_verified: bool | None = None  # None: no key given (or no model.sig and none required)
 
 
-def load_artifact(artifact: str | Path, home: Path | None = None) -> LocalArtifact:
-    """The artifact folder (path or store reference ``NAME[@REV]``), checked against its manifest."""
+def read_artifact(root: Path) -> LocalArtifact:
+    """The artifact folder ``root``, checked against its manifest (a store reference is resolved by
+    :func:`modelyard.transport.refs.load_artifact`). Raises :class:`PublishError` when the folder does not
+    match its manifest or holds a file named :data:`INDEX_NAME`."""
     try:
-        root = resolve_artifact(artifact, home)
         manifest_bytes = (root / MANIFEST).read_bytes()
         meta, _dirs, expect = bundle_meta(root, manifest_bytes)
     except BundleError as exc:

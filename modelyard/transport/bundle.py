@@ -36,7 +36,6 @@ import zstandard
 
 from modelyard import progress
 from modelyard.artifact.layout import MANIFEST
-from modelyard.artifact.store import Artifact, Store
 from modelyard.errors import BundleError, StoreError
 
 FORMAT = "modelyard-bundle"
@@ -55,58 +54,6 @@ class BundleResult:
     bytes_out: int  # size of the .tar.zst
     files: int
     content_digest: str
-
-
-def resolve_artifact(ref: str | Path, home: str | Path | None = None) -> Path:
-    """An artifact folder from a path (a folder holding ``manifest.json``) or a store reference
-    ``NAME[@REVISION]`` in the store ``home`` (a folder or ``s3://bucket/prefix``; default:
-    ``MODELYARD_STORE``, else ``MODELYARD_HOME``). An object store's artifact is downloaded to the local
-    cache first (every file checked). ``REVISION`` is the full revision or any prefix of it that names
-    one revision (as ``modelyard list`` shortens them). Raises :class:`BundleError` for no match or an
-    ambiguous prefix."""
-    p = Path(ref).expanduser()
-    if (p / MANIFEST).is_file():
-        return p.absolute()
-    if p.exists():
-        raise BundleError(f"{p} is not an artifact folder (no manifest.json)",
-                          fix="Point at <store>/<name>/<revision>, the folder that holds manifest.json and model/.")
-    store, artifact = find_artifact(str(ref), home)
-    return store.local(artifact)
-
-
-def find_artifact(ref: str, home: str | Path | None = None) -> tuple[Store, Artifact]:
-    """The store ``home`` (as :func:`resolve_artifact` reads it) and its artifact ``NAME[@REVISION]``,
-    without downloading anything. Raises :class:`BundleError` for a bad reference, no match or an
-    ambiguous revision prefix."""
-    from modelyard.transport.objectstore import open_store  # noqa: PLC0415 - cycle: objectstore builds on this module
-
-    name, _, rev = str(ref).partition("@")
-    if not name or "/" in name or "/" in rev:
-        raise BundleError(f"{ref!r} is neither an artifact folder nor a store reference NAME[@REVISION]",
-                          fix="Pass the artifact folder's path, or NAME@REVISION of an artifact in the store "
-                              "(--store, MODELYARD_STORE or MODELYARD_HOME).")
-    store = open_store(home)
-    found = store.get(name, rev) if rev else None
-    if found is not None:
-        return store, found
-    revs = store.revisions(name)
-    matches = [r for r in revs if r.startswith(rev)]
-    if len(matches) == 1:
-        found = store.get(name, matches[0])
-        if found is not None:
-            return store, found
-    where = store.where
-    if rev and matches:
-        raise BundleError(f"{name}@{rev} is ambiguous in the store {where}: {', '.join(matches)}",
-                          fix=f"Give more of the revision, e.g. {name}@{matches[0]}.")
-    if rev:
-        raise BundleError(f"the store {where} holds no artifact {name}@{rev}",
-                          fix="List its revisions with `modelyard list --store ...`, or set MODELYARD_STORE / MODELYARD_HOME.")
-    if not revs:
-        raise BundleError(f"the store {where} holds no artifact named {name!r}",
-                          fix="Check the name (`modelyard list`) or pass the artifact folder's path.")
-    raise BundleError(f"the store {where} holds {len(revs)} revisions of {name}: {', '.join(revs)}",
-                      fix=f"Pick one: {name}@{revs[0]}.")
 
 
 def header(name: str, size: int = 0, *, is_dir: bool = False) -> bytes:
@@ -197,16 +144,16 @@ def dump_meta(meta: dict[str, Any]) -> bytes:
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-def bundle_artifact(artifact: str | Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: int = -1,
-                    home: Path | None = None, force: bool = False) -> BundleResult:
-    """Write the artifact (folder or store reference ``NAME[@REV]``) as the bundle ``out``.
+def write_bundle(root: Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: int = -1,
+                 force: bool = False) -> BundleResult:
+    """Write the artifact folder ``root`` as the bundle ``out``
+    (:func:`modelyard.transport.refs.bundle_artifact` takes a store reference too).
 
     ``threads``: zstd workers (-1: one per CPU; always multithreaded mode, so that the output does
     not depend on the machine). ``out`` must not exist unless ``force`` (then it is replaced, by
     rename, only once the new bundle is complete). Raises :class:`BundleError` when ``out`` exists
     (without ``force``) or the folder does not match its manifest (a file changed, added or missing),
     :class:`StoreError` when writing fails."""
-    root = resolve_artifact(artifact, home)
     out = Path(out).expanduser().absolute()
     if not force and (out.exists() or out.is_symlink()):
         raise BundleError(f"{out} already exists", fix="Pass --force to replace it, or write to another -o/--output.")

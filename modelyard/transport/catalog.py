@@ -17,8 +17,8 @@ from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.store import Artifact, Store
 from modelyard.errors import BundleError, PublishError, StoreError
-from modelyard.transport.bundle import find_artifact, resolve_artifact
 from modelyard.transport.objectstore import is_remote, open_store
+from modelyard.transport.refs import find_artifact, resolve_artifact
 
 
 @dataclass(frozen=True)

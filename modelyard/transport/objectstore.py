@@ -60,7 +60,7 @@ from modelyard.transport._s3io import (
     s3_error,
     s3_filesystem,
 )
-from modelyard.transport._transfer import LocalArtifact, LocalFile, Staging, check_index, load_artifact
+from modelyard.transport._transfer import LocalArtifact, LocalFile, Staging, check_index, read_artifact
 from modelyard.transport.bundle import dump_meta
 from modelyard.transport.unbundle import BundleContents
 
@@ -336,7 +336,7 @@ class S3Store(Store):
         content is ``content_digest`` (``reused``), else :class:`ArtifactConflictError` (exit 2); either
         way ``staged`` is removed. Raises :class:`PublishError` when S3 refuses,
         :class:`HashMismatchError` when a file differs from its recorded sha256."""
-        art = load_artifact(staged)
+        art = read_artifact(staged)
         self._upload(art, f"{name}@{revision}")
         index_sha = self._put_index(art.index)
         try:
@@ -357,7 +357,7 @@ class S3Store(Store):
         the manifest by compare-and-swap (module doc), so concurrent promoters lose no promotion.
         Raises :class:`ArtifactConflictError` when other content is published under that name and
         revision, :class:`StoreError` when the manifest kept changing for :data:`_CAS_ATTEMPTS` rounds."""
-        art = load_artifact(artifact)
+        art = read_artifact(artifact)
         source = Manifest.from_bytes(art.manifest_bytes)
         uploaded = False
         for _ in range(_CAS_ATTEMPTS):

@@ -47,9 +47,9 @@ from modelyard.transport._transfer import (
     PullResult,
     Staging,
     check_rel,
-    load_artifact,
     parse_listing,
 )
+from modelyard.transport.refs import load_artifact
 from modelyard.transport.signing import verify_signature
 
 ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"

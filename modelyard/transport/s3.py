@@ -46,9 +46,9 @@ from modelyard.transport._transfer import (
     PullResult,
     Staging,
     check_index,
-    load_artifact,
 )
 from modelyard.transport.bundle import dump_meta
+from modelyard.transport.refs import load_artifact
 from modelyard.transport.signing import verify_signature
 
 

@@ -19,8 +19,9 @@ import zstandard
 from modelyard.errors import BundleError
 from modelyard.model.digest import git_blob_id, tree_digest
 from modelyard.model.snapshot import FileEntry
-from modelyard.transport.bundle import bundle_artifact, dump_meta
+from modelyard.transport.bundle import dump_meta
 from modelyard.transport.hfcache import rehydrate
+from modelyard.transport.refs import bundle_artifact
 from modelyard.transport.unbundle import read_bundle, unbundle
 from tests.conftest import json_result, run_cli
 

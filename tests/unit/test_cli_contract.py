@@ -378,7 +378,7 @@ def _run_noisy(bar: str, argv: list[str]):
     from tests.conftest import ROOT
 
     child = ("import os, sys, warnings\nimport modelyard.cli.artifacts as a\nfrom modelyard.cli import main\n"
-             "from modelyard.transport.bundle import bundle_artifact\n"
+             "from modelyard.transport.refs import bundle_artifact\n"
              f"def noisy(*x, **k):\n    os.write(2, {(bar + chr(10)).encode()!r})\n"
              "    warnings.warn(\"a library's warning\", UserWarning, stacklevel=1)\n"
              "    return bundle_artifact(*x, **k)\n"

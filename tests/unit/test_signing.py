@@ -100,7 +100,7 @@ def test_key_problems_are_bad_input(artifact, keys, tmp_path):
 
 
 def test_verify_after_unbundle(artifact, keys, tmp_path):
-    from modelyard.transport.bundle import bundle_artifact
+    from modelyard.transport.refs import bundle_artifact
     from modelyard.transport.unbundle import unbundle
 
     sign_artifact(artifact, private_key=keys[0])
@@ -185,7 +185,7 @@ def test_publish_bad_target_exit_2(store_artifact):
 
 
 def test_unbundle_with_key_keeps_nothing_unless_the_signature_verifies(artifact, keys, tmp_path):
-    from modelyard.transport.bundle import bundle_artifact
+    from modelyard.transport.refs import bundle_artifact
 
     priv, pub = keys
     sign_artifact(artifact, private_key=priv)
