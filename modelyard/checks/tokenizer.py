@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
-from modelyard.checks.hf import configured_eos_ids, facts, render_conversation, turn_terminator
+from modelyard.checks.chat_render import render_conversation, turn_terminator
+from modelyard.checks.hf import configured_eos_ids, facts
 from modelyard.model.checkpoint import Checkpoint
 
 __all__ = ["configured_eos_ids", "render_conversation", "stop_ids", "turn_terminator"]

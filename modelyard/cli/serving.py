@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Optional
@@ -13,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
+from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import numeric
 from modelyard.cli._choices import Gpu, KvCacheDtype, Serve, SmokeLevel
 from modelyard.cli._common import (
@@ -68,8 +68,8 @@ def _slo_targets(level: str, slo: str | None, cls: str | None) -> tuple[dict[str
 def _recorded_serve(path: Path) -> str | None:
     """The serving mode an artifact was judged for (``report.json`` ``target.serve``), or None."""
     try:
-        serve = json.loads((path / REPORT_JSON).read_text()).get("target", {}).get("serve")
-    except (OSError, ValueError, AttributeError):
+        serve = ReportRecord.from_bytes((path / REPORT_JSON).read_bytes()).target.serve
+    except (OSError, ValueError):
         return None
     return serve if isinstance(serve, str) else None
 

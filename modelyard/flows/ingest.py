@@ -23,7 +23,6 @@ artifact is the cache of everything after.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import shutil
 import socket
@@ -40,6 +39,7 @@ from modelyard.artifact.draft import Draft, patched_files
 from modelyard.artifact.identity import find_reusable, source_revision, variant_revision
 from modelyard.artifact.layout import MODEL_DIR, REPORT_JSON, REPORT_MD
 from modelyard.artifact.manifest import Manifest, build_manifest
+from modelyard.artifact.report_record import ReportRecord
 from modelyard.artifact.store import Artifact, Store
 from modelyard.checks import Report, Target
 from modelyard.errors import (
@@ -491,14 +491,14 @@ def _reuse(r: _Run, store: Store, existing: Artifact, prev: Manifest, plan: Patc
     smoke stands: it is reported as the stored one). An object store's artifact is downloaded to the
     local cache only when its model/ must be read (a variant's re-judging, explicit serve options)."""
     _check_serve_plan(r, store, existing, prev)
-    prev_report = json.loads(store.read(existing, REPORT_JSON))
+    prev_smoke = ReportRecord.from_bytes(store.read(existing, REPORT_JSON)).smoke
     if not plan.empty or r.options.quantize:
         report = r.stages(verify_task, store.local(existing) / MODEL_DIR, r.target,
                           existing.content_digest.removeprefix("sha256:"))
         if prev.quantization:
             report = report.with_quantization(prev.quantization)
     _attach(store, existing, report)
-    return existing, report.with_smoke(prev_report["smoke"]) if prev_report.get("smoke") else report, prev.smoke
+    return existing, report.with_smoke(prev_smoke) if prev_smoke else report, prev.smoke
 
 
 def _check_serve_plan(r: _Run, store: Store, existing: Artifact, prev: Manifest) -> None:

@@ -55,6 +55,7 @@ from typing import Any
 import yaml
 
 from modelyard.artifact.layout import MANIFEST, model_root
+from modelyard.artifact.manifest import Manifest
 from modelyard.checks.config import ROPE_MIN_VLLM, declared_dtype, rope_blocks, rope_type
 from modelyard.checks.quantization import QUANT_METHOD_SINCE, VLLM_LATEST_METHODS
 from modelyard.checks.versions import parse_version, version_lt
@@ -64,7 +65,8 @@ from modelyard.runtime.process import free_port, run_script
 from modelyard.runtime.scripts import SCRIPTS
 from modelyard.settings import Settings
 from modelyard.stages.quantize.compat import scheme_label
-from modelyard.stages.serve.plan import DTYPE_BYTES, ServePlanError, model_size, rank_need_bytes
+from modelyard.stages.serve.plan import ServePlanError, rank_need_bytes
+from modelyard.stages.serve.sizing import DTYPE_BYTES, model_size
 
 MIB = 2**20
 NCCL_RUNNER = SCRIPTS / "nccl_allreduce.py"
@@ -374,13 +376,12 @@ def artifact_needs(path: Path) -> ArtifactNeeds:
     if ckpt.config is None:
         raise MissingConfigError(f"{ckpt.root} has no readable config.json",
                                  fix="Point doctor at an artifact folder (manifest.json + model/) or a model folder.")
-    manifest: dict[str, Any] = {}
+    manifest = Manifest()
     if (path / MANIFEST).is_file():
         try:
-            manifest = json.loads((path / MANIFEST).read_text())
+            manifest = Manifest.load(path)
         except (OSError, ValueError):
-            manifest = {}
-    manifest = manifest if isinstance(manifest, dict) else {}
+            pass
     tp, pp, kv, multi, util, mml = 1, 1, "auto", False, 0.9, None
     serve_cfg = path / "serve" / "vllm.yaml"
     if serve_cfg.is_file():
@@ -394,14 +395,14 @@ def artifact_needs(path: Path) -> ArtifactNeeds:
             mml = int(y["max-model-len"]) if y.get("max-model-len") else None
         except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
             pass
-    elif manifest:
+    elif manifest.target:
         try:
-            tp = int((manifest.get("target") or {}).get("tensor_parallel_size") or 1)
+            tp = int(manifest.target.get("tensor_parallel_size") or 1)
         except (ValueError, TypeError, AttributeError):
             pass
-    plan = manifest.get("serve") if isinstance(manifest.get("serve"), dict) else {}
-    smoke = manifest.get("smoke") if isinstance(manifest.get("smoke"), dict) else {}
-    smoke_v = smoke.get("vllm_version") or (manifest.get("tools") or {}).get("vllm")
+    plan = manifest.serve or {}
+    smoke = manifest.smoke or {}
+    smoke_v = smoke.get("vllm_version") or manifest.tools.get("vllm")
     q = ckpt.config.get("quantization_config")
     method = q.get("quant_method") if isinstance(q, dict) else None
     scheme = scheme_label(q) if isinstance(q, dict) and method == "compressed-tensors" else None
@@ -435,7 +436,7 @@ def artifact_needs(path: Path) -> ArtifactNeeds:
             rank_bytes = rank_need_bytes(size, tp, pp, kvb, mml)
         except (ServePlanError, MissingConfigError):
             rank_bytes = None
-    name = manifest.get("name") if isinstance(manifest.get("name"), str) else path.resolve().name
+    name = manifest.name or path.resolve().name
     return ArtifactNeeds(name=name, tensor_parallel_size=tp, dtype=dtype, quant_method=method,
                          quant_scheme=scheme, kv_cache_dtype=kv, weight_bytes=weights, min_cc=tuple(min_cc),
                          pipeline_parallel_size=pp, multi_node=multi,

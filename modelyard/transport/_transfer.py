@@ -9,7 +9,6 @@ whose names are safe, whose ``content_digest`` matches its own file list, no dup
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any, BinaryIO, Iterable
 
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
-from modelyard.errors import BundleError, HashMismatchError, PublishError
+from modelyard.errors import BundleError, HashMismatchError, ManifestError, PublishError
 from modelyard.transport.bundle import (
     FORMAT,
     VERSION,
@@ -100,9 +99,11 @@ def parse_listing(where: str, manifest_bytes: bytes, extras: Iterable[tuple[str,
     meta = {"format": FORMAT, "version": VERSION, "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
             "files": [{"path": p, "size": s, "sha256": h} for p, s, h in extras], "total_bytes": 0}
     try:
-        listed = json.loads(manifest_bytes)
-        meta["total_bytes"] = sum(int(f["size"]) for f in listed["files"]) + sum(s for _, s, _ in extras)
-    except (ValueError, KeyError, TypeError) as exc:
+        listed = Manifest.from_bytes(manifest_bytes, f"{where}: manifest.json")
+        if "files" not in listed.present:
+            raise ManifestError(f"{where}: manifest.json has no files[]")
+        meta["total_bytes"] = listed.model_bytes + sum(s for _, s, _ in extras)
+    except ManifestError as exc:
         raise PublishError(f"{where}: manifest.json is not a modelyard manifest (files[] of path, size, sha256)",
                            fix="Pull an artifact published by `modelyard publish`.") from exc
     return check_index(where, manifest_bytes, dump_meta(meta))

@@ -36,7 +36,8 @@ import zstandard
 
 from modelyard import progress
 from modelyard.artifact.layout import MANIFEST
-from modelyard.errors import BundleError, StoreError
+from modelyard.artifact.manifest import Manifest
+from modelyard.errors import BundleError, ManifestError, StoreError
 
 FORMAT = "modelyard-bundle"
 VERSION = 1
@@ -109,9 +110,11 @@ def bundle_meta(root: Path, manifest_bytes: bytes) -> tuple[dict[str, Any], list
     Checks the folder against its manifest: every ``manifest.json`` file present with its size,
     every ``model/`` file listed. Files outside the manifest are hashed here (they are small)."""
     try:
-        manifest = json.loads(manifest_bytes)
-        listed = {f["path"]: (int(f["size"]), str(f["sha256"])) for f in manifest["files"]}
-    except (ValueError, KeyError, TypeError) as exc:
+        manifest = Manifest.from_bytes(manifest_bytes)
+        if "files" not in manifest.present:
+            raise ManifestError("manifest.json has no files[]")
+        listed = {f.path: (f.size, f.sha256) for f in manifest.files}
+    except ManifestError as exc:
         raise BundleError(f"{root}/manifest.json is not a modelyard manifest (no files[] with path, size, sha256)",
                           fix="Bundle an artifact written by modelyard ingest.") from exc
     dirs, files = _scan(root)
@@ -193,7 +196,7 @@ def write_bundle(root: Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: 
         tmp.unlink(missing_ok=True)
         raise
     return BundleResult(out, len(manifest_bytes) + len(meta_bytes) + meta["total_bytes"], out.stat().st_size,
-                        len(expect) + 2, json.loads(manifest_bytes).get("content_digest", ""))
+                        len(expect) + 2, Manifest.from_bytes(manifest_bytes).content_digest)
 
 
 def _write_member(zw: BinaryIO, name: str, data: bytes, *, is_dir: bool = False) -> int:

@@ -8,13 +8,13 @@ skipped, and so are folders without a readable manifest.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
 from modelyard.artifact.manifest import Manifest
+from modelyard.artifact.report_record import ReportRecord
 from modelyard.artifact.store import Artifact, Store
 from modelyard.errors import BundleError, PublishError, StoreError
 from modelyard.transport.objectstore import is_remote, open_store
@@ -73,12 +73,11 @@ def show_artifact(ref: str | Path, home: str | Path | None = None) -> dict[str, 
     s = _summary(artifact, m)
     report: dict[str, Any] | None = None
     try:
-        r = json.loads(store.read(artifact, REPORT_JSON))
-        findings = r.get("findings") or []
-        report = {"summary": r.get("summary"),
-                  "findings": [{k: f.get(k) for k in ("severity", "code", "file", "message")}
-                               for f in findings if f.get("severity") in ("error", "warning")]}
-    except (OSError, ValueError, AttributeError):
+        r = ReportRecord.from_bytes(store.read(artifact, REPORT_JSON))
+        report = {"summary": r.summary.model_dump(),
+                  "findings": [{k: getattr(f, k) for k in ("severity", "code", "file", "message")}
+                               for f in r.findings if f.severity in ("error", "warning")]}
+    except (OSError, ValueError):
         pass
     src = m.source
     smoke = m.smoke or None

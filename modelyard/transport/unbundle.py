@@ -44,24 +44,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import zstandard
-
 from modelyard import progress
 from modelyard.artifact.layout import MANIFEST
-from modelyard.errors import BundleError, ModelyardError, StoreError
+from modelyard.artifact.manifest import Manifest
+from modelyard.errors import BundleError, ManifestError, ModelyardError, StoreError
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry
 from modelyard.transport.bundle import BLOCK, CHUNK, FORMAT, RECORD, VERSION, dump_meta
 from modelyard.transport.signing import verify_after_unbundle
+from modelyard.transport.zstream import FIX_CORRUPT as _FIX_CORRUPT
+from modelyard.transport.zstream import ZstdTarStream, check_frames
 
 DEFAULT_MAX_RATIO = 100.0  # declared bytes / compressed bytes; real checkpoints compress < 2x
 RATIO_FLOOR = 64 * 1024 * 1024  # bundles declaring less than this are not ratio-checked
 META_LIMIT = 16 * 1024 * 1024  # manifest.json and bundle.json, each
 EXT_HEADER_LIMIT = 1024 * 1024  # a PAX or GNU long-name header
-MAX_WINDOW = 1 << 27
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
-_ZSTD_MAGIC = 0xFD2FB528
-_FIX_CORRUPT = "The bundle is damaged: copy it again and compare its sha256 with the sender's."
 
 
 @dataclass(frozen=True)
@@ -157,126 +155,6 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def check_frames(path: Path) -> int:
-    """Walk the zstd frames of ``path`` (headers and block headers only); returns the file size.
-    Refuses a truncated file, trailing bytes, skippable frames and frames without a checksum."""
-    size = path.stat().st_size
-    pos = 0
-    with open(path, "rb") as fh:
-        def read(n: int, what: str) -> bytes:
-            b = fh.read(n)
-            if len(b) != n:
-                raise BundleError(f"{path.name} is truncated: it ends inside a zstd {what} at byte {fh.tell()} of {size}",
-                                  fix=_FIX_CORRUPT)
-            return b
-
-        while pos < size:
-            fh.seek(pos)
-            magic = int.from_bytes(read(4, "frame header"), "little")
-            if magic != _ZSTD_MAGIC:
-                raise BundleError(f"{path.name}: no zstd frame at byte {pos} (magic {magic:#010x}); "
-                                  + ("the file is not zstd-compressed" if pos == 0 else "trailing bytes after the last frame"),
-                                  fix="Pass a .tar.zst made by `modelyard bundle`. " + _FIX_CORRUPT)
-            fhd = read(1, "frame header")[0]
-            if fhd & 0x08:
-                raise BundleError(f"{path.name}: zstd frame at byte {pos} has a reserved bit set", fix=_FIX_CORRUPT)
-            if not fhd & 0x04:
-                raise BundleError(f"{path.name}: zstd frame at byte {pos} has no content checksum",
-                                  fix="Make the bundle with `modelyard bundle` (it writes checksums).")
-            single = bool(fhd & 0x20)
-            fcs = {0: 1 if single else 0, 1: 2, 2: 4, 3: 8}[fhd >> 6]
-            hdr_len = (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
-            read(hdr_len, "frame header")
-            while True:
-                bh = int.from_bytes(read(3, "block header"), "little")
-                btype, bsize = (bh >> 1) & 3, bh >> 3
-                if btype == 3:
-                    raise BundleError(f"{path.name}: invalid zstd block at byte {fh.tell() - 3}", fix=_FIX_CORRUPT)
-                skip = 1 if btype == 1 else bsize
-                if fh.tell() + skip > size:
-                    raise BundleError(f"{path.name} is truncated: a zstd block at byte {fh.tell() - 3} runs past "
-                                      f"the end ({size} bytes)", fix=_FIX_CORRUPT)
-                fh.seek(skip, os.SEEK_CUR)
-                if bh & 1:
-                    break
-            read(4, "checksum")
-            pos = fh.tell()
-    return size
-
-
-class _Stream(io.RawIOBase):
-    """The decompressed tar: counts bytes, enforces the limit, turns zstd errors into BundleError.
-
-    Also the file object tarfile reads headers from: ``read(n)`` returns ``n`` bytes unless the stream
-    ends, ``tell()`` is the position in the tar and ``seek`` moves forward only (by reading)."""
-
-    def __init__(self, raw: BinaryIO, name: str, compressed: int, limit: int) -> None:
-
-        self._zerr = zstandard.ZstdError
-        self._raw = raw
-        self._z = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).stream_reader(raw, read_size=1 << 20)
-        self.name, self.compressed, self.limit = name, compressed, limit
-        self.pos = 0
-        self.member = "the first tar header"
-        self.declared: int | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, b) -> int:  # noqa: ANN001
-        try:
-            n = self._z.readinto(b)
-        except self._zerr as exc:
-            raise BundleError(f"{self.name}: the compressed stream is corrupt ({exc}); detected at compressed "
-                              f"byte {self._raw.tell()} of {self.compressed}, {self.pos} bytes into the tar, reading "
-                              f"{self.member}", fix=_FIX_CORRUPT) from exc
-        self.pos += n
-        if self.pos > self.limit:
-            declared = f"declared {self.declared} bytes" if self.declared is not None else "declared sizes not read yet"
-            raise BundleError(f"{self.name}: decompresses to more than {self.limit} bytes ({declared}, "
-                              f"{self.compressed} compressed bytes, in {self.member}); refused as a decompression bomb",
-                              fix="Do not use this file; ask the sender for a bundle made by `modelyard bundle`.")
-        return n
-
-    def fill(self, mv: memoryview) -> int:
-        """Decompress into all of ``mv`` (fewer bytes only at the end of the stream); returns the count."""
-        got = 0
-        while got < len(mv):
-            n = self.readinto(mv[got:])
-            if not n:
-                break
-            got += n
-        return got
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            return self.readall()
-        buf = bytearray(size)
-        return bytes(buf[:self.fill(memoryview(buf))])
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        target = offset if whence == os.SEEK_SET else self.pos + offset if whence == os.SEEK_CUR else -1
-        if target < self.pos:
-            raise io.UnsupportedOperation("the decompressed tar can only be read forward")
-        self.skip(target - self.pos)
-        return self.pos
-
-    def skip(self, n: int) -> None:
-        """Read and drop ``n`` bytes (tar padding); raises BundleError when the stream ends first."""
-        buf = bytearray(min(n, 1 << 16))
-        while n:
-            k = self.fill(memoryview(buf)[:min(n, len(buf))])
-            if not k:
-                raise BundleError(f"{self.name} is truncated in {self.member}", fix=_FIX_CORRUPT)
-            n -= k
-
-
 class _SafeTarInfo(tarfile.TarInfo):
     """Refuses sparse members and oversized extended headers before tarfile reads them into memory."""
 
@@ -303,19 +181,19 @@ def _kind(ti: tarfile.TarInfo) -> str | None:
     return None
 
 
-def _open_tar(stream: _Stream) -> tarfile.TarFile:
+def _open_tar(stream: ZstdTarStream) -> tarfile.TarFile:
     """tarfile over ``stream`` for the headers only (it reads the first one now); every member's bytes
     are read from ``stream`` itself, then :func:`_align` skips the padding to the next header."""
     return tarfile.TarFile(fileobj=stream, mode="r", tarinfo=_SafeTarInfo)  # type: ignore[arg-type]
 
 
-def _align(stream: _Stream, tf: tarfile.TarFile) -> None:
+def _align(stream: ZstdTarStream, tf: tarfile.TarFile) -> None:
     """Skip from the end of the member just read to the next header (tarfile's ``offset``)."""
     if tf.offset > stream.pos:
         stream.skip(tf.offset - stream.pos)
 
 
-def _read_small(stream: _Stream, tf: tarfile.TarFile, ti: tarfile.TarInfo, want: str, bundle: str) -> bytes:
+def _read_small(stream: ZstdTarStream, tf: tarfile.TarFile, ti: tarfile.TarInfo, want: str, bundle: str) -> bytes:
     if ti.name != want or _kind(ti) != "file":
         raise BundleError(f"{bundle}: member {ti.name!r} comes where {want} must be",
                           fix="Pass a bundle made by `modelyard bundle` (manifest.json first, then bundle.json).")
@@ -332,10 +210,16 @@ def _parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bu
     bad = BundleError(f"{bundle}: manifest.json is not a modelyard manifest (files[] of path, size, sha256)",
                       fix="Pass a bundle made by `modelyard bundle`. " + _FIX_CORRUPT)
     try:
-        manifest = json.loads(manifest_bytes)
+        parsed = Manifest.from_bytes(manifest_bytes, f"{bundle}: manifest.json")
+    except ManifestError as exc:
+        raise BundleError(exc.message, fix="Pass a bundle made by `modelyard bundle`. " + _FIX_CORRUPT) from exc
+    if "files" not in parsed.present:
+        raise bad
+    manifest = parsed.to_dict()
+    try:
         meta = json.loads(meta_bytes)
     except ValueError as exc:
-        raise BundleError(f"{bundle}: manifest.json or bundle.json is not valid JSON", fix=_FIX_CORRUPT) from exc
+        raise BundleError(f"{bundle}: bundle.json is not valid JSON", fix=_FIX_CORRUPT) from exc
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise BundleError(f"{bundle}: bundle.json is not a {FORMAT} version {VERSION} index",
                           fix="Use the modelyard version that made the bundle, or re-bundle with this one.")
@@ -347,7 +231,7 @@ def _parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bu
                           fix=_FIX_CORRUPT)
     files: dict[str, Expected] = {}
     try:
-        listed = [(f["path"], f["size"], f["sha256"], f.get("origin")) for f in manifest["files"]]
+        listed = [(f.path, f.size, f.sha256, f.origin) for f in parsed.files]
         listed += [(f["path"], f["size"], f["sha256"], None) for f in meta["files"]]
         for path, size, sha, origin in listed:
             if not isinstance(path, str) or not isinstance(size, int) or size < 0 or not _SHA_RE.match(str(sha)):
@@ -361,7 +245,7 @@ def _parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bu
             files[path] = Expected(size, sha, origin)
         model = tuple(FileEntry(path=p, size=s, sha256=h) for p, s, h, _ in listed if p.startswith("model/"))
         model = tuple(FileEntry(path=f.path[len("model/"):], size=f.size, sha256=f.sha256) for f in model)
-        digest = manifest.get("content_digest")
+        digest = parsed.content_digest
         total = meta["total_bytes"]
     except (KeyError, TypeError, AttributeError) as exc:
         raise bad from exc
@@ -382,7 +266,7 @@ def read_bundle(bundle: Path, sink: Sink, *, max_ratio: float = DEFAULT_MAX_RATI
     name = bundle.name
     compressed = check_frames(bundle)
     with open(bundle, "rb") as raw:
-        stream = _Stream(raw, name, compressed, limit=2 * META_LIMIT + 8 * BLOCK)
+        stream = ZstdTarStream(raw, name, compressed, limit=2 * META_LIMIT + 8 * BLOCK)
         try:
             return _read(stream, name, compressed, sink, max_ratio)
         except (tarfile.TarError, EOFError) as exc:
@@ -390,7 +274,7 @@ def read_bundle(bundle: Path, sink: Sink, *, max_ratio: float = DEFAULT_MAX_RATI
                               fix=_FIX_CORRUPT) from exc
 
 
-def _read(stream: _Stream, name: str, compressed: int, sink: Sink, max_ratio: float) -> BundleContents:
+def _read(stream: ZstdTarStream, name: str, compressed: int, sink: Sink, max_ratio: float) -> BundleContents:
     tf = _open_tar(stream)
     first = tf.next()
     if first is None:
@@ -541,7 +425,7 @@ class _Pipeline:
             self._free.put(buf)
 
 
-def _copy_member(stream: _Stream, ti: tarfile.TarInfo, exp: Expected, sink: Sink, pipe: _Pipeline, name: str,
+def _copy_member(stream: ZstdTarStream, ti: tarfile.TarInfo, exp: Expected, sink: Sink, pipe: _Pipeline, name: str,
                  adv) -> None:  # noqa: ANN001
     h = hashlib.sha256()
     g = hashlib.sha1(f"blob {exp.size}\0".encode()) if sink.wants_git(ti.name) else None
@@ -579,7 +463,7 @@ def read_manifest(bundle: Path) -> tuple[bytes, dict[str, Any]]:
     if not bundle.is_file():
         raise BundleError(f"bundle {bundle} does not exist (or is not a file)", fix="Check the path.")
     with open(bundle, "rb") as raw:
-        stream = _Stream(raw, bundle.name, bundle.stat().st_size, limit=META_LIMIT + 8 * BLOCK)
+        stream = ZstdTarStream(raw, bundle.name, bundle.stat().st_size, limit=META_LIMIT + 8 * BLOCK)
         try:
             tf = _open_tar(stream)
             first = tf.next()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
+from modelyard.runtime.scripts import quality as _quality
 from modelyard.stages import quantize as q
-from modelyard.stages.quantize import quality as _quality
 from tests.fixtures import make_tiny_llama
 
 

@@ -53,3 +53,31 @@ def test_check_order_does_not_depend_on_import_order():
             "print(','.join(dict.fromkeys(r.concern for r in registered())))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "files,safetensors,config,architecture,parallelism,quantization,tokenizer"
+
+
+def test_stored_report_reads_back_to_the_same_report(tiny_llama_dir, tmp_path):
+    """report.json goes through one parser (artifact/report_record.py): what it reads back writes the same bytes."""
+    from modelyard.artifact.report_record import ReportRecord
+
+    d = copy(tiny_llama_dir, tmp_path / "m")
+    edit_json(d / "generation_config.json", eos_token_id=1)
+    edit_json(d / "config.json", eos_token_id=1)
+    r = verify_folder(d, Target(serve="chat", max_model_len=1024)).with_smoke({"passed": True, "vllm_version": "0.32.0"})
+    record = ReportRecord.from_bytes(r.to_json().encode())
+    assert record.summary.errors == 1 and record.target.serve == "chat" and record.smoke == {"passed": True, "vllm_version": "0.32.0"}
+    assert record.to_report().to_json() == r.to_json()
+
+
+def test_stored_report_of_the_wrong_shape_names_the_field():
+    import pytest
+
+    from modelyard.artifact.report_record import ReportRecord
+    from modelyard.errors import ManifestError
+
+    good = {"schema_version": "1", "summary": {"errors": 0, "warnings": 0, "infos": 0, "passed": True}, "findings": []}
+    with pytest.raises(ManifestError) as e:
+        ReportRecord.from_bytes(json.dumps({**good, "findings": [{"code": "a.b", "severity": "fatal", "message": "m"}]}))
+    assert e.value.message.startswith("report.json: findings.0.severity: Input should be 'error', 'warning' or 'info'")
+    with pytest.raises(ManifestError) as e:
+        ReportRecord.from_bytes(b"{not json")
+    assert e.value.message.startswith("report.json: (the document): Invalid JSON")

@@ -317,7 +317,7 @@ def test_overhead_is_three_gib():
 # ---- multi-node: tensor parallel inside a node, pipeline parallel across nodes ------------------
 
 def test_stage_layers_follow_vllm_get_pp_indices():
-    from modelyard.stages.serve.plan import stage_layers
+    from modelyard.stages.serve.sizing import stage_layers
 
     # vLLM 0.32 get_pp_indices: the remainder goes to the stages before the last
     assert stage_layers(126, 2) == (63, 63)
@@ -372,7 +372,7 @@ def test_fewest_nodes_that_hold_the_full_context(llamas):
 
 
 def test_stage_bytes_from_safetensors_headers(tiny_llama_dir):
-    from modelyard.stages.serve.plan import model_size
+    from modelyard.stages.serve.sizing import model_size
 
     size = model_size(Checkpoint(tiny_llama_dir))
     layer = 128 + 3 * 16384 + 128 + 4096 + 8192 + 8192 + 4096  # norms, MLP, q/k/v/o of one layer

@@ -41,7 +41,8 @@ from modelyard.model.source import Source
 from modelyard.settings import Settings
 from modelyard.stages.fetch.gguf import check_gguf, fetch_gguf
 from modelyard.stages.fetch.hub import fetch_hub
-from modelyard.transport.unbundle import check_frames, read_manifest, unbundle
+from modelyard.transport.unbundle import read_manifest, unbundle
+from modelyard.transport.zstream import check_frames
 
 #: The files a runtime reads from a model folder (fnmatch patterns over the path, ``*`` crossing folders,
 #: as ``huggingface_hub``'s allow patterns): the default of ``--include``, and so all that ``model/`` holds.
@@ -152,7 +153,7 @@ def check_local(source: Source, *, allow_patterns: Sequence[str] | None = None,
     in about a second. ``file://``: the folder exists and holds ``config.json`` and ``*.safetensors``
     weights, all regular files (after the allow/ignore patterns); ``gguf://``: the file exists and starts
     with the GGUF magic; ``tar://``: the bundle exists and its zstd frames are whole
-    (:func:`~modelyard.transport.unbundle.check_frames`). ``hf://`` needs the hub: nothing is checked."""
+    (:func:`~modelyard.transport.zstream.check_frames`). ``hf://`` needs the hub: nothing is checked."""
     allow = DEFAULT_ALLOW_PATTERNS if allow_patterns is None else tuple(allow_patterns)
     ignore = DEFAULT_IGNORE_PATTERNS if ignore_patterns is None else tuple(ignore_patterns)
     if source.kind == "file":

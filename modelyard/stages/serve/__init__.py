@@ -7,21 +7,17 @@ from modelyard.stages.serve.gpus import GIB, GPUS, GpuSpec, gpu_spec
 from modelyard.stages.serve.plan import (
     DEFAULT_GPU,
     DEFAULT_GPU_MEMORY_UTILIZATION,
-    DTYPE_BYTES,
     KV_CACHE_DTYPES,
     LEN_ROUND,
     MAX_NUM_SEQS_CAP,
     MIN_MODEL_LEN,
     OVERHEAD_BYTES,
     TYPICAL_REQUEST_TOKENS,
-    ModelSize,
     ServePlan,
     ServeTarget,
-    kv_bytes_per_token,
-    llama_param_count,
-    model_size,
     plan_serve,
 )
+from modelyard.stages.serve.sizing import DTYPE_BYTES, ModelSize, kv_bytes_per_token, llama_param_count, model_size
 
 __all__ = [
     "DEFAULT_GPU",
