@@ -108,7 +108,7 @@ def main() -> None:
         a, b = results.values()
         print(f"ratio (modelyard / tar+zstd throughput): {b / a:.2f}")
 
-        from modelyard.transport.unbundle import _rmtree, unbundle
+        from modelyard.transport.unbundle import remove_tree, unbundle
 
         def ours_x() -> None:
             unbundle(ours_out, work / "x-ours")
@@ -120,11 +120,11 @@ def main() -> None:
         back = {}
         for name, fn, dst in (("modelyard unbundle", ours_x, "x-ours"), ("tar -I zstd -xf", base_x, "x-base")):
             fn()
-            _rmtree(work / dst)
+            remove_tree(work / dst)
             t = time.perf_counter()
             fn()
             back[name] = time.perf_counter() - t
-            _rmtree(work / dst)
+            remove_tree(work / dst)
         for name, sec in back.items():
             print(f"{name:24s} {sec:7.2f} s  {mb / sec:8.1f} MB/s")
         c, d = back.values()

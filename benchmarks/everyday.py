@@ -208,7 +208,7 @@ def bench_empty(tmp: Path, runs: int) -> dict[str, float]:
 
 def bench_unbundle(tmp: Path, runs: int, size_mb: int) -> tuple[dict[str, float], int]:
     from modelyard.transport.refs import bundle_artifact
-    from modelyard.transport.unbundle import _rmtree, unbundle
+    from modelyard.transport.unbundle import remove_tree, unbundle
 
     art = make_artifact(tmp / "artifact", size_mb)
     size = sum(p.stat().st_size for p in art.rglob("*") if p.is_file())
@@ -225,7 +225,7 @@ def bench_unbundle(tmp: Path, runs: int, size_mb: int) -> tuple[dict[str, float]
 
     def ours() -> float:
         if out.exists():
-            _rmtree(out)
+            remove_tree(out)
         t0 = time.perf_counter()
         unbundle(bundle, out)
         return time.perf_counter() - t0
@@ -233,7 +233,7 @@ def bench_unbundle(tmp: Path, runs: int, size_mb: int) -> tuple[dict[str, float]
     def tar(check: bool) -> Callable[[], float]:
         def fn() -> float:
             if out.exists():
-                _rmtree(out)
+                remove_tree(out)
             out.mkdir()
             t0 = time.perf_counter()
             subprocess.run(["tar", "-I", "zstd -T0", "-xf", str(bundle), "-C", str(out)], check=True)
@@ -244,7 +244,7 @@ def bench_unbundle(tmp: Path, runs: int, size_mb: int) -> tuple[dict[str, float]
 
     m = medians({"tar -I 'zstd -T0' -xf": tar(False), "tar -xf, then sha256sum -c": tar(True),
                  "modelyard unbundle (every sha256)": ours}, runs)
-    _rmtree(out)
+    remove_tree(out)
     return m, size
 
 

@@ -43,7 +43,7 @@ from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, St
 from modelyard.model.modes import DEFAULT_SERVE, SERVE_MODES
 
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
-# silenced during long stages (pipeline.quantize._quiet_libraries) while this console keeps reporting.
+# silenced during long stages (pipeline.quantize.quiet_libraries) while this console keeps reporting.
 try:
     _ERR_FILE = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
 except OSError:  # no stderr (a daemon): let rich pick
@@ -382,7 +382,7 @@ def _stop_progress() -> None:
         reporter.close()
 
 
-def _quiet_libraries(verbose: bool) -> None:
+def quiet_libraries(verbose: bool) -> None:
     """Keep Prefect/transformers/huggingface_hub logs and tracebacks off the user's terminal."""
     if not verbose:
         # Forced, not defaulted: Prefect logs a failed run's traceback at ERROR level, and the user
@@ -420,7 +420,7 @@ def _render_failure(exc: BaseException, as_json: bool) -> int:
     if isinstance(exc, ModelyardError):
         report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
         if report is not None:
-            _findings_table(report)
+            findings_table(report)
         err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.fix:
             err.print(f"[bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
@@ -510,7 +510,7 @@ def _command_name(parent: Any, info_name: str | None) -> str:
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-def _findings_table(report, console: Console | None = None, by_severity: bool = False) -> None:  # noqa: ANN001
+def findings_table(report, console: Console | None = None, by_severity: bool = False) -> None:  # noqa: ANN001
     """One finding per block: severity, code, file/field, message, then the fix (wraps cleanly), on
     ``console`` (default stderr); ``by_severity`` lists errors, then warnings, then infos (stable)."""
     console = console or err
@@ -527,6 +527,6 @@ def _findings_table(report, console: Console | None = None, by_severity: bool = 
             console.print(f"        fix: {escape(f.fix)}", highlight=False, soft_wrap=True)
 
 
-def _human(n: int) -> str:
+def human_bytes(n: int) -> str:
 
     return decimal(n)

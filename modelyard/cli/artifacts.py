@@ -14,10 +14,10 @@ from rich.table import Table
 
 from modelyard.checks.report import counted
 from modelyard.cli._common import (
-    _human,
     alias_option,
     either,
     emit_json,
+    human_bytes,
     json_option,
     out,
     output_option,
@@ -228,7 +228,7 @@ def list_cmd(
         return
 
     cols = ("name", "revision", "content digest", "created", "quantization", "size")
-    rows = [(a.name, a.revision, a.content_digest[:19], a.created_at or "", a.quantization or "-", _human(a.size))
+    rows = [(a.name, a.revision, a.content_digest[:19], a.created_at or "", a.quantization or "-", human_bytes(a.size))
             for a in arts]
     if not out.is_terminal:  # logs and pipes: one unwrapped line per artifact, columns aligned
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
@@ -275,7 +275,7 @@ def show_cmd(
         return
     out.print(f"[bold]{escape(d['name'])}[/]@{escape(d['revision'])}  {escape(d['path'])}", highlight=False, soft_wrap=True)
     out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
-    out.print(f"created: {d['created_at']}  size: {_human(d['size'])} in {d['files']} model files  "
+    out.print(f"created: {d['created_at']}  size: {human_bytes(d['size'])} in {d['files']} model files  "
               f"quantization: {d['quantization'] or 'none'}  patches: {d['patches']}  "
               f"signed: {'yes' if d['signed'] else 'no'}", highlight=False, soft_wrap=True)
     src = d["source"]

@@ -17,15 +17,15 @@ from modelyard.checks.report import counted
 from modelyard.cli._choices import Dtype, QuantRuntime, Scheme, Serve, VerifyRuntime
 from modelyard.cli._common import (
     VERBOSE_HELP,
-    _findings_table,
-    _quiet_libraries,
     alias_option,
     either,
     emit_json,
     err,
+    findings_table,
     json_option,
     out,
     output_option,
+    quiet_libraries,
     serve_option,
     store_option,
     stored_path,
@@ -66,7 +66,7 @@ def verify(
     """Judge a model folder; exit 0 when it has no errors, 1 when it has, 2 when unreadable.
 
     Judged for chat serving unless --serve says otherwise, as `modelyard ingest` judges it."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     if as_json and markdown:
         raise InvalidTargetError("--json and --markdown both ask for the report on stdout",
                                  fix="Pass one of them (the JSON report carries everything the Markdown one shows).")
@@ -91,7 +91,7 @@ def verify(
     if markdown:
         sys.stdout.write(report.to_markdown(f"verification of {path}"))
     else:  # findings on stdout, errors first, then the verdict on one unwrapped line
-        _findings_table(report, out, by_severity=True)
+        findings_table(report, out, by_severity=True)
         verdict = "[bold green]PASS[/]" if report.passed else "[bold red]FAIL[/]"
         out.print(f"{verdict} {escape(str(path))}: {counts}", highlight=False, soft_wrap=True)
     raise typer.Exit(0 if report.passed else 1)
@@ -112,7 +112,7 @@ def patch_cmd(
     Verify the result as OUT (it holds OUT/model); patching judges with --serve only.
 
     Exit 0 when the result verifies without errors (or for --dry-run), 1 when errors remain, 2 for bad input."""
-    _quiet_libraries(False)
+    quiet_libraries(False)
     out_dir = either(output, out_dir, "--output")
     if out_dir is None and not dry_run:
         raise InvalidTargetError("-o/--output is required unless --dry-run", fix="Pass -o NEW_FOLDER or --dry-run.")
@@ -127,7 +127,7 @@ def patch_cmd(
     if res.after is None:
         err.print(f"{n} change(s) planned (dry run, nothing written)" if n else "nothing to patch", highlight=False)
         raise typer.Exit(0)
-    _findings_table(res.after)
+    findings_table(res.after)
     verdict = "[bold green]PASS[/]" if res.after.passed else "[bold red]FAIL[/]"
     err.print(f"{n} change(s) -> {escape(str(res.out))}/model; verification after patch: {verdict} "
               f"({counted(len(res.after.errors), 'error')})", highlight=False, soft_wrap=True)
@@ -157,7 +157,7 @@ def quantize_cmd(
 ) -> None:
     """Quantize PATH with llm-compressor into OUTPUT, measure perplexity and KL against it, and judge the
     output against the target vLLM runtime. Exit 0 when every gate passes, 1 when one fails, 2 for bad input."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     out_dir = either(output, out_dir, "--output", required=True)
     with working(as_json):
         q.scheme(scheme)
@@ -182,7 +182,7 @@ def quantize_cmd(
         emit_json(record | {"verification": rd["summary"] | {
             "findings": [f for f in rd["findings"] if f["severity"] != "info"]}}, exit_code=1 if error else 0, error=error)
         return
-    _findings_table(report)
+    findings_table(report)
     qual = res.quality
     for note in res.recipe.adjustments:
         err.print(f"recipe: {escape(note)}", highlight=False)

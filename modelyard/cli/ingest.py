@@ -13,18 +13,18 @@ from modelyard.checks.report import counted
 from modelyard.cli._choices import Dtype, Gpu, QuantRuntime, Scheme, Serve, SmokeLevel
 from modelyard.cli._common import (
     VERBOSE_HELP,
-    _quiet_libraries,
     alias_option,
     either,
     emit_json,
     json_option,
     out,
+    quiet_libraries,
     serve_option,
     store_option,
     verbose_option,
     working,
 )
-from modelyard.cli.serving import _print_server_smoke, slo_class_option, slo_option
+from modelyard.cli.serving import print_server_smoke, slo_class_option, slo_option
 from modelyard.errors import SourceNotFoundError
 from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.model.source import parse_source, sanitize_name
@@ -40,7 +40,7 @@ def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[str], max
                 tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
                 serve: str = DEFAULT_SERVE, dtype: Optional[str] = None, vllm_version: Optional[str] = None,
                 patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     with working(as_json):
         from modelyard.flows.options import IngestOptions  # noqa: PLC0415 - heavy: pydantic, imported on first use
 
@@ -104,7 +104,7 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
         out.print(f"published: {p['uri']} ({p['files']} files, {p['bytes']} bytes)", highlight=False, soft_wrap=True)
     s = d.get("smoke")
     if s and s.get("level") in ("server", "bench"):
-        _print_server_smoke(s)
+        print_server_smoke(s)
     elif s:
         stored = " (the stored artifact's smoke, not re-run)" if d["reused"] else ""
         out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s{stored}",

@@ -13,12 +13,12 @@ from rich.table import Table
 from modelyard.cli._choices import RequiredSmoke
 from modelyard.cli._common import (
     VERBOSE_HELP,
-    _quiet_libraries,
     alias_option,
     either,
     emit_json,
     json_option,
     out,
+    quiet_libraries,
     store_option,
     verbose_option,
     working,
@@ -49,7 +49,7 @@ def watch(
     """Ingest new commits of the repos in CONFIG when their weights, config, tokenizer or chat template
     changed; other changes (README, docs) are recorded and skipped. Exit 1 if an ingest failed."""
 
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     store = either(store, out_dir, "--store")
     while True:
         with working(as_json):
@@ -83,7 +83,7 @@ def promote(
 ) -> None:
     """Promote a stored artifact to target store(s) once approved (`modelyard approve RUN_ID --by NAME`).
     Needs a Prefect server (PREFECT_API_URL) that the approver can reach."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     from prefect.exceptions import FlowPauseTimeout  # noqa: PLC0415 - heavy: prefect, imported on first use
 
     from modelyard.flows.promote import (  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
@@ -118,7 +118,7 @@ def approve(
     verbose: bool = verbose_option(),
 ) -> None:
     """Answer a paused promote run headlessly (through PREFECT_API_URL)."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     from modelyard.flows.promote import approve as approve_run  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
     approve_run(run_id, by=by, approved=not reject, note=note)
@@ -141,7 +141,7 @@ def deploy(
     verbose: bool = verbose_option(),
 ) -> None:
     """Create (or update) a Prefect deployment running `watch` on a cron schedule (PREFECT_API_URL)."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     from modelyard.flows.deployments import deploy_watch  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
     store = either(store, out_dir, "--store")
@@ -176,7 +176,7 @@ def deploy_ingest(
 ) -> None:
     """Create (or update) the deployment ingest/NAME for many workers sharing one store, and the automations
     that give a lost worker's runs to another (PREFECT_API_URL; workers need PREFECT_FLOWS_HEARTBEAT_FREQUENCY)."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     from modelyard.flows.deployments import deploy_ingest as deploy_it  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
     from modelyard.flows.deployments import ensure_crash_recovery  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 

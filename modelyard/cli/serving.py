@@ -16,7 +16,6 @@ from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import numeric
 from modelyard.cli._choices import Gpu, KvCacheDtype, Serve, SmokeLevel
 from modelyard.cli._common import (
-    _quiet_libraries,
     alias_option,
     either,
     emit_json,
@@ -25,6 +24,7 @@ from modelyard.cli._common import (
     json_option,
     out,
     output_option,
+    quiet_libraries,
     store_option,
     stored_path,
     verbose_option,
@@ -74,7 +74,7 @@ def _recorded_serve(path: Path) -> str | None:
     return serve if isinstance(serve, str) else None
 
 
-def _print_server_smoke(s: dict[str, Any]) -> None:
+def print_server_smoke(s: dict[str, Any]) -> None:
     where = f"at {s['url']}" if s.get("url") else f"/health after {s.get('startup_seconds')} s"
     out.print(f"vLLM {s.get('vllm_version')} OpenAI server ({s['level']}): {where}, "
               f"served as {s.get('served_model_name')}", highlight=False)
@@ -130,7 +130,7 @@ def smoke_cmd(
     texts against transformers on the same token ids, an English prose perplexity bound, and a check that
     the answer is not one token repeated. Exit 0 when every check and target passes, 1 when one fails, 2
     for bad input."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     with working(as_json):
         level = either(smoke_level, level, "--smoke") or "server"
         targets, cls = _slo_targets(level, slo, slo_class_name)
@@ -172,7 +172,7 @@ def smoke_cmd(
         out.print(f"answer: {res.text}\nfinish_reason: {res.finish_reason}", highlight=False)
         out.print(numeric.summary_line(d.get("numeric")), highlight=False, soft_wrap=True)
     else:
-        _print_server_smoke(d)
+        print_server_smoke(d)
     if not res.passed:
         err.print(f"[bold red]smoke failed:[/] {escape(str(res.error))}", highlight=False)
     raise typer.Exit(0 if res.passed else 1)
@@ -216,7 +216,7 @@ def serve_plan_cmd(
     ray-head.sh, ray-worker.sh and serve.sh for several nodes; with --k8s
     or --storage-uri, serve/k8s/).
     Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     path = stored_path(path, store)
     plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
                                         kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
@@ -279,7 +279,7 @@ def doctor(
     """Report this serving host (GPUs, compute capability, driver, CUDA, torch, NCCL, vLLM; an NCCL
     all-reduce across its GPUs) and, given ARTIFACT, whether its needs are met. Exit 0 when they are
     (or with no ARTIFACT), 1 when one is not."""
-    _quiet_libraries(verbose)
+    quiet_libraries(verbose)
     needs = doc.artifact_needs(artifact) if artifact is not None else None
     facts = doc.collect_host_facts(timeout=timeout, nccl=nccl)
     checks = doc.judge_needs(facts, needs) if needs is not None else []

@@ -2,7 +2,7 @@
 pulled artifact is checked, and the temp-folder-then-rename that makes a pull all or nothing.
 
 Reuses the bundle's checks: :func:`bundle.bundle_meta` (the folder matches its ``manifest.json``;
-the files outside it are hashed, they are small) and :func:`unbundle._parse_contents` (a listing
+the files outside it are hashed, they are small) and :func:`unbundle.parse_contents` (a listing
 whose names are safe, whose ``content_digest`` matches its own file list, no duplicates).
 """
 
@@ -27,9 +27,9 @@ from modelyard.transport.bundle import (
 from modelyard.transport.unbundle import (
     BundleContents,
     FolderSink,
-    _parse_contents,
-    _rmtree,
     name_problem,
+    parse_contents,
+    remove_tree,
 )
 
 CHUNK = 4 * 1024 * 1024
@@ -111,7 +111,7 @@ def parse_listing(where: str, manifest_bytes: bytes, extras: Iterable[tuple[str,
 
 def check_index(where: str, manifest_bytes: bytes, index_bytes: bytes) -> BundleContents:
     try:
-        return _parse_contents(where, manifest_bytes, index_bytes)
+        return parse_contents(where, manifest_bytes, index_bytes)
     except BundleError as exc:
         raise PublishError(exc.message, fix="Do not use this copy: publish the artifact again with "
                                             "`modelyard publish`, then pull again.") from exc
@@ -146,7 +146,7 @@ class Staging:
 
     def __exit__(self, et, ev, tb) -> None:  # noqa: ANN001
         if et is not None and self.tmp.exists():
-            _rmtree(self.tmp)
+            remove_tree(self.tmp)
 
     def put(self, rel: str, data: bytes) -> None:
         dst = self.tmp / rel

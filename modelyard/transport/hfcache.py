@@ -37,11 +37,11 @@ from modelyard.errors import BundleError
 from modelyard.transport.unbundle import (
     DEFAULT_MAX_RATIO,
     BundleContents,
+    Discard,
     Sink,
-    _Discard,
-    _rmtree,
     read_bundle,
     read_manifest,
+    remove_tree,
 )
 
 LFS_THRESHOLD = 10 * 1024 * 1024
@@ -109,7 +109,7 @@ class HFCacheSink(Sink):
 
     def open(self, rel: str) -> BinaryIO:
         if not rel.startswith("model/"):
-            return _Discard()  # type: ignore[return-value]
+            return Discard()  # type: ignore[return-value]
         p = self.blobs / f".incoming-{len(self._incoming)}"
         self._incoming[rel] = p
         return open(p, "xb")  # noqa: SIM115 - closed in commit()
@@ -163,14 +163,14 @@ def rehydrate(bundle: Path, cache_dir: Path, *, repo_id: str | None = None,
         tmp_ref.write_text(commit)
         os.replace(tmp_ref, ref)
     except BaseException:
-        _rmtree(tmp)
+        remove_tree(tmp)
         if created:
             try:
                 cache_dir.rmdir()
             except OSError:
                 pass
         raise
-    _rmtree(tmp)
+    remove_tree(tmp)
     return HFCacheResult(cache_dir, repo, commit, synthesized, snap, len(sink.blob_of), reused)
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from modelyard import progress
 from modelyard.errors import HashMismatchError, PublishError
 from modelyard.transport._transfer import LocalArtifact, PublishResult
-from modelyard.transport.oci import DEFAULT_CHUNK, OciRef, _annotations, _check, _upload, push_target
+from modelyard.transport.oci import DEFAULT_CHUNK, OciRef, annotations_of, check_response, push_target, upload_layer
 
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 IMAGE_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -52,7 +52,7 @@ def build_layout(art: LocalArtifact, layout: Path) -> dict[str, str]:
         raise PublishError(f"{art.root} has no files under model/", fix="Publish an artifact made by `modelyard ingest`.")
     embedded_oci_layout(layout)
     m = art.manifest
-    annotations = {k: v for k, v in _annotations(art).items() if k != "org.opencontainers.image.title"}
+    annotations = {k: v for k, v in annotations_of(art).items() if k != "org.opencontainers.image.title"}
     annotations["org.opencontainers.image.title"] = f"{m.name} (ModelCar)"
     with progress.task(f"ModelCar layers ({len(model)} files)", total=sum(f.size for f in model)) as adv:
         oci_layers_on_top(layout, [f.path for f in model], root_dir=art.root / "model", annotations=annotations,
@@ -133,7 +133,7 @@ def _put_manifest(client, target: OciRef, reference: str, data: bytes, media_typ
     except (requests.exceptions.RequestException, ValueError) as exc:
         raise PublishError(f"{target}: uploading {what} failed ({type(exc).__name__})",
                            fix="Check the registry (running, free space), then publish again.") from exc
-    _check(r, what, target)
+    check_response(r, what, target)
     return r
 
 
@@ -163,7 +163,7 @@ def publish_modelcar(artifact_dir: str | Path, ref: str, *, settings: Any = None
         with progress.task(f"pushing ModelCar to {target}", total=total) as adv:
             for digest, b in blobs.items():
                 what = (b.get("annotations") or {}).get(IN_LAYER_PATH) or f"blob {digest}"
-                skipped += _upload(client, container, _blob(layout, digest), b, what, target, chunk_size)
+                skipped += upload_layer(client, container, _blob(layout, digest), b, what, target, chunk_size)
                 adv(b["size"])
         for desc in mans if entry["mediaType"] == INDEX_MEDIA_TYPE else []:
             _put_manifest(client, target, desc["digest"], _blob(layout, desc["digest"]).read_bytes(), desc["mediaType"],

@@ -146,7 +146,7 @@ def _client(ref: OciRef, insecure: bool | None, settings: Any):  # noqa: ANN202
     return client
 
 
-def _check(r, what: str, ref: OciRef, *, fix: str | None = None) -> None:  # noqa: ANN001
+def check_response(r, what: str, ref: OciRef, *, fix: str | None = None) -> None:  # noqa: ANN001
     if r.status_code in (200, 201, 202):
         return
     codes = ""
@@ -234,7 +234,7 @@ def _param_size(n: int) -> str:
     return str(n)
 
 
-def _annotations(art: LocalArtifact) -> dict[str, str]:
+def annotations_of(art: LocalArtifact) -> dict[str, str]:
     m = art.manifest
     src = m.source
     quant = m.scheme
@@ -287,23 +287,23 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
         with progress.task(f"pushing to {target}", total=art.total_bytes + len(config_bytes)) as adv:
             config_layer = {"mediaType": CONFIG_MEDIA_TYPE, "digest": f"sha256:{_sha(config_bytes)}",
                             "size": len(config_bytes)}
-            skipped += _upload(client, container, small / "config.json", config_layer, "the ModelPack config blob",
+            skipped += upload_layer(client, container, small / "config.json", config_layer, "the ModelPack config blob",
                                target, chunk_size)
             adv(len(config_bytes))
             for (rel, size, _sha256, path), layer in zip(entries, layers):
-                skipped += _upload(client, container, path or small / MANIFEST, layer, rel, target, chunk_size)
+                skipped += upload_layer(client, container, path or small / MANIFEST, layer, rel, target, chunk_size)
                 adv(size)
         manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE, "artifactType": ARTIFACT_TYPE,
-                    "config": config_layer, "layers": layers, "annotations": _annotations(art)}
+                    "config": config_layer, "layers": layers, "annotations": annotations_of(art)}
         r = client.upload_manifest(manifest, container)
-        _check(r, "the image manifest", target)
+        check_response(r, "the image manifest", target)
     digest = r.headers.get("Docker-Content-Digest") or ""
     return PublishResult(uri=f"oci://{target.host}/{target.repo}:{target.tag}", files=len(entries),
                          bytes=art.total_bytes, content_digest=art.manifest.content_digest,
                          digest=digest or None, skipped=skipped)
 
 
-def _upload(client, container, path: Path, layer: dict, what: str, ref: OciRef, chunk_size: int) -> int:  # noqa: ANN001
+def upload_layer(client, container, path: Path, layer: dict, what: str, ref: OciRef, chunk_size: int) -> int:  # noqa: ANN001
     """Upload one blob unless the registry has it (returns 1 then). The registry checks the digest."""
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
 
@@ -324,7 +324,7 @@ def _upload(client, container, path: Path, layer: dict, what: str, ref: OciRef, 
                                 f"{layer['digest'][7:]} recorded in manifest.json",
                                 fix="The artifact changed after it was made: run `modelyard verify` on it and "
                                     "re-ingest the model.")
-    _check(r, what, ref)
+    check_response(r, what, ref)
     return 0
 
 
@@ -416,7 +416,7 @@ def _get_manifest(client, container, src: OciRef) -> dict[str, Any]:  # noqa: AN
     if r.status_code == 404:
         raise PublishError(f"{src}: the registry has no such repository or tag",
                            fix="Check the repository and tag (`modelyard publish` prints them).")
-    _check(r, "to serve the manifest", src)
+    check_response(r, "to serve the manifest", src)
     if src.digest and _sha(r.content) != src.digest[7:]:
         raise HashMismatchError(f"{src}: the manifest the registry served does not have the digest asked for",
                                 fix="Do not trust this registry's copy.")

@@ -100,13 +100,13 @@ class Sink:
         pass
 
     def open(self, rel: str) -> BinaryIO:
-        return _Discard()
+        return Discard()
 
     def commit(self, rel: str, fh: BinaryIO, sha256: str, git_sha1: str | None) -> None:
         fh.close()
 
 
-class _Discard(io.RawIOBase):
+class Discard(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
@@ -206,7 +206,7 @@ def _read_small(stream: ZstdTarStream, tf: tarfile.TarFile, ti: tarfile.TarInfo,
     return data
 
 
-def _parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> BundleContents:
+def parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> BundleContents:
     bad = BundleError(f"{bundle}: manifest.json is not a modelyard manifest (files[] of path, size, sha256)",
                       fix="Pass a bundle made by `modelyard bundle`. " + _FIX_CORRUPT)
     try:
@@ -286,7 +286,7 @@ def _read(stream: ZstdTarStream, name: str, compressed: int, sink: Sink, max_rat
     if second is None:
         raise BundleError(f"{name} ends after manifest.json (no bundle.json)", fix=_FIX_CORRUPT)
     stream.member = "bundle.json"
-    contents = _parse_contents(name, manifest_bytes, _read_small(stream, tf, second, "bundle.json", name))
+    contents = parse_contents(name, manifest_bytes, _read_small(stream, tf, second, "bundle.json", name))
     declared = contents.declared_bytes
     if declared > RATIO_FLOOR and declared > max_ratio * compressed:
         raise BundleError(f"{name} declares {declared} bytes in {compressed} compressed bytes (ratio "
@@ -496,20 +496,20 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, 
         os.chmod(tmp, 0o755)
         os.rename(tmp, into)
     except ModelyardError:
-        _rmtree(tmp)
+        remove_tree(tmp)
         raise
     except OSError as exc:  # disk full, permissions, ...: a typed error, nothing left behind
-        _rmtree(tmp)
+        remove_tree(tmp)
         raise StoreError(f"cannot extract {Path(bundle).name} into {into}: {exc.strerror or exc}",
                          fix="Free disk space there (the bundle's total size is in its manifest) or pass "
                              "another --into.") from exc
     except BaseException:
-        _rmtree(tmp)
+        remove_tree(tmp)
         raise
     return contents
 
 
-def _rmtree(p: Path) -> None:
+def remove_tree(p: Path) -> None:
     def onerror(func, path, exc):  # noqa: ANN001, ANN202 - read-only files in a writable folder
         try:
             os.chmod(os.path.dirname(path), 0o755)

@@ -130,3 +130,14 @@ def test_only_artifact_parses_manifest_and_report():
         if lines := _parses_artifact_record(ast.parse(src), src):
             found[name] = lines
     assert found == {}
+
+
+def test_no_private_name_is_imported_from_another_module():
+    found = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("modelyard"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private:
+                    found.setdefault(name, []).extend(private)
+    assert found == {}
