@@ -35,7 +35,6 @@ from rich.progress import (
 from rich.table import Column
 from rich.text import Text
 from rich.traceback import Traceback
-from typer import _click  # typer's bundled click: its exceptions
 from typer.core import TyperCommand
 
 from modelyard import progress
@@ -467,9 +466,9 @@ class Command(TyperCommand):
         given = list(args)  # the parser consumes ``args``
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
-        except _click.exceptions.ClickException as exc:
+        except typer.TyperException as exc:  # typer's usage errors (its bundled click's ClickException)
             # typer validates a choice (Literal) through pydantic, whose message starts "Value error, "
-            if isinstance(exc, _click.exceptions.BadParameter) and exc.message.startswith("Value error, "):
+            if isinstance(exc, typer.BadParameter) and exc.message.startswith("Value error, "):
                 exc.message = exc.message.removeprefix("Value error, ")
             if "--json" not in given or "--help" in given:
                 raise
