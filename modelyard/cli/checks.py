@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.markup import escape
@@ -14,7 +14,7 @@ from modelyard.artifact.draft import write_quantization_records
 from modelyard.artifact.layout import model_root
 from modelyard.checks import Report, Target
 from modelyard.checks.report import counted
-from modelyard.cli._choices import Dtype, QuantRuntime, Scheme, Serve, VerifyRuntime
+from modelyard.cli._choices import Scheme, Serve, VerifyRuntime
 from modelyard.cli._common import (
     VERBOSE_HELP,
     alias_option,
@@ -26,34 +26,30 @@ from modelyard.cli._common import (
     out,
     output_option,
     quiet_libraries,
-    serve_option,
     store_option,
     stored_path,
     verbose_option,
     working,
 )
+from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.errors import InvalidTargetError, ModelyardError, QualityGateError, VerificationFailedError
 from modelyard.model.source import parse_source
 from modelyard.runtime.prefect_server import use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages import quantize as q
 from modelyard.stages.patch import patch_folder
+from modelyard.stages.quantize.options import QuantizeFlags
 from modelyard.stages.verify import verify_folder, verify_source
+from modelyard.stages.verify.options import TargetFlags
 
 
+@stage_flags(TargetFlags)
 def verify(
     path: str = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/), NAME[@REVISION] "
                                           "of an artifact in the store (re-hashed against its manifest), or "
                                           "hf://org/name@revision: judged from its small files and safetensors "
                                           "headers (HTTP range), before any weight byte is downloaded"),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1),
-    dtype: Optional[Dtype] = typer.Option(None, "--dtype", help="the vLLM --dtype it will be served with"),
-    serve: Serve = serve_option(),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it, e.g. 0.6.3"),
-    transformers_version: Optional[str] = typer.Option(None, "--transformers-version",
-                                                       help="the transformers beside it, e.g. 4.45.2"),
-    gpu_cc: Optional[str] = typer.Option(None, "--gpu-cc", help="the GPU's compute capability, e.g. 8.0"),
+    options: dict[str, Any] = STAGE_OPTIONS,
     runtime: VerifyRuntime = typer.Option("none", "--runtime",
                                           help="none: hand-written rules only; local: also ask the installed vLLM (the "
                                                "runtime venv) what it decides at startup (runtime.* findings, ~10-15 s)"),
@@ -70,9 +66,7 @@ def verify(
     if as_json and markdown:
         raise InvalidTargetError("--json and --markdown both ask for the report on stdout",
                                  fix="Pass one of them (the JSON report carries everything the Markdown one shows).")
-    target = Target.create(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype,
-                           serve=serve, vllm_version=vllm_version, transformers_version=transformers_version,
-                           gpu_cc=gpu_cc)
+    target = Target.create(**options)
     # the kept server's warm facts worker, when one runs: transformers' answers without importing it here
     use_facts_worker(Settings().local_store(store))
     src = parse_source(path) if "://" in path else None
@@ -134,24 +128,19 @@ def patch_cmd(
     raise typer.Exit(0 if res.after.passed else 1)
 
 
+@stage_flags(QuantizeFlags, exclude=("quantize",))
 def quantize_cmd(
     path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
     scheme: Scheme = typer.Option(..., "--scheme", help="the quantization scheme (legacy formats: gptq with gptqmodel, "
                                                          "awq-gemm with autoawq)"),
     output: Optional[Path] = output_option("new folder (required): OUTPUT/model, OUTPUT/quantization.json, OUTPUT/recipe.yaml"),
     out_dir: Optional[Path] = alias_option("--out"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
-    num_samples: int = typer.Option(64, "--num-samples", min=1),
-    max_seq_len: int = typer.Option(512, "--max-seq-len", min=8),
+    options: dict[str, Any] = STAGE_OPTIONS,
     max_ppl_ratio: Optional[float] = typer.Option(None, "--max-ppl-ratio", min=1.0,
                                                   help="quality limit: quantized / parent perplexity (default: per "
                                                        "scheme family)"),
     max_kl: Optional[float] = typer.Option(None, "--max-kl", min=0.0,
                                            help="quality limit, nats/token (default: per family)"),
-    accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss"),
-    runtime: Optional[QuantRuntime] = typer.Option(None, "--runtime", help="vLLM runtime to judge loadability for "
-                                                                          "(default: the local one)"),
     as_json: bool = json_option("quantization.json with the verification summary and findings"),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -159,24 +148,27 @@ def quantize_cmd(
     output against the target vLLM runtime. Exit 0 when every gate passes, 1 when one fails, 2 for bad input."""
     quiet_libraries(verbose)
     out_dir = either(output, out_dir, "--output", required=True)
+    opts = QuantizeFlags(**options)
     with working(as_json):
         q.scheme(scheme)
         if out_dir.exists():
             raise q.QuantizeError(f"{out_dir} already exists", fix="Pass -o/--output a folder that does not exist yet.")
         out_dir.mkdir(parents=True)
         try:
-            res = q.quantize_model(model_root(path), out_dir / "model", scheme, recipe_file=recipe,
-                                   calibration=calibration, num_samples=num_samples, max_seq_len=max_seq_len,
+            res = q.quantize_model(model_root(path), out_dir / "model", scheme,
+                                   recipe_file=Path(opts.recipe) if opts.recipe else None,
+                                   calibration=Path(opts.calibration) if opts.calibration else None,
+                                   num_samples=opts.num_samples, max_seq_len=opts.max_seq_len,
                                    max_ppl_ratio=max_ppl_ratio, max_kl=max_kl)
             record = res.record()
             write_quantization_records(out_dir, record)
-            report = q.judge(out_dir / "model", res, verify_folder(out_dir / "model"), runtime)
+            report = q.judge(out_dir / "model", res, verify_folder(out_dir / "model"), opts.runtime)
         except BaseException:
             if out_dir.exists() and not any(out_dir.iterdir()):  # nothing written: leave no empty OUT behind
                 out_dir.rmdir()
             raise
 
-    error = _quantize_verdict(res, report, out_dir, accept_quality_loss)
+    error = _quantize_verdict(res, report, out_dir, opts.accept_quality_loss)
     if as_json:
         rd = report.to_dict()
         emit_json(record | {"verification": rd["summary"] | {

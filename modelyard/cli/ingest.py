@@ -10,7 +10,7 @@ import typer
 
 from modelyard.checks import numeric
 from modelyard.checks.report import counted
-from modelyard.cli._choices import Dtype, Gpu, QuantRuntime, Scheme, Serve, SmokeLevel
+from modelyard.cli._choices import SmokeLevel
 from modelyard.cli._common import (
     VERBOSE_HELP,
     alias_option,
@@ -19,40 +19,41 @@ from modelyard.cli._common import (
     json_option,
     out,
     quiet_libraries,
-    serve_option,
     store_option,
     verbose_option,
     working,
 )
-from modelyard.cli.serving import print_server_smoke, slo_class_option, slo_option
+from modelyard.cli._options import STAGE_OPTIONS, stage_flags
+from modelyard.cli.serving import print_server_smoke
 from modelyard.errors import SourceNotFoundError
-from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.model.source import parse_source, sanitize_name
 from modelyard.runtime.prefect_server import connect, use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages.fetch import check_local
+from modelyard.stages.fetch.options import FetchFlags
+from modelyard.stages.patch import PatchFlags
 from modelyard.stages.quantize import scheme
+from modelyard.stages.quantize.options import QuantizeFlags
+from modelyard.stages.serve.options import ServeFlags
 from modelyard.stages.smoke import warmup
+from modelyard.stages.smoke.options import SmokeFlags
+from modelyard.stages.verify.options import TargetFlags
 from modelyard.transport.publish import check_target
 
 
-def _run_ingest(source: str, *, name: Optional[str], out_dir: Optional[str], max_model_len: Optional[int],
-                tensor_parallel_size: int, no_smoke: bool, as_json: bool, verbose: bool,
-                serve: str = DEFAULT_SERVE, dtype: Optional[str] = None, vllm_version: Optional[str] = None,
-                patch: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str], as_json: bool,
+                verbose: bool) -> dict[str, Any]:
+    """Run the ingest flow on ``source`` with ``options`` (:class:`~modelyard.flows.options.IngestOptions`'
+    fields) into the store ``out_dir``; bad input fails before Prefect is imported."""
     quiet_libraries(verbose)
     with working(as_json):
         from modelyard.flows.options import IngestOptions  # noqa: PLC0415 - heavy: pydantic, imported on first use
 
-        if (patch or {}).get("quantize"):
-
-            scheme(patch["quantize"])  # a bad scheme is bad usage: fail before fetching anything
-        if (patch or {}).get("publish"):
-
-            for to in patch["publish"]:
-                check_target(to)
-        opts = IngestOptions(name=name, max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-                             smoke=not no_smoke, serve=serve, dtype=dtype, vllm_version=vllm_version, **(patch or {}))
+        if options.get("quantize"):
+            scheme(options["quantize"])  # a bad scheme is bad usage: fail before fetching anything
+        for to in options.get("publish") or ():
+            check_target(to)
+        opts = IngestOptions(**options)
         _precheck(source, opts)  # bad input fails in a second, before Prefect is imported or started
         store = Settings().local_store(out_dir)
         api = connect(store)  # a kept server, or a private one booting meanwhile
@@ -117,43 +118,15 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
         out.print("smoke: skipped (--no-smoke)")
 
 
+@stage_flags(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFlags, ServeFlags,
+             exclude=("transformers_version", "gpu_cc"))
 def ingest(
     source: str = typer.Argument(..., help="hf://org/name@revision (or https://huggingface.co/org/name/tree/REV), "
                                            "file:///path, gguf:///path/model.gguf, or tar:///path/bundle.tar.zst"),
     name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),
     store: Optional[str] = store_option(),
     out_dir: Optional[str] = alias_option("--out"),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="target context length (tokens)"),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", min=1, help="target TP size"),
-    serve: Serve = serve_option(),
-    dtype: Optional[Dtype] = typer.Option(None, "--dtype", help="target vLLM --dtype (judged by the checks)"),
-    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="the vLLM that will serve it"),
-    no_patch: bool = typer.Option(False, "--no-patch", help="do not repair fixable findings"),
-    add_special_token: list[str] = typer.Option([], "--add-special-token",
-                                                help="mark an existing vocabulary token special (repeatable)"),
-    chat_template: Optional[Path] = typer.Option(None, "--chat-template", help="install this Jinja file as the chat template"),
-    quantize: Optional[Scheme] = typer.Option(None, "--quantize", help="quantize with this scheme (legacy formats: gptq "
-                                                                       "with gptqmodel, awq-gemm with autoawq)"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="recipe YAML (overrides the scheme's; see modelyard/recipes)"),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="local calibration text/JSONL file or datasets folder"),
-    num_samples: int = typer.Option(64, "--num-samples", min=1, help="calibration samples"),
-    max_seq_len: int = typer.Option(512, "--max-seq-len", min=8, help="calibration/evaluation window (tokens)"),
-    accept_quality_loss: bool = typer.Option(False, "--accept-quality-loss", help="publish even if the quality gate fails"),
-    runtime: Optional[QuantRuntime] = typer.Option(None, "--runtime", help="vLLM runtime to judge a quantized model's "
-                                                                          "loadability for (default: the local one)"),
-    no_smoke: bool = typer.Option(False, "--no-smoke", help="skip the vLLM smoke load"),
-    smoke_level: SmokeLevel = typer.Option("load", "--smoke", help="load (in-process chat), server (OpenAI server "
-                                                                   "checks + golden prompts) or bench (server + a short "
-                                                                   "load test)"),
-    golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML for --smoke server|bench"),
-    slo: Optional[str] = slo_option(),
-    slo_class: Optional[str] = slo_class_option(),
-    gpu: Optional[Gpu] = typer.Option(None, "--gpu", help="serve/ plan target GPU (default: H100-80GB on the fewest "
-                                                          "GPUs that fit)"),
-    gpus: Optional[int] = typer.Option(None, "--gpus", min=1, help="serve/ plan GPU count"),
-    include: list[str] = typer.Option([], "--include", help="source files to take into model/, a glob (repeatable; "
-                                                            "default: the files a runtime reads)"),
-    exclude: list[str] = typer.Option([], "--exclude", help="source files not to take, a glob (repeatable)"),
+    options: dict[str, Any] = STAGE_OPTIONS,
     publish: list[str] = typer.Option([], "--publish", help="also push to oci://host/repo[:tag] or s3://bucket/prefix "
                                                             "(repeatable)"),
     as_json: bool = json_option("the stored artifact: path, name, revision, content digest, verification summary, "
@@ -163,18 +136,8 @@ def ingest(
     """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact.
 
     Judged and smoke-tested for chat serving unless --serve says otherwise, as `modelyard verify` judges it."""
-    d = _run_ingest(source, name=name, out_dir=either(store, out_dir, "--store"), max_model_len=max_model_len,
-                    tensor_parallel_size=tensor_parallel_size, no_smoke=no_smoke, as_json=as_json, verbose=verbose,
-                    serve=serve, dtype=dtype, vllm_version=vllm_version,
-                    patch={"patch": not no_patch, "add_special_tokens": tuple(add_special_token),
-                           "chat_template": str(chat_template) if chat_template else None,
-                           "quantize": quantize, "recipe": str(recipe) if recipe else None,
-                           "calibration": str(calibration) if calibration else None, "num_samples": num_samples,
-                           "max_seq_len": max_seq_len, "accept_quality_loss": accept_quality_loss, "runtime": runtime,
-                           "smoke_level": smoke_level, "golden": str(golden) if golden else None,
-                           "slo": slo, "slo_class": slo_class,
-                           "gpu": gpu, "gpus": gpus, "publish": tuple(publish),
-                           "allow_patterns": tuple(include) or None, "ignore_patterns": tuple(exclude) or None})
+    d = _run_ingest(source, {**options, "name": name, "publish": tuple(publish)}, out_dir=either(store, out_dir, "--store"),
+                    as_json=as_json, verbose=verbose)
     _print_result(d, as_json)
 
 
@@ -201,7 +164,6 @@ def demo(
     verbose: bool = verbose_option(),
 ) -> None:
     """Ingest the built-in demo model (SmolLM2-135M-Instruct, GGUF) and chat with it in vLLM."""
-    d = _run_ingest(f"gguf://{demo_gguf_path()}", name="smollm2-135m-instruct", out_dir=either(store, out_dir, "--store"),
-                    max_model_len=None, tensor_parallel_size=1, no_smoke=False, as_json=as_json, verbose=verbose,
-                    patch={"smoke_level": smoke_level})
+    d = _run_ingest(f"gguf://{demo_gguf_path()}", {"name": "smollm2-135m-instruct", "smoke_level": smoke_level},
+                    out_dir=either(store, out_dir, "--store"), as_json=as_json, verbose=verbose)
     _print_result(d, as_json)

@@ -14,7 +14,7 @@ from rich.table import Table
 from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import numeric
-from modelyard.cli._choices import Gpu, KvCacheDtype, Serve, SmokeLevel
+from modelyard.cli._choices import Serve, SmokeLevel
 from modelyard.cli._common import (
     alias_option,
     either,
@@ -30,6 +30,7 @@ from modelyard.cli._common import (
     verbose_option,
     working,
 )
+from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.errors import InvalidTargetError, MissingConfigError, SmokeFailedError, SourceNotFoundError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
@@ -40,20 +41,10 @@ from modelyard.stages.serve.files import vllm_config, write_serve_files
 from modelyard.stages.serve.k8s import manifests as k8s_manifests
 from modelyard.stages.serve.k8s import write_k8s_files
 from modelyard.stages.serve.monitoring import DASHBOARD_FILE
+from modelyard.stages.serve.options import ServePlanFlags
 from modelyard.stages.smoke import bench
 from modelyard.stages.smoke import server as serve_smoke
-
-
-def slo_option() -> Any:
-    """``--slo key=value,...``: the bench level's service-level targets (``ingest`` and ``smoke``)."""
-    return typer.Option(None, "--slo", help="bench targets, e.g. ttft_p95_ms=500,itl_p95_ms=50,error_rate=0 "
-                                            "(keys: " + ", ".join(bench.SLO_METRICS) + "); others: the class defaults")
-
-
-def slo_class_option() -> Any:
-    """``--slo-class``: the row of default targets (``cpu`` or a GPU class)."""
-    return typer.Option(None, "--slo-class", help="default targets of this class: cpu or a GPU such as H100-80GB "
-                                                  "(default: the device the vLLM runtime runs on)")
+from modelyard.stages.smoke.options import SmokeFlags
 
 
 def _slo_targets(level: str, slo: str | None, cls: str | None) -> tuple[dict[str, float], str | None]:
@@ -102,12 +93,12 @@ def print_server_smoke(s: dict[str, Any]) -> None:
                       f"({v['source']}, class {(b.get('slo') or {}).get('class')})", highlight=False)
 
 
+@stage_flags(SmokeFlags, exclude=("smoke", "smoke_level"))
 def smoke_cmd(
     path: Path = typer.Argument(..., help="an artifact folder (manifest.json + model/ [+ serve/]) or a model folder"),
     smoke_level: Optional[SmokeLevel] = typer.Option(None, "--smoke", help="the smoke level (default: server)"),
     level: Optional[SmokeLevel] = alias_option("--level"),
-    golden: Optional[Path] = typer.Option(None, "--golden", help="golden prompts YAML (default: the demo set of the "
-                                          "serving mode)"),
+    options: dict[str, Any] = STAGE_OPTIONS,
     question: Optional[str] = typer.Option(None, "--question", help="the prompt (default: 'What is the capital of "
                                            "France?' for chat, 'The capital of France is' for completion)"),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1),
@@ -117,8 +108,6 @@ def smoke_cmd(
                                           "ingested for (report.json), else chat"),
     url: Optional[str] = typer.Option(None, "--url", help="check the vLLM server already running at this URL "
                                       "(e.g. http://127.0.0.1:8000) instead of starting one (server, bench)"),
-    slo: Optional[str] = slo_option(),
-    slo_class_name: Optional[str] = slo_class_option(),
     as_json: bool = json_option("the smoke result"),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -133,7 +122,7 @@ def smoke_cmd(
     quiet_libraries(verbose)
     with working(as_json):
         level = either(smoke_level, level, "--smoke") or "server"
-        targets, cls = _slo_targets(level, slo, slo_class_name)
+        targets, cls = _slo_targets(level, options["slo"], options["slo_class"])
         if url and level == "load":
             raise InvalidTargetError("--url needs --smoke server or bench (load runs vLLM in-process)",
                                      fix="Pass --smoke server or --smoke bench with --url.")
@@ -157,7 +146,8 @@ def smoke_cmd(
             else:
 
                 config = vllm_config(plan_serve(model_dir, ServeTarget(gpu=DEFAULT_GPU)), model=str(model_dir))
-            prompts, src = serve_smoke.load_golden(golden, mode)
+            golden = options["golden"]
+            prompts, src = serve_smoke.load_golden(Path(golden) if golden else None, mode)
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
                                            bench=serve_smoke.BenchSpec() if level == "bench" else None, mode=mode,
@@ -178,23 +168,11 @@ def smoke_cmd(
     raise typer.Exit(0 if res.passed else 1)
 
 
+@stage_flags(ServePlanFlags)
 def serve_plan_cmd(
     path: Path = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/) or NAME[@REVISION] "
                                           "of an artifact in the store"),
-    gpu: Gpu = typer.Option(..., "--gpu", help="GPU model"),
-    gpus: int = typer.Option(1, "--gpus", "--gpus-per-node", min=1, help="GPUs available on the host (on each node)"),
-    nodes: int = typer.Option(1, "--nodes", min=1, help="nodes available; the plan uses the fewest that hold the "
-                              "model and its context (tensor parallel inside a node, pipeline parallel across nodes, "
-                              "served through Ray)"),
-    pipeline_parallel_size: Optional[int] = typer.Option(None, "--pipeline-parallel-size", "--pp", min=1,
-                                                         help="default: one stage per node used"),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", min=0.01, max=1.0,
-                                                 help="vLLM's fraction of GPU memory"),
-    kv_cache_dtype: KvCacheDtype = typer.Option("auto", "--kv-cache-dtype",
-                                                help="KV cache dtype (auto: the model's dtype)"),
-    tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size", "--tp", min=1,
-                                                       help="default: the largest valid size <= --gpus"),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1, help="context to plan for (tokens)"),
+    options: dict[str, Any] = STAGE_OPTIONS,
     name: Optional[str] = typer.Option(None, "--served-model-name", help="default: the artifact or folder name"),
     output: Optional[Path] = output_option("write serve/ into this folder (outside the store; without it the plan "
                                            "is only printed: an artifact is never rewritten)"),
@@ -218,10 +196,7 @@ def serve_plan_cmd(
     Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
     quiet_libraries(verbose)
     path = stored_path(path, store)
-    plan = plan_serve(path, ServeTarget(gpu=gpu, gpus=gpus, gpu_memory_utilization=gpu_memory_utilization,
-                                        kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size,
-                                        max_model_len=max_model_len, nodes=nodes,
-                                        pipeline_parallel_size=pipeline_parallel_size), name=name)
+    plan = plan_serve(path, ServeTarget(**options), name=name)
     dest = either(output, write, "--output")
     if dest is not None and not no_write and in_store(dest, store):
         raise InvalidTargetError(f"--output {dest} is inside the store, whose artifacts are never rewritten",

@@ -1,20 +1,27 @@
-"""IngestOptions: what a caller can ask of one ingest run (CLI flags and watch YAML keys map 1:1),
-and its per-stage groups (:class:`FetchOptions`, :class:`PatchOptions`, :class:`QuantizeOptions`,
+"""IngestOptions: what a caller can ask of one ingest run, composed of the options each stage declares
+(CLI flags and watch YAML keys map 1:1 to its fields), and its per-stage groups
+(:class:`FetchOptions`, :class:`PatchOptions`, :class:`QuantizeOptions`,
 :class:`SmokeOptions`, :class:`ServeOptions`): each stage's task receives only its own group."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Optional
 
-from pydantic import BaseModel, Field
+from pydantic import ConfigDict, Field
 
 from modelyard.checks import Target
 from modelyard.errors import InvalidTargetError
 from modelyard.model.modes import DEFAULT_SERVE, default_prompt
+from modelyard.stages.fetch.options import FetchFlags
+from modelyard.stages.patch import PatchFlags
 from modelyard.stages.quantize import scheme
+from modelyard.stages.quantize.options import QuantizeFlags
 from modelyard.stages.serve.gpus import gpu_spec
+from modelyard.stages.serve.options import ServeFlags
 from modelyard.stages.smoke.bench import parse_slo, slo_class
+from modelyard.stages.smoke.options import SmokeFlags
+from modelyard.stages.verify.options import TargetFlags
 
 
 @dataclass(frozen=True)
@@ -72,40 +79,20 @@ class ServeOptions:
     max_model_len: int | None = None
 
 
-class IngestOptions(BaseModel):
-    """``max_model_len`` in tokens; ``tensor_parallel_size`` in ranks (judged by the checks; the CPU
-    smoke always loads with one rank); ``smoke_max_tokens`` in tokens."""
+class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFlags, ServeFlags):
+    """What one ingest asks: the options each stage declares next to itself (their fields, flags, help and
+    bounds: :class:`~modelyard.stages.verify.options.TargetFlags`, ``FetchFlags``, ``PatchFlags``,
+    ``QuantizeFlags``, ``SmokeFlags``, ``ServeFlags``), plus the artifact's ``name``, where to ``publish``
+    it after the store (``oci://host/repo[:tag]`` or ``s3://bucket/prefix``), the smoke's ``question``
+    (None: the serving mode's, :data:`~modelyard.model.modes.DEFAULT_PROMPTS`) and ``smoke_max_tokens``
+    (tokens). The CLI's flags and a watch YAML's keys are these field names."""
 
-    model_config = {"frozen": True}
+    model_config = ConfigDict(frozen=True)
 
-    name: str | None = None
-    max_model_len: int | None = Field(default=None, gt=0)
-    tensor_parallel_size: int = Field(default=1, gt=0)
-    smoke: bool = True
-    smoke_level: Literal["load", "server", "bench"] = "load"  # stages.smoke.server.LEVELS
-    golden: str | None = None  # YAML of golden prompts (server/bench); default modelyard/data/golden-demo.yaml
-    slo: str | None = None  # bench targets, e.g. "ttft_p95_ms=500,error_rate=0" (stages.smoke.bench.SLO_METRICS)
-    slo_class: str | None = None  # the row of default targets: cpu or a GPU class; None = the runtime's device
-    gpu: str | None = None  # serve plan target (stages.serve.gpus); None = H100-80GB on the fewest GPUs that fit
-    gpus: int | None = Field(default=None, gt=0)
-    publish: tuple[str, ...] = ()  # oci://host/repo[:tag] or s3://bucket/prefix, after the store
-    serve: str = DEFAULT_SERVE  # modes.SERVE_MODES; the verify target and the smoke follow it
-    dtype: str | None = None
-    vllm_version: str | None = None
-    question: str | None = None  # the smoke prompt; None = the serving mode's (modes.DEFAULT_PROMPTS)
+    name: Optional[str] = None
+    publish: tuple[str, ...] = ()
+    question: Optional[str] = None
     smoke_max_tokens: int = Field(default=64, gt=0)
-    patch: bool = True
-    add_special_tokens: tuple[str, ...] = ()
-    chat_template: str | None = None  # path of a Jinja file to install as chat_template.jinja
-    quantize: str | None = None  # a scheme of stages.quantize.SCHEMES
-    recipe: str | None = None
-    calibration: str | None = None
-    num_samples: int = Field(default=64, gt=0)
-    max_seq_len: int = Field(default=512, gt=0)
-    accept_quality_loss: bool = False
-    runtime: str | None = None  # a key of stages.quantize.compat.RUNTIME_SUPPORT; None = the local vLLM runtime
-    allow_patterns: tuple[str, ...] | None = None
-    ignore_patterns: tuple[str, ...] | None = None
 
     def smoke_prompt(self) -> str:
         """The smoke's question (chat) or plain-text prompt (completion): ``question``, else the
@@ -132,7 +119,8 @@ class IngestOptions(BaseModel):
     def target(self) -> Target:
         """What verify judges against (raises :class:`~modelyard.errors.InvalidTargetError` for a bad value)."""
         return Target.create(tensor_parallel_size=self.tensor_parallel_size, max_model_len=self.max_model_len,
-                             serve=self.serve, dtype=self.dtype, vllm_version=self.vllm_version)
+                             serve=self.serve, dtype=self.dtype, vllm_version=self.vllm_version,
+                             transformers_version=self.transformers_version, gpu_cc=self.gpu_cc)
 
     @property
     def fetching(self) -> FetchOptions:

@@ -40,7 +40,9 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from modelyard.artifact.draft import stage_model
 from modelyard.artifact.layout import MANIFEST, PATCH_DIFF, PATCHES, model_root
@@ -54,9 +56,24 @@ from modelyard.checks.tokenizer import (
 )
 from modelyard.errors import PatchError, StoreError
 from modelyard.model.checkpoint import Checkpoint
+from modelyard.model.options import Flag
 from modelyard.model.patchplan import PatchOp, PatchPlan, apply_plan
 from modelyard.model.snapshot import FileEntry, Snapshot
 from modelyard.stages.verify import verify_folder
+
+
+class PatchFlags(BaseModel):
+    """What a user asks of the patch stage in ``ingest`` and a watch YAML: whether to repair, which existing
+    vocabulary tokens to mark special, a Jinja file to install as the chat template."""
+
+    model_config = ConfigDict(frozen=True)
+
+    patch: Annotated[bool, Flag("--no-patch", negate=True)] = Field(True, description="do not repair fixable findings")
+    add_special_tokens: Annotated[tuple[str, ...], Flag("--add-special-token")] = Field(
+        (), description="mark an existing vocabulary token special (repeatable)")
+    chat_template: Annotated[Optional[str], Flag("--chat-template", cli_type=Path)] = Field(
+        None, description="install this Jinja file as the chat template")
+
 
 #: finding codes the planner repairs.
 FIXABLE = frozenset({

@@ -141,3 +141,18 @@ def test_no_private_name_is_imported_from_another_module():
                 if private:
                     found.setdefault(name, []).extend(private)
     assert found == {}
+
+
+def test_no_cli_function_takes_more_than_12_parameters():
+    """A command's stage options come from the stages' declarations (modelyard/cli/_options.py), not from a
+    parameter each."""
+    wide = {}
+    for name, path in MODULES.items():
+        if not name.startswith("modelyard.cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = len(node.args.posonlyargs) + len(node.args.args) + len(node.args.kwonlyargs)
+                if n > 12:
+                    wide[f"{name}.{node.name}"] = n
+    assert wide == {}

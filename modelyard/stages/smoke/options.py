@@ -1,0 +1,37 @@
+"""What a user asks of the smoke stage in ``ingest`` and a watch YAML: whether and how deep to smoke, the
+golden prompts, and the bench's service-level targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from modelyard.model.options import Flag
+from modelyard.stages.smoke.bench import SLO_METRICS
+from modelyard.stages.smoke.server import LEVELS
+
+#: ``--help`` text of ``--slo`` (``ingest`` and ``smoke``)
+SLO_HELP = ("bench targets, e.g. ttft_p95_ms=500,itl_p95_ms=50,error_rate=0 (keys: " + ", ".join(SLO_METRICS)
+            + "); others: the class defaults")
+#: ``--help`` text of ``--slo-class`` (``ingest`` and ``smoke``)
+SLO_CLASS_HELP = "default targets of this class: cpu or a GPU such as H100-80GB (default: the device the vLLM runtime runs on)"
+
+
+class SmokeFlags(BaseModel):
+    """``smoke`` False: no smoke; ``smoke_level``: load, server or bench (the levels of
+    :mod:`modelyard.stages.smoke.server`); ``golden``: a YAML of golden prompts (server, bench; default
+    modelyard/data/golden-demo.yaml); ``slo``: bench targets ``key=value,...``; ``slo_class``: the row of
+    default targets (cpu or a GPU class; None: the runtime's device)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    smoke: Annotated[bool, Flag("--no-smoke", negate=True)] = Field(True, description="skip the vLLM smoke load")
+    smoke_level: Annotated[Literal[LEVELS], Flag("--smoke", choices=LEVELS)] = Field(  # type: ignore[valid-type]
+        "load", description="load (in-process chat), server (OpenAI server checks + golden prompts) or bench "
+                            "(server + a short load test)")
+    golden: Annotated[Optional[str], Flag("--golden", cli_type=Path)] = Field(
+        None, description="golden prompts YAML for --smoke server|bench (default: the demo set of the serving mode)")
+    slo: Annotated[Optional[str], Flag("--slo")] = Field(None, description=SLO_HELP)
+    slo_class: Annotated[Optional[str], Flag("--slo-class")] = Field(None, description=SLO_CLASS_HELP)
