@@ -30,10 +30,11 @@ class FindingRecord(BaseModel):
     value: Any = None
     fix: str | None = None
     source: str | None = None
+    limit: Any = None
 
     def to_finding(self) -> Finding:
         return Finding(self.code, Severity(self.severity), self.message, file=self.file, field=self.field,
-                       value=self.value, fix=self.fix, source=self.source)
+                       value=self.value, fix=self.fix, source=self.source, limit=self.limit)
 
 
 class SummaryRecord(BaseModel):

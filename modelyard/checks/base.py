@@ -27,6 +27,11 @@ class Severity(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Finding:
+    """One verdict: a stable dotted ``code`` (declared in ``checks/findings.yaml``), its ``severity``, the
+    ``message``, where (``file``, ``field``), the measured or offending ``value``, the ``fix`` and the rule's
+    ``source``. A finding judged by a number also carries the ``limit`` it was held to (same shape as
+    ``value``: a number, or an object of named figures), so a report says the number and its limit."""
+
     code: str
     severity: Severity
     message: str
@@ -35,10 +40,14 @@ class Finding:
     value: Any = None
     fix: str | None = None
     source: str | None = None
+    limit: Any = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The stored form; ``limit`` only where the finding has one."""
         d = asdict(self)
         d["severity"] = self.severity.value
+        if d["limit"] is None:
+            del d["limit"]
         return d
 
 

@@ -202,6 +202,7 @@ def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False,
                 f"vLLM and transformers disagree on the same token ids (limits: KL <= {lim.kl_max}, top-1 >= "
                 f"{lim.top1_min}, perplexity ratio <= {lim.ppl_ratio_max}): {detail}",
                 field="prompt_logprobs", value={"kl_mean": kl, "top1": top1, "ppl_ratio_worst": ratio},
+                limit={"kl_mean": lim.kl_max, "top1": lim.top1_min, "ppl_ratio_worst": lim.ppl_ratio_max},
                 fix="One implementation computes something else: check config.json (rope_scaling, head_dim, "
                     "tie_word_embeddings, quantization_config) against the weights; `modelyard verify --runtime local` "
                     "names what vLLM decides.", source=SOURCE))
@@ -218,13 +219,13 @@ def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False,
         bound_why = (f"a vocabulary of {vocab_size} tokens is below {MIN_VOCAB_FOR_BOUND}: uniform guessing scores "
                      f"{vocab_size}, so the bound says nothing; judged by agreement alone (a test model)")
         findings.append(Finding("smoke.numeric.bound_not_judged", Severity.INFO, bound_why, field="vocab_size",
-                                value=vocab_size, source=SOURCE))
+                                value=vocab_size, limit=MIN_VOCAB_FOR_BOUND, source=SOURCE))
     elif prose_ppl > PPL_BOUND:
         findings.append(Finding(
             "smoke.numeric.perplexity_bound", Severity.ERROR,
             f"perplexity {prose_ppl:.1f} on plain English prose ({prose[0].name}, {prose[0].tokens} tokens) is above "
             f"{PPL_BOUND:g}, which any working language model meets: the model, or the tokenizer that feeds it, is broken",
-            field="prompt_logprobs", value=prose_ppl,
+            field="prompt_logprobs", value=prose_ppl, limit=PPL_BOUND,
             fix="Check the tokenizer (`modelyard verify` on the folder; for a GGUF import, its tokenizer conversion) "
                 "and the weights' dtype; both implementations agreeing means they share the defect.", source=SOURCE))
     passed = not any(f.severity == Severity.ERROR for f in findings)
@@ -273,6 +274,7 @@ def judge_parent(texts: list[TextFigures], *, quantized: bool, not_compared: str
             f"the served artifact departs from its parent checkpoint (limits: KL <= {lim.kl_max}, top-1 >= "
             f"{lim.top1_min}, perplexity ratio <= {lim.ppl_ratio_max}): {detail}", field="prompt_logprobs",
             value={"kl_mean": kl, "top1": top1, "ppl_ratio_worst": worst},
+            limit={"kl_mean": lim.kl_max, "top1": lim.top1_min, "ppl_ratio_worst": lim.ppl_ratio_max},
             fix="Quantize with more calibration samples or a gentler scheme (w8a8, fp8), or keep the parent; a "
                 "patched artifact must not change the numbers at all: review the patch.", source=SOURCE))
     return rec, findings

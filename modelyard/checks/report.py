@@ -2,7 +2,7 @@
 
 JSON schema (``schema_version`` "1", the JSON Schema is ``report.schema.json`` beside this module,
 :data:`SCHEMA_PATH`): ``{schema_version, tool, target, summary{errors,warnings,infos, passed},
-findings[{code,severity,message,file,field,value,fix,source}], smoke|null}``. ``smoke`` is the vLLM
+findings[{code,severity,message,file,field,value,fix,source[,limit]}], smoke|null}``. ``smoke`` is the vLLM
 smoke-load result when one ran (see ``pipeline.smoke.SmokeResult``). Additive changes keep the
 version; removing or retyping a key bumps it.
 """

@@ -53,7 +53,8 @@ def test_a_wrong_tokenizer_fails_the_bound_though_both_implementations_agree():
     # the Gemma-3 GGUF import: 962.8 in vLLM and in transformers
     v, f = numeric.judge([_fig("prose-en", 962.8, prose=True, tokens=337)], 262144)
     assert (v.passed, [x.code for x in f]) == (False, ["smoke.numeric.perplexity_bound"])
-    assert f[0].value == 962.8
+    assert (f[0].value, f[0].limit) == (962.8, 100.0)
+    assert f[0].to_dict()["limit"] == 100.0
 
 
 def test_disagreement_names_the_text_and_the_limits():
@@ -62,6 +63,8 @@ def test_disagreement_names_the_text_and_the_limits():
         False, ["smoke.numeric.disagreement"], 0.25, 0.8, 1.4)
     assert f[0].message.startswith("vLLM and transformers disagree on the same token ids (limits: KL <= 0.02, top-1 >= 0.9,"
                                    " perplexity ratio <= 1.05): code: KL 0.5, top-1 0.600, perplexity x1.4")
+    assert (f[0].value, f[0].limit) == ({"kl_mean": 0.25, "top1": 0.8, "ppl_ratio_worst": 1.4},
+                                        {"kl_mean": 0.02, "top1": 0.9, "ppl_ratio_worst": 1.05})
 
 
 def test_quantized_limits_are_looser():
@@ -169,6 +172,7 @@ def test_a_derived_artifact_is_judged_against_its_parent_one_sided():
     assert [(x.code, x.severity.value) for x in f] == [("smoke.numeric.parent_disagreement", "error")]
     assert f[0].message == ("the served artifact departs from its parent checkpoint (limits: KL <= 0.02, top-1 >= 0.9, "
                             "perplexity ratio <= 1.05): prose-en: KL 0.04, top-1 0.850, perplexity x1.04")
+    assert f[0].limit == {"kl_mean": 0.02, "top1": 0.9, "ppl_ratio_worst": 1.05}
 
 
 def test_a_parent_that_could_not_run_is_not_compared_never_a_pass():
