@@ -31,7 +31,7 @@ from modelyard.cli._common import (
     working,
 )
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
-from modelyard.errors import InvalidTargetError, MissingConfigError, SmokeFailedError, SourceNotFoundError
+from modelyard.errors import InvalidTargetError, MissingConfigError, SourceNotFoundError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
@@ -154,9 +154,7 @@ def smoke_cmd(
                                            url=url, slo=targets, slo_class=cls)
     d = res.to_dict()
     if as_json:
-        emit_json(d, exit_code=0 if res.passed else 1,
-                  error=None if res.passed else SmokeFailedError(f"vLLM {level} smoke failed: {res.error}",
-                                                                 fix="See result for the answer and the failed checks."))
+        emit_json(d, exit_code=0 if res.passed else 1, error=smoke.gate_error(res))
         return
     if level == "load":
         out.print(f"answer: {res.text}\nfinish_reason: {res.finish_reason}", highlight=False)

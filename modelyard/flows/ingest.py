@@ -47,7 +47,6 @@ from modelyard.errors import (
     AttemptsExhaustedError,
     EndpointUnreachableError,
     ServePlanError,
-    SmokeFailedError,
 )
 from modelyard.flows.options import FetchOptions, IngestOptions, PatchOptions, QuantizeOptions, ServeOptions, SmokeOptions
 from modelyard.model import digest as hashing
@@ -221,15 +220,8 @@ def smoke_task(model_dir: Path, settings: Settings, options: SmokeOptions, paren
     the checkpoint a quantized or patched ``model_dir`` came from, compared by the numerical gate."""
     res = smoke.smoke_load(model_dir, settings, question=options.prompt, max_tokens=options.max_tokens,
                            max_model_len=options.max_model_len, mode=options.mode, parent=parent)
-    if not res.passed:
-        judged = [f for f in res.findings if f.get("severity") == "error" and f.get("fix")]
-        fix = (judged[0]["fix"] if judged else
-               "Check generation_config.json eos_token_id against the chat template's turn terminator."
-               if res.mode == "chat" else
-               "Check that the model continues plain text (an instruct model may end a bare prompt at once: "
-               "serve it as chat with its template, --serve chat).")
-        raise SmokeFailedError(f"vLLM smoke {res.mode} failed: {res.error}; answer was {res.text!r}", result=res,
-                               fix=fix)
+    if (error := smoke.gate_error(res)) is not None:
+        raise error
     return res
 
 
@@ -263,9 +255,8 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions
         max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.mode,
         slo=bench.parse_slo(options.slo), slo_class=bench.slo_class(options.slo_class) if options.slo_class else None,
         parent=parent)
-    if not res.passed:
-        raise SmokeFailedError(f"vLLM server smoke failed ({res.error}); answer was {res.text!r}", result=res,
-                               fix="See the failed checks in the message; golden misses name the prompt.")
+    if (error := smoke.gate_error(res)) is not None:
+        raise error
     return res
 
 

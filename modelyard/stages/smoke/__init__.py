@@ -280,3 +280,25 @@ def judge_numbers(model_dir: Path, records: list[dict[str, Any]], vocab_size: in
         found.append(degenerate_finding(why, text))
         verdict = replace(verdict, passed=False)
     return verdict, [f.to_dict() for f in found]
+
+
+def gate_error(res: Any) -> SmokeFailedError | None:
+    """The smoke stage's one gate, for a load result (:class:`SmokeResult`) or a server/bench one
+    (``server.ServerSmokeResult``): None when it passed, else the :class:`SmokeFailedError` (exit 1) that the
+    ingest flow raises and the ``smoke`` command reports. Its fix is the first judged error finding's (the
+    numerical gate, a degenerate answer); else, for a load smoke, the usual cause of a reply that does not
+    stop in its serving mode; for a server smoke, where the failed checks are named."""
+    if res.passed:
+        return None
+    judged = [f for f in res.findings if f.get("severity") == "error" and f.get("fix")]
+    if getattr(res, "level", "load") == "load":
+        fix = (judged[0]["fix"] if judged else
+               "Check generation_config.json eos_token_id against the chat template's turn terminator."
+               if res.mode == "chat" else
+               "Check that the model continues plain text (an instruct model may end a bare prompt at once: "
+               "serve it as chat with its template, --serve chat).")
+        return SmokeFailedError(f"vLLM smoke {res.mode} failed: {res.error}; answer was {res.text!r}", result=res, fix=fix)
+    return SmokeFailedError(f"vLLM {res.level} smoke failed ({res.error}); answer was {res.text!r}", result=res,
+                            fix=judged[0]["fix"] if judged else
+                            "See the failed checks in the message; golden misses name the prompt.")
+
