@@ -4,6 +4,7 @@ An artifact is ``<store>/<name>/<revision>/`` holding::
 
     model/              what ``vllm serve model/`` loads (config, tokenizer, weights)
     manifest.json       identity, provenance, per-file size + sha256, stage results (written last)
+    bundle.json         (in a bundle and an object store) the index of the other files, with sha256
     report.json         the verification report (schema ``checks/report.schema.json``)
     report.md           the same, for people
     patches.json        the patch plan applied to model/ (when patched), with patch.diff
@@ -20,6 +21,8 @@ from pathlib import Path
 
 MODEL_DIR = "model"
 MANIFEST = "manifest.json"
+#: the artifact's index of the files manifest.json does not list (modelyard.artifact.index)
+INDEX = "bundle.json"
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 PATCHES = "patches.json"

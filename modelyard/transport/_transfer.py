@@ -1,7 +1,7 @@
 """Helpers shared by the remote targets (:mod:`.oci`, :mod:`.s3`): what an artifact holds, how a
 pulled artifact is checked, and the temp-folder-then-rename that makes a pull all or nothing.
 
-Reuses the bundle's checks: :func:`bundle.bundle_meta` (the folder matches its ``manifest.json``;
+Reuses the artifact index (:func:`modelyard.artifact.index.index_folder`: the folder matches its ``manifest.json``;
 the files outside it are hashed, they are small) and :func:`unbundle.parse_contents` (a listing
 whose names are safe, whose ``content_digest`` matches its own file list, no duplicates).
 """
@@ -15,15 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable
 
+from modelyard.artifact.index import FORMAT, INDEX, VERSION, dump_index, index_folder
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, HashMismatchError, ManifestError, PublishError
-from modelyard.transport.bundle import (
-    FORMAT,
-    VERSION,
-    bundle_meta,
-    dump_meta,
-)
 from modelyard.transport.unbundle import (
     BundleContents,
     FolderSink,
@@ -33,7 +28,7 @@ from modelyard.transport.unbundle import (
 )
 
 CHUNK = 4 * 1024 * 1024
-INDEX_NAME = "bundle.json"  # the bundle's index, reused by s3:// (files outside manifest.json, with sha256)
+INDEX_NAME = INDEX  # the artifact's index (modelyard.artifact.index), in a bundle and beside the manifest on s3://
 
 
 @dataclass(frozen=True)
@@ -82,7 +77,7 @@ def read_artifact(root: Path) -> LocalArtifact:
     match its manifest or holds a file named :data:`INDEX_NAME`."""
     try:
         manifest_bytes = (root / MANIFEST).read_bytes()
-        meta, _dirs, expect = bundle_meta(root, manifest_bytes)
+        meta, _dirs, expect = index_folder(root, manifest_bytes)
     except BundleError as exc:
         raise PublishError(exc.message, fix=exc.fix) from exc
     if INDEX_NAME in expect:
@@ -106,7 +101,7 @@ def parse_listing(where: str, manifest_bytes: bytes, extras: Iterable[tuple[str,
     except ManifestError as exc:
         raise PublishError(f"{where}: manifest.json is not a modelyard manifest (files[] of path, size, sha256)",
                            fix="Pull an artifact published by `modelyard publish`.") from exc
-    return check_index(where, manifest_bytes, dump_meta(meta))
+    return check_index(where, manifest_bytes, dump_index(meta))
 
 
 def check_index(where: str, manifest_bytes: bytes, index_bytes: bytes) -> BundleContents:

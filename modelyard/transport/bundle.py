@@ -24,23 +24,21 @@ the way and compared with the manifest (a changed file fails the bundle instead 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import zstandard
 
 from modelyard import progress
+from modelyard.artifact.index import dump_index, index_folder
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
-from modelyard.errors import BundleError, ManifestError, StoreError
+from modelyard.errors import BundleError, StoreError
 
-FORMAT = "modelyard-bundle"
-VERSION = 1
 TAR_FORMAT = tarfile.PAX_FORMAT
 BLOCK = tarfile.BLOCKSIZE  # 512
 RECORD = tarfile.RECORDSIZE  # 20 blocks: the archive is padded to a multiple of this
@@ -73,80 +71,6 @@ def _pad(n: int) -> bytes:
     return b"\0" * (-n % BLOCK)
 
 
-def _scan(root: Path) -> tuple[list[str], dict[str, int]]:
-    """Directories and files (relative POSIX paths, sizes in bytes) of ``root``; refuses links and
-    special files, which a bundle never carries."""
-    dirs: list[str] = []
-    files: dict[str, int] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for n in sorted(dirnames + filenames):
-            full = Path(dirpath, n)
-            rel = full.relative_to(root).as_posix()
-            st = full.lstat()
-            if full.is_symlink():
-                raise BundleError(f"{root}: {rel} is a symbolic link; a bundle carries regular files only",
-                                  fix="Replace the link with the file it points to, or remove it.")
-            if n in dirnames:
-                dirs.append(rel)
-            elif full.is_file():
-                files[rel] = st.st_size
-            else:
-                raise BundleError(f"{root}: {rel} is not a regular file (a FIFO, socket or device)",
-                                  fix="Remove it from the artifact folder.")
-    return dirs, files
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def bundle_meta(root: Path, manifest_bytes: bytes) -> tuple[dict[str, Any], list[str], dict[str, tuple[int, str]]]:
-    """(bundle.json dict, directories, {file: (size, expected sha256)}) for the artifact ``root``.
-
-    Checks the folder against its manifest: every ``manifest.json`` file present with its size,
-    every ``model/`` file listed. Files outside the manifest are hashed here (they are small)."""
-    try:
-        manifest = Manifest.from_bytes(manifest_bytes)
-        if "files" not in manifest.present:
-            raise ManifestError("manifest.json has no files[]")
-        listed = {f.path: (f.size, f.sha256) for f in manifest.files}
-    except ManifestError as exc:
-        raise BundleError(f"{root}/manifest.json is not a modelyard manifest (no files[] with path, size, sha256)",
-                          fix="Bundle an artifact written by modelyard ingest.") from exc
-    dirs, files = _scan(root)
-    if "bundle.json" in files:
-        raise BundleError(f"{root} holds a bundle.json; that name is reserved for the bundle's index",
-                          fix="Rename or remove that file.")
-    problems = [f"{p} is listed in manifest.json but missing" for p in listed if p not in files]
-    problems += [f"{p} has {files[p]} bytes, manifest.json says {size}"
-                 for p, (size, _) in listed.items() if p in files and files[p] != size]
-    problems += [f"{p} is in model/ but not listed in manifest.json" for p in files
-                 if p.startswith("model/") and p not in listed]
-    if problems:
-        raise BundleError(f"{root} does not match its manifest.json: " + "; ".join(problems[:5]),
-                          fix=f"Run `modelyard verify {root}`; re-ingest the model if the artifact was changed.")
-    expect = {p: listed[p] for p in files if p in listed}
-    extras = []
-    for p in sorted(files):
-        if p in listed or p == MANIFEST:
-            continue
-        sha = _sha256(root / p)
-        extras.append({"path": p, "size": files[p], "sha256": sha})
-        expect[p] = (files[p], sha)
-    meta = {"format": FORMAT, "version": VERSION, "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
-            "files": extras, "total_bytes": sum(s for s, _ in expect.values())}
-    return meta, dirs, expect
-
-
-def dump_meta(meta: dict[str, Any]) -> bytes:
-    """The canonical bytes of ``bundle.json`` (a reader re-serializes and compares)."""
-    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
 def write_bundle(root: Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: int = -1,
                  force: bool = False) -> BundleResult:
     """Write the artifact folder ``root`` as the bundle ``out``
@@ -161,8 +85,8 @@ def write_bundle(root: Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: 
     if not force and (out.exists() or out.is_symlink()):
         raise BundleError(f"{out} already exists", fix="Pass --force to replace it, or write to another -o/--output.")
     manifest_bytes = (root / MANIFEST).read_bytes()
-    meta, dirs, expect = bundle_meta(root, manifest_bytes)
-    meta_bytes = dump_meta(meta)
+    meta, dirs, expect = index_folder(root, manifest_bytes)
+    meta_bytes = dump_index(meta)
     members = sorted([(d, True) for d in dirs] + [(f, False) for f in expect])
 
     tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.partial"

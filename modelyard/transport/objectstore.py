@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard import progress
+from modelyard.artifact.index import dump_index
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.store import Artifact, Store, same_content
@@ -61,7 +62,6 @@ from modelyard.transport._s3io import (
     s3_filesystem,
 )
 from modelyard.transport._transfer import LocalArtifact, LocalFile, Staging, check_index, read_artifact
-from modelyard.transport.bundle import dump_meta
 from modelyard.transport.unbundle import BundleContents
 
 BLOBS = "blobs/sha256"
@@ -209,7 +209,7 @@ class S3Store(Store):
         return True
 
     def _put_index(self, meta: dict[str, Any]) -> str:
-        data = dump_meta(meta)
+        data = dump_index(meta)
         sha = hashlib.sha256(data).hexdigest()
         key = self._blob_key(sha)
         if not self._exists(key, len(data)):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard import progress
+from modelyard.artifact.index import dump_index
 from modelyard.artifact.layout import MANIFEST
 from modelyard.errors import PublishError
 from modelyard.transport._s3io import (  # noqa: F401 - parse_s3_uri and the defaults are this module's API too
@@ -47,7 +48,6 @@ from modelyard.transport._transfer import (
     Staging,
     check_index,
 )
-from modelyard.transport.bundle import dump_meta
 from modelyard.transport.refs import load_artifact
 from modelyard.transport.signing import verify_signature
 
@@ -72,7 +72,7 @@ def publish_s3(artifact_dir: str | Path, uri: str, *, settings: Any = None, home
         other = json.loads(existing).get("content_digest") if existing.strip().startswith(b"{") else None
         raise PublishError(f"{uri} already holds another artifact ({other}); refusing to overwrite it",
                            fix="Publish under a new prefix (e.g. with the revision in it), or delete the old one first.")
-    index_bytes = dump_meta(art.index)
+    index_bytes = dump_index(art.index)
     with progress.task(f"uploading to {uri}", total=art.total_bytes + len(index_bytes)) as adv:
         for f in art.files:
             _put_one(fs, bucket, f"{prefix}/{f.rel}", f, multipart_threshold, uri)

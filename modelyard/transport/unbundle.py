@@ -45,12 +45,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from modelyard import progress
+from modelyard.artifact.index import FORMAT, VERSION, dump_index
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, ManifestError, ModelyardError, StoreError
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry
-from modelyard.transport.bundle import BLOCK, CHUNK, FORMAT, RECORD, VERSION, dump_meta
+from modelyard.transport.bundle import BLOCK, CHUNK, RECORD
 from modelyard.transport.signing import verify_after_unbundle
 from modelyard.transport.zstream import FIX_CORRUPT as _FIX_CORRUPT
 from modelyard.transport.zstream import ZstdTarStream, check_frames
@@ -80,7 +81,7 @@ class BundleContents:
 
     @property
     def declared_bytes(self) -> int:
-        return len(self.manifest_bytes) + len(dump_meta(self.meta)) + sum(e.size for e in self.files.values())
+        return len(self.manifest_bytes) + len(dump_index(self.meta)) + sum(e.size for e in self.files.values())
 
 
 class Sink:
@@ -223,7 +224,7 @@ def parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bun
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise BundleError(f"{bundle}: bundle.json is not a {FORMAT} version {VERSION} index",
                           fix="Use the modelyard version that made the bundle, or re-bundle with this one.")
-    if dump_meta(meta) != meta_bytes:
+    if dump_index(meta) != meta_bytes:
         raise BundleError(f"{bundle}: bundle.json is not in canonical form (it was edited or is damaged)",
                           fix=_FIX_CORRUPT)
     if meta.get("manifest_sha256") != hashlib.sha256(manifest_bytes).hexdigest():

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from modelyard.artifact.index import dump_index
 from modelyard.errors import BundleError
 from modelyard.model.digest import git_blob_id, tree_digest
 from modelyard.model.snapshot import FileEntry
-from modelyard.transport.bundle import dump_meta
 from modelyard.transport.hfcache import rehydrate
 from modelyard.transport.refs import bundle_artifact
 from modelyard.transport.unbundle import read_bundle, unbundle
@@ -214,7 +214,7 @@ def _craft(path: Path, listed: dict[str, bytes], members: list, *, tail: bytes =
     entries = tuple(FileEntry(f["path"][len("model/"):], f["size"], f["sha256"]) for f in files)
     manifest = json.dumps({"name": "evil", "content_digest": "sha256:" + tree_digest(entries), "files": files,
                            "source": {"uri": "file:///x"}}).encode()
-    meta = dump_meta({"format": "modelyard-bundle", "version": 1, "files": [], "total_bytes": sum(f["size"] for f in files),
+    meta = dump_index({"format": "modelyard-bundle", "version": 1, "files": [], "total_bytes": sum(f["size"] for f in files),
                       "manifest_sha256": hashlib.sha256(manifest).hexdigest()})
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
