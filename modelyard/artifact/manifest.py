@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import importlib.metadata as md
 import json
 import os
 import platform
@@ -25,7 +24,7 @@ from modelyard.checks import Report
 from modelyard.errors import ManifestError
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry, Snapshot
-from modelyard.version import __version__
+from modelyard.version import __version__, library_versions
 
 if TYPE_CHECKING:
     from modelyard.model.patchplan import PatchPlan
@@ -202,13 +201,7 @@ class Manifest:
 
 def tool_versions() -> dict[str, str | None]:
     """Versions of modelyard, Python and the libraries that shaped the artifact (None when absent)."""
-    out: dict[str, str | None] = {"modelyard": __version__, "python": platform.python_version()}
-    for dist in _TOOLS:
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = None
-    return out
+    return {"modelyard": __version__, "python": platform.python_version(), **library_versions(_TOOLS)}
 
 
 def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,

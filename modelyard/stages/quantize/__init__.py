@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import importlib.metadata as md
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ from modelyard.model.checkpoint import Checkpoint
 from modelyard.runtime.scripts import quality as _quality
 from modelyard.settings import Settings
 from modelyard.stages.quantize import compat, legacy
+from modelyard.version import library_versions
 
 RECIPES = paths.RECIPES
 DATA = paths.DATA
@@ -336,13 +336,8 @@ def _cpu_only_workarounds() -> None:
 
 
 def tool_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for dist in ("llmcompressor", "compressed-tensors", "transformers", "torch"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = None
-    return out
+    """Versions of the libraries that quantized (None when one is not installed)."""
+    return dict(library_versions(("llmcompressor", "compressed-tensors", "transformers", "torch")))
 
 
 #: files of the source copied byte for byte next to the quantized weights.
