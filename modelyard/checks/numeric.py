@@ -319,7 +319,9 @@ def summary_line(n: dict[str, Any] | None) -> str:
     bound = (f"English prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')})" if n.get("bound_judged")
              else f"perplexity bound not judged ({n.get('bound_not_judged')})")
     if n.get("compared"):
-        agree = (f"against {n.get('reference')}: mean KL {n.get('kl_mean')} nats/token, top-1 {n.get('top1')}, "
+        kl = n.get("kl_mean")
+        kl_text = "< 0.000001" if kl == 0 else kl  # stored to 6 decimals: float32 on both sides rounds to 0
+        agree = (f"against {n.get('reference')}: mean KL {kl_text} nats/token, top-1 {n.get('top1')}, "
                  f"worst perplexity ratio {n.get('ppl_ratio_worst')}")
     else:
         agree = f"not compared: {n.get('not_compared')}"

@@ -110,13 +110,14 @@ def store_option(help: str = STORE_HELP) -> Any:
 
 
 def stored_path(path: Path, store: str | None) -> Path:
-    """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME@REV``,
-    or any ``NAME`` with ``--store``), that artifact's folder: from an object store, downloaded to the
-    local cache with every file checked. Raises :class:`StoreError` (exit 2) when it is not there."""
+    """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME`` or
+    ``NAME@REV``, no ``/``), that artifact's folder in ``store`` (default: ``MODELYARD_STORE``, else
+    ``MODELYARD_HOME``), as ``show`` and ``bundle`` read it: from an object store, downloaded to the local
+    cache with every file checked. Raises :class:`StoreError` (exit 2) when it is not there."""
     from modelyard.transport.refs import resolve_artifact  # noqa: PLC0415 - heavy: zstandard, boto3 for s3://
 
     text = str(path)
-    if path.exists() or "/" in text or (store is None and "@" not in text):
+    if path.exists() or "/" in text:
         return path
     try:
         return resolve_artifact(text, store)

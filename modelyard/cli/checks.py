@@ -54,7 +54,7 @@ def verify(
                                           help="none: hand-written rules only; local: also ask the installed vLLM (the "
                                                "runtime venv) what it decides at startup (runtime.* findings, ~10-15 s)"),
     store: Optional[str] = store_option("the store PATH names an artifact of, as NAME[@REVISION] (a folder or "
-                                        "s3://BUCKET/PREFIX; default: MODELYARD_STORE, else MODELYARD_HOME)"),
+                                        "s3://BUCKET/PREFIX; default: MODELYARD_STORE, else MODELYARD_HOME or ./artifacts)"),
     as_json: bool = json_option("the verification report (report.schema.json)"),
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
     verbose: bool = verbose_option(VERBOSE_HELP),

@@ -182,7 +182,7 @@ def serve_plan_cmd(
                                               "(s3://BUCKET/PREFIX, or oci://...@sha256:... of a ModelCar): adds a "
                                               "KServe InferenceService to serve/k8s/ (implies --k8s)"),
     store: Optional[str] = store_option("the store PATH names an artifact of, as NAME[@REVISION] (a folder or "
-                                        "s3://BUCKET/PREFIX; default: MODELYARD_STORE, else MODELYARD_HOME)"),
+                                        "s3://BUCKET/PREFIX; default: MODELYARD_STORE, else MODELYARD_HOME or ./artifacts)"),
     as_json: bool = json_option("the plan, with serve_dir (where serve/ was written, or null), k8s_dir and storage_uri"),
     verbose: bool = verbose_option(),
 ) -> None:

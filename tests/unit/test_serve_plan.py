@@ -488,3 +488,22 @@ def test_a_low_memory_utilization_is_named_as_the_way_out(tiny_llama_dir):
     with pytest.raises(ServePlanError) as e:
         plan_serve(tiny_llama_dir, ServeTarget("L4-24GB", gpu_memory_utilization=0.1))
     assert e.value.fix == "raise --gpu-memory-utilization from 0.1 to 0.9 (vLLM's default); or --gpu A100-40GB."
+
+
+def test_a_bare_artifact_name_is_read_from_the_default_store(tiny_llama_dir, tmp_path):
+    """``serve-plan NAME`` and ``verify NAME`` find the artifact in MODELYARD_HOME as ``show`` and ``bundle``
+    do (a fresh user's demo artifact needed NAME@REV or --store before); a name the store lacks says so."""
+    from tests.unit.test_bundle import _build_artifact
+
+    home = tmp_path / "store"
+    art = _build_artifact(tiny_llama_dir, home, hub=False)
+    env = {"MODELYARD_HOME": str(home), "MODELYARD_STORE": ""}
+    r = CliRunner().invoke(app, ["serve-plan", "tiny", "--gpu", "L4-24GB", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    assert json_result(r.stdout, "serve-plan")["notes"][-1].startswith(f"serve/ not written: {art} is an artifact")
+    r = CliRunner().invoke(app, ["verify", "tiny", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["verify", "nosuch", "--json"], env=env)
+    assert json_error(r.stdout, "verify", 2) == {
+        "type": "StoreError", "message": f"the store {home} holds no artifact named 'nosuch'",
+        "fix": "Check the name (`modelyard list`) or pass the artifact folder's path."}
