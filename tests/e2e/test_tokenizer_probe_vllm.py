@@ -79,7 +79,9 @@ def test_a_missing_pre_tokenizer_splits_every_word(judged):
     (c1, s1, m1), (c2, s2, m2) = judged["bpe-no-pre-tokenizer"]
     assert (c1, s1, c2, s2) == ("runtime.tokenizer.splits_single_tokens", "error", "runtime.tokenizer.round_trip", "error")
     assert m1.startswith("82 of 82 probe words")
-    assert m2.endswith("back for 17 of 18 probe texts in the tokenizer vLLM 0.32.0 builds: 'The capital of France is Paris.' "
+    # 15 checked: the 3 probe texts whose characters the toy vocabulary lacks are not counted; the spaces lost
+    # by every other text are (a decoder that drops only whitespace is a round-trip failure)
+    assert m2.endswith("back for 14 of 15 probe texts in the tokenizer vLLM 0.32.0 builds: 'The capital of France is Paris.' "
                        "comes back as 'ThecapitalofFranceisParis.'")
 
 

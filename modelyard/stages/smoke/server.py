@@ -55,6 +55,7 @@ from modelyard.stages.smoke import (
     cpu_threads_bind,
     judge_numbers,
     numeric,
+    refuse_unjudgeable,
     root_cause,
 )
 from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
@@ -297,8 +298,10 @@ def start_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     overrides (``max_model_len`` in tokens); yield once ``/health`` answers, stop it on exit (SIGTERM to
     its process group, then SIGKILL), also on error. Raises :class:`RuntimeNotFoundError` (exit 2)
     without the runtime and :class:`SmokeFailedError` (exit 1) when it exits or stays unhealthy for
-    ``timeout`` seconds (default ``MODELYARD_SMOKE_TIMEOUT``)."""
+    ``timeout`` seconds (default ``MODELYARD_SMOKE_TIMEOUT``), or at once when this host's CPU runtime cannot
+    judge the checkpoint (:func:`~modelyard.stages.smoke.refuse_unjudgeable`)."""
     python = runtime_python(settings)
+    refuse_unjudgeable(model_dir)
     timeout = timeout or settings.smoke_timeout
     cfg = cpu_config(config, model_dir, max_model_len=max_model_len)
     port = free_port()

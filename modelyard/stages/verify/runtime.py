@@ -327,7 +327,8 @@ def probe_findings(p: dict[str, Any], ver: str | None) -> list[Finding]:
       than it was trained on, as with the Gemma GGUF conversion that answered " is is is"); a warning below.
     - ``runtime.tokenizer.round_trip``: decoding the ids does not give the text back (whitespace collapsed;
       texts with the unknown token are not counted, nor texts a vocabulary of under 1000 tokens, a test
-      fixture's, silently drops characters of). Error from half of the texts checked, a warning below.
+      fixture's, silently drops characters of; lost spaces alone always count). Error from half of the texts
+      checked, a warning below.
     - ``runtime.tokenizer.bos_policy``: ``tokenizer_config.json`` sets ``add_bos_token`` explicitly and
       encoding does otherwise (error: a bos-trained model reads every prompt without it, or twice).
     - ``runtime.tokenizer.sentencepiece_mismatch``: with ``tokenizer.model`` beside ``tokenizer.json``,
