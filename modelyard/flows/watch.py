@@ -234,11 +234,19 @@ def _record(home: Path, entry: WatchEntry, state: dict[str, Any], d: Decision,
 
 
 def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
-    """Decide for one repo, run the ingest if needed, and record the outcome in its state file."""
+    """Decide for one repo, run the ingest if needed, and record the outcome in its state file. A repo the
+    hub does not have (or cannot answer for), like one whose ingest fails, is a ``failed`` decision of its
+    own: the other repos of the round are still checked."""
 
     state = read_state(home, entry.repo)
     last = (state.get("last_ingested") or {}).get("commit")
-    head = resolve_head(entry.repo, entry.revision, settings)
+    try:
+        head = resolve_head(entry.repo, entry.revision, settings)
+    except (SourceNotFoundError, EndpointUnreachableError) as exc:  # this repo fails alone; the round goes on
+        d = Decision(repo=entry.repo, revision=entry.revision, commit=None, previous=last, action="failed",
+                     reason=f"hub: {exc.message}")
+        _record(home, entry, state, d)
+        return d
     base = dict(repo=entry.repo, revision=entry.revision, commit=head, previous=last)
     if head == last or (state.get("last_seen") or {}).get("commit") == head:
         d = Decision(**base, action="unchanged", reason=f"{entry.revision} is still at {head[:12]}")

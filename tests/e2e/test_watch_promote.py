@@ -102,6 +102,29 @@ def test_watch_ingests_model_changes_and_skips_readme(prefect_server, tmp_path):
     assert any(r["name"].startswith("org/watched@") and r["state"] == "COMPLETED" for r in runs), runs
 
 
+def test_a_missing_repository_fails_alone_and_the_round_goes_on(prefect_server, tmp_path):  # noqa: F811
+    """One repository the hub does not have is a failed decision of its own (exit 1, named in the error); the
+    other repository of the same round is still ingested (it used to abort the whole round)."""
+    mirrors = tmp_path / "mirrors"
+    shas = make_lfs_repo(mirrors, "org", "watched", [_model_files(tmp_path, seed=0)])
+    home = tmp_path / "store"
+    config = tmp_path / "watch.yaml"
+    config.write_text("repos:\n  - repo: org/gone\n    no_smoke: true\n"
+                      "  - repo: org/watched\n    name: watched\n    no_smoke: true\n")
+    with OlahServer(mirrors) as hub:
+        env = {**prefect_server.env, "HF_ENDPOINT": hub.endpoint, "MODELYARD_HOME": str(home)}
+        r = run_cli("watch", "--config", str(config), "--once", "--json", env=env)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    gone, watched = json.loads(r.stdout)["result"]["decisions"]
+    assert (gone["repo"], gone["action"], gone["commit"]) == ("org/gone", "failed", None)
+    assert gone["reason"] == f"hub: repository org/gone at revision 'main' was not found on {hub.endpoint}"
+    assert (watched["action"], watched["commit"]) == ("ingested", shas[0])
+    assert store_artifacts(home) == [home / "watched" / shas[0]]
+    assert json_error(r.stdout, "watch", 1)["message"] == f"org/gone@main: {gone['reason']}"
+    state = json.loads((home / ".watch" / "org--gone.json").read_text())
+    assert [h["action"] for h in state["history"]] == ["failed"] and "last_seen" not in state
+
+
 @pytest.fixture
 def staged_artifact(tmp_path, tiny_llama_dir):
     home = tmp_path / "staging"
