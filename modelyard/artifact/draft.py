@@ -28,7 +28,7 @@ from modelyard.artifact.layout import (
     REPORT_JSON,
     REPORT_MD,
 )
-from modelyard.artifact.store import Artifact, Store
+from modelyard.artifact.store import Artifact, StoreProtocol
 from modelyard.checks import Report
 from modelyard.errors import StoreError
 from modelyard.model.digest import copy_with_digest, hash_snapshot
@@ -153,7 +153,7 @@ class Draft:
 
     Raises :class:`StoreError` when the staging folder cannot be made or written."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreProtocol) -> None:
         self.store = store
         self.path = store.new_staging()
         self.model = self.path / MODEL_DIR

@@ -12,10 +12,9 @@ that its stored smoke does not stand for (:func:`smoke_covers`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from modelyard.artifact.manifest import Manifest
-from modelyard.artifact.store import Artifact, Store
+from modelyard.artifact.records import SmokeRecord
+from modelyard.artifact.store import Artifact, StoreProtocol
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry
 
@@ -38,7 +37,7 @@ def variant_revision(revision: str, *, patch_digest: str | None = None, scheme: 
     return revision
 
 
-def smoke_covers(prev: dict[str, Any], *, level: str, mode: str) -> bool:
+def smoke_covers(prev: SmokeRecord | None, *, level: str, mode: str) -> bool:
     """Whether a stored artifact's smoke result ``prev`` stands for a smoke at ``level`` (load, server,
     bench) in serving ``mode``: it passed, at that level or a higher one, in that mode. A chat smoke
     also stands for a completion one (it loaded and generated, and passed the stricter stop rule); a
@@ -46,14 +45,14 @@ def smoke_covers(prev: dict[str, Any], *, level: str, mode: str) -> bool:
     ``mode`` was stored before modes were recorded, when every smoke chatted. A result without a passed
     numerical gate (``numeric``) was stored before the gate existed: it stands for nothing, so the smoke runs
     again (a model that answers garbage once passed every earlier gate)."""
-    if not prev.get("passed") or SMOKE_LEVEL_RANK[prev.get("level", "load")] < SMOKE_LEVEL_RANK[level]:
+    if prev is None or not prev.passed or SMOKE_LEVEL_RANK[prev.level_name] < SMOKE_LEVEL_RANK[level]:
         return False
-    if not (prev.get("numeric") or {}).get("passed"):
+    if not prev.numeric_passed:
         return False
-    return prev.get("mode", "chat") in (mode, "chat")
+    return (prev.mode or "chat") in (mode, "chat")
 
 
-def find_reusable(store: Store, name: str, revision: str, content_digest: str, *, variant: bool,
+def find_reusable(store: StoreProtocol, name: str, revision: str, content_digest: str, *, variant: bool,
                   smoke_level: str | None, mode: str) -> tuple[Artifact, Manifest] | None:
     """The stored ``name@revision`` and its manifest when it can be reused: same ``content_digest``
     (or ``variant``, a quantized revision named by its inputs), and either no smoke asked for
@@ -64,6 +63,6 @@ def find_reusable(store: Store, name: str, revision: str, content_digest: str, *
     existing, prev = found
     if not (existing.content_digest == content_digest or variant):
         return None
-    if smoke_level is not None and not smoke_covers(prev.smoke or {}, level=smoke_level, mode=mode):
+    if smoke_level is not None and not smoke_covers(prev.smoke, level=smoke_level, mode=mode):
         return None
     return existing, prev

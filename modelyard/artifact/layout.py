@@ -5,7 +5,7 @@ An artifact is ``<store>/<name>/<revision>/`` holding::
     model/              what ``vllm serve model/`` loads (config, tokenizer, weights)
     manifest.json       identity, provenance, per-file size + sha256, stage results (written last)
     bundle.json         (in a bundle and an object store) the index of the other files, with sha256
-    report.json         the verification report (schema ``checks/report.schema.json``)
+    report.json         the verification report (schema ``artifact/report.schema.json``)
     report.md           the same, for people
     patches.json        the patch plan applied to model/ (when patched), with patch.diff
     quantization.json   the quantization record (when quantized), with recipe.yaml

@@ -15,11 +15,25 @@ import json
 import os
 import platform
 import tempfile
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ConfigDict, Field
+
 from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.records import (
+    FileRecord,
+    PatchesRecord,
+    PromotionRecord,
+    QuantizationRecord,
+    Record,
+    ServePlanRecord,
+    SmokeRecord,
+    SourceRecord,
+    TargetRecord,
+    VerificationRecord,
+    validate,
+)
 from modelyard.checks import Report
 from modelyard.errors import ManifestError
 from modelyard.model.digest import tree_digest
@@ -31,73 +45,46 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = "1"
 _TOOLS = ("huggingface_hub", "safetensors", "transformers", "torch", "prefect", "gguf")
-#: the keys of a manifest, in the order ``manifest.json`` lists them
-_KEYS = ("schema_version", "name", "revision", "content_digest", "created_at", "source", "files", "patches", "target",
-         "verification", "quantization", "smoke", "serve", "tools")
+_FIX = "Re-create the artifact with `modelyard ingest`; manifest.json was edited or cut."
 
 
-@dataclass(frozen=True)
-class ManifestFile:
-    """One ``files[]`` entry: ``path`` (``model/...``), ``size`` in bytes, ``sha256`` (hex), ``origin``
-    of the trusted digest (``hub-lfs``, ``computed``, ``patched``, ``quantized``, ...); a patched or
-    created file also lists ``original_sha256`` (None for a created one)."""
-
-    path: str
-    size: int
-    sha256: str
-    origin: str | None = None
-    patched: bool = False
-    original_sha256: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"path": self.path, "size": self.size, "sha256": self.sha256, "origin": self.origin}
-        if self.patched:
-            d["original_sha256"] = self.original_sha256
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> ManifestFile:
-        """Raises :class:`ManifestError` when ``d`` lacks a string ``path``/``sha256`` or an int ``size``."""
-        if not (isinstance(d, dict) and isinstance(d.get("path"), str) and isinstance(d.get("sha256"), str)
-                and isinstance(d.get("size"), int) and not isinstance(d.get("size"), bool)):
-            raise ManifestError(f"{where}: files[] entry {d!r:.120} is not {{path, size, sha256}}",
-                                fix="Re-create the artifact with `modelyard ingest`; manifest.json was edited or cut.")
-        return cls(d["path"], d["size"], d["sha256"], d.get("origin"), "original_sha256" in d, d.get("original_sha256"))
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """``manifest.json``, typed. ``content_digest`` is ``"sha256:<hex>"`` over ``model/``'s sorted
-    ``path\\0size\\0sha256`` lines; ``created_at`` UTC ISO-8601; ``source``, ``target``,
-    ``verification``, ``smoke``, ``serve``, ``quantization``, ``patches`` and ``tools`` are the JSON
-    objects their stages record (see the module docstring); ``extra`` keeps keys a later stage adds
-    (``promotion``, ``promotions``) and keys of a newer writer, in order, so a round trip loses nothing.
+class Manifest(Record):
+    """``manifest.json``, typed: every sub-record is a :mod:`~modelyard.artifact.records` model.
+    ``content_digest`` is ``"sha256:<hex>"`` over ``model/``'s sorted ``path\\0size\\0sha256`` lines;
+    ``created_at`` UTC ISO-8601; ``promotion`` the latest approval and ``promotions`` the earlier ones.
+    Keys of a newer writer are kept, in order, so a round trip loses nothing; :attr:`present` lists the
+    keys the stored document had (an absent key stays absent).
 
     :meth:`to_bytes` is the one serializer (``json.dumps(indent=2)`` plus a newline);
-    :meth:`from_bytes` / :meth:`load` the one parser."""
+    :meth:`from_bytes` / :meth:`load` the one parser (``model_validate``)."""
 
+    model_config = ConfigDict(json_schema_extra={
+        "$id": "https://modelyard.dev/schemas/manifest/1.json", "title": "modelyard artifact manifest",
+        "description": "schema_version 1. Additive changes (new optional keys) keep the version; removing or "
+                       "retyping a key bumps it."})
+
+    schema_version: str = SCHEMA_VERSION
     name: str = ""
     revision: str = ""
-    content_digest: str = ""
-    created_at: str | None = None
-    source: dict[str, Any] = field(default_factory=dict)
-    files: tuple[ManifestFile, ...] = ()
-    patches: dict[str, Any] | None = None
-    target: dict[str, Any] = field(default_factory=dict)
-    verification: dict[str, Any] = field(default_factory=dict)
-    quantization: dict[str, Any] | None = None
-    smoke: dict[str, Any] | None = None
-    serve: dict[str, Any] | None = None
-    tools: dict[str, Any] = field(default_factory=dict)
-    schema_version: str = SCHEMA_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
-    present: frozenset[str] = frozenset(_KEYS)  # the keys the source document had (absent ones stay absent)
+    content_digest: str = Field("", description="sha256:<hex> over model/'s sorted path\\0size\\0sha256 lines")
+    created_at: str | None = Field(None, description="UTC ISO-8601")
+    source: SourceRecord = SourceRecord()
+    files: tuple[FileRecord, ...] = ()
+    patches: PatchesRecord | None = None
+    target: TargetRecord = TargetRecord()
+    verification: VerificationRecord = VerificationRecord()
+    quantization: QuantizationRecord | None = None
+    smoke: SmokeRecord | None = None
+    serve: ServePlanRecord | None = None
+    tools: dict[str, str | None] = Field({}, description="versions of modelyard, Python and the libraries used")
+    promotion: PromotionRecord | None = None
+    promotions: tuple[PromotionRecord, ...] = ()
 
     # --- reading -------------------------------------------------------------------------------
     @property
     def scheme(self) -> str | None:
         """The quantization scheme (``w4a16``, ...), or None when not quantized."""
-        return (self.quantization or {}).get("scheme")
+        return self.quantization.scheme if self.quantization else None
 
     @property
     def model_bytes(self) -> int:
@@ -111,50 +98,20 @@ class Manifest:
 
     @property
     def verification_passed(self) -> bool:
-        return bool(self.verification.get("passed"))
+        return self.verification.passed
 
     # --- serializing ---------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k in _KEYS:
-            if k not in self.present:
-                continue
-            v = getattr(self, k)
-            out[k] = [f.to_dict() for f in v] if k == "files" else v
-        out.update(self.extra)
-        return out
-
     def to_bytes(self) -> bytes:
         return (json.dumps(self.to_dict(), indent=2) + "\n").encode()
 
     @classmethod
     def from_dict(cls, d: Any, where: str = MANIFEST) -> Manifest:
-        """Raises :class:`ManifestError` (a ``ValueError``) when ``d`` is not a JSON object, or a
-        key holds the wrong type (``files`` not a list of entries, ``source`` not an object, ...)."""
+        """Raises :class:`ManifestError` (a ``ValueError``) when ``d`` is not a JSON object, or a key
+        holds the wrong type (``files`` not a list of ``{path, size, sha256}``, ``source`` not an object, ...),
+        naming ``where`` and the field."""
         if not isinstance(d, dict):
-            raise ManifestError(f"{where} is not a JSON object",
-                                fix="Re-create the artifact with `modelyard ingest`; manifest.json was edited or cut.")
-        kw: dict[str, Any] = {}
-        for k in _KEYS:
-            if k not in d:
-                continue
-            v = d[k]
-            if k == "files":
-                if not isinstance(v, list):
-                    raise ManifestError(f"{where}: files is {type(v).__name__}, not a list",
-                                        fix="Re-create the artifact with `modelyard ingest`.")
-                v = tuple(ManifestFile.from_dict(e, where) for e in v)
-            elif k in ("source", "target", "verification", "tools", "patches", "quantization", "smoke", "serve"):
-                if v is not None and not isinstance(v, dict):
-                    raise ManifestError(f"{where}: {k} is {type(v).__name__}, not an object",
-                                        fix="Re-create the artifact with `modelyard ingest`.")
-                if v is None and k in ("source", "target", "verification", "tools"):
-                    v = {}
-            elif k in ("name", "revision", "content_digest", "schema_version"):
-                v = "" if v is None else str(v)
-            kw[k] = v
-        extra = {k: v for k, v in d.items() if k not in _KEYS}
-        return cls(**kw, extra=extra, present=frozenset(k for k in _KEYS if k in d))
+            raise ManifestError(f"{where} is not a JSON object", fix=_FIX)
+        return validate(cls, d, where, _FIX)
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = MANIFEST) -> Manifest:
@@ -162,8 +119,7 @@ class Manifest:
         try:
             d = json.loads(data)
         except ValueError as exc:
-            raise ManifestError(f"{where} is not valid JSON: {exc}",
-                                fix="Re-create the artifact with `modelyard ingest`; manifest.json was edited or cut.") from exc
+            raise ManifestError(f"{where} is not valid JSON: {exc}", fix=_FIX) from exc
         return cls.from_dict(d, where)
 
     @classmethod
@@ -175,11 +131,11 @@ class Manifest:
 
     def with_promotion(self, promotion: dict[str, Any]) -> Manifest:
         """This manifest with ``promotion`` set; an earlier promotion moves into ``promotions`` (the history)."""
-        extra = dict(self.extra)
-        if extra.get("promotion"):
-            extra["promotions"] = [*(extra.get("promotions") or []), extra["promotion"]]
-        extra["promotion"] = promotion
-        return replace(self, extra=extra)
+        d = self.to_dict()
+        if d.get("promotion"):
+            d["promotions"] = [*(d.get("promotions") or []), d["promotion"]]
+        d["promotion"] = promotion
+        return Manifest.from_dict(d)
 
     def save(self, artifact_dir: Path) -> Path:
         """Write ``artifact_dir/manifest.json`` atomically (temp file, fsync, rename; mode 0644).

@@ -6,10 +6,9 @@ staging folder, which the next run removes. Publishing identical content (same
 ``content_digest``) again is a no-op; different content under the same name and revision is
 refused with :class:`ArtifactConflictError`.
 
-:class:`Store` is the local folder. The object-store store
-(:class:`modelyard.transport.objectstore.S3Store`) offers the same methods (``lock``,
-``new_staging``, ``sweep_staging``, ``load``, ``get``, ``publish``, ``promote``, ``read``, ``local``,
-``revisions``, ``list``), with a local :class:`Store` as its cache; the flows use only those.
+:class:`StoreProtocol` is what the flows and stages use of a store. :class:`Store` is the local folder;
+the object-store store (:class:`modelyard.transport.objectstore.S3Store`, in the transport layer because it
+speaks S3) implements the same protocol with a local :class:`Store` as its cache.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
@@ -51,7 +50,32 @@ class Artifact:
         return self.uri or str(self.path)
 
 
+@runtime_checkable
+class StoreProtocol(Protocol):
+    """A store of artifacts ``name@revision``: staging beside it, a per-revision lock, an atomic
+    ``publish`` (one commit wins), ``promote`` (copy with a promotion record), reads by relative path and
+    a local folder of an artifact. Folder: :class:`Store`; object store: ``transport.objectstore.S3Store``."""
+
+    home: Path  # a local folder: the store itself, or an object store's cache
+
+    @property
+    def where(self) -> str: ...
+    def new_staging(self) -> Path: ...
+    def sweep_staging(self) -> None: ...
+    def lock(self, name: str, revision: str, timeout: float = ...) -> contextlib.AbstractContextManager[None]: ...
+    def promote(self, artifact: Path, name: str, revision: str, promotion: dict[str, Any]) -> Artifact: ...
+    def load(self, name: str, revision: str) -> tuple[Artifact, Manifest] | None: ...
+    def get(self, name: str, revision: str) -> Artifact | None: ...
+    def read(self, artifact: Artifact, rel: str) -> bytes: ...
+    def local(self, artifact: Artifact) -> Path: ...
+    def revisions(self, name: str) -> list[str]: ...
+    def list(self) -> list[tuple[Artifact, Manifest]]: ...
+    def publish(self, staged: Path, name: str, revision: str, content_digest: str) -> Artifact: ...
+
+
 class Store:
+    """The folder store ``<home>/<name>/<revision>/`` (see the module doc); implements :class:`StoreProtocol`."""
+
     def __init__(self, home: Path) -> None:
         self.home = Path(home).absolute()
         self.staging = self.home / ".staging"

@@ -1,9 +1,10 @@
 """Report: findings plus the target they were judged against, as JSON and Markdown.
 
-JSON schema (``schema_version`` "1", the JSON Schema is ``report.schema.json`` beside this module,
-:data:`SCHEMA_PATH`): ``{schema_version, tool, target, summary{errors,warnings,infos, passed},
+JSON schema (``schema_version`` "1"; the JSON Schema ``modelyard/artifact/report.schema.json`` is generated
+from the record that reads it back, ``modelyard.artifact.report_record.ReportRecord``):
+``{schema_version, tool, target, summary{errors,warnings,infos, passed},
 findings[{code,severity,message,file,field,value,fix,source[,limit]}], smoke|null}``. ``smoke`` is the vLLM
-smoke-load result when one ran (see ``pipeline.smoke.SmokeResult``). Additive changes keep the
+smoke-load result when one ran (see ``modelyard.stages.smoke.SmokeResult``). Additive changes keep the
 version; removing or retyping a key bumps it.
 """
 
@@ -11,14 +12,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from modelyard.checks.base import Finding, Severity, Target
 from modelyard.version import __version__
 
 SCHEMA_VERSION = "1"
-SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 
 def counted(n: int, noun: str) -> str:

@@ -185,7 +185,7 @@ def error_object(exc: BaseException) -> dict[str, Any]:
     """The envelope's ``error`` for ``exc``: ``{type, message, fix}``, ``type`` the modelyard error class
     (modelyard/errors.py), ``InternalError`` for anything else (its message names the Python exception)
     or ``Interrupted``; a :class:`VerificationFailedError` adds the verification ``report`` (the report
-    schema, modelyard/checks/report.schema.json)."""
+    schema, modelyard/artifact/report.schema.json)."""
     if isinstance(exc, ModelyardError):
         d: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message, "fix": exc.fix}
         report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None

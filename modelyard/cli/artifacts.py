@@ -81,7 +81,7 @@ def unbundle_cmd(
         if into is not None:
             c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root)
             d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
-                 "content_digest": c.manifest.get("content_digest"),
+                 "content_digest": c.manifest.content_digest,
                  "signature_verified": True if (key or trust_root) else None}
         else:
             r = rehydrate(bundle, hf_cache, repo_id=repo_id, max_ratio=max_ratio)  # type: ignore[arg-type]

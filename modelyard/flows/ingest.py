@@ -39,8 +39,9 @@ from modelyard.artifact.draft import Draft, patched_files
 from modelyard.artifact.identity import find_reusable, source_revision, variant_revision
 from modelyard.artifact.layout import MODEL_DIR, REPORT_JSON, REPORT_MD
 from modelyard.artifact.manifest import Manifest, build_manifest
+from modelyard.artifact.records import SmokeRecord
 from modelyard.artifact.report_record import ReportRecord
-from modelyard.artifact.store import Artifact, Store
+from modelyard.artifact.store import Artifact, StoreProtocol
 from modelyard.checks import Report, Target
 from modelyard.errors import (
     ArtifactConflictError,
@@ -87,20 +88,20 @@ class IngestResult:
                 "hashed_bytes": self.hashed_bytes, "left_out": list(self.left_out)}
 
 
-def smoke_covers(prev: dict[str, Any], options: IngestOptions) -> bool:
+def smoke_covers(prev: SmokeRecord | None, options: IngestOptions) -> bool:
     """Whether a stored smoke result ``prev`` stands for the smoke ``options`` ask for
     (:func:`modelyard.artifact.identity.smoke_covers` at ``smoke_level`` in mode ``serve``), and, when
     they set bench targets (``slo``, ``slo_class``), whether its stored bench figures meet them."""
     return identity.smoke_covers(prev, level=options.smoke_level, mode=options.serve) and slo_covers(prev, options)
 
 
-def slo_covers(prev: dict[str, Any], options: IngestOptions) -> bool:
+def slo_covers(prev: SmokeRecord | None, options: IngestOptions) -> bool:
     """Whether the stored bench figures of ``prev`` meet the targets ``options`` set (always, when
     they set none): the stored run re-judged (:func:`modelyard.stages.smoke.bench.judge`) with
     ``slo_class`` or else the class it was judged in."""
     if not (options.smoke and options.smoke_level == "bench" and (options.slo or options.slo_class)):
         return True
-    b = prev.get("bench") or {}
+    b = (prev.to_dict() if prev else {}).get("bench") or {}
     cls = bench.slo_class(options.slo_class) if options.slo_class else (b.get("slo") or {}).get("class")
     return bench.judge(b, {**bench.default_targets(cls), **bench.parse_slo(options.slo)}, cls=cls)["passed"]
 
@@ -416,7 +417,7 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
                         tuple(r.stages.cached), hashed_bytes, snap.left_out)
 
 
-def _start_attempt(source: str, store: Store, settings: Settings) -> None:
+def _start_attempt(source: str, store: StoreProtocol, settings: Settings) -> None:
     """Log which worker runs this attempt (host, local cache, store) to the flow run, and refuse an
     attempt past ``settings.ingest_max_attempts`` (:class:`AttemptsExhaustedError`): a run is started
     again only when its worker was lost (:mod:`modelyard.flows.deployments`)."""
@@ -447,7 +448,7 @@ def _artifact_name(options: IngestOptions, src: Source, snap: Snapshot) -> str:
     return src.default_name
 
 
-def _store(r: _Run, store: Store, revision: str, snap: Snapshot, plan: PatchPlan, report: Report,
+def _store(r: _Run, store: StoreProtocol, revision: str, snap: Snapshot, plan: PatchPlan, report: Report,
            precopy: Path | None) -> tuple[Artifact, Report, dict[str, Any] | None]:
     """Reuse the stored ``name@revision`` when it stands for this run, else build it in a draft and
     commit it; under the store's lock, so concurrent identical ingests on this host build once (on
@@ -463,7 +464,7 @@ def _store(r: _Run, store: Store, revision: str, snap: Snapshot, plan: PatchPlan
     def reusable() -> tuple[Artifact, Manifest] | None:
         found = find_reusable(store, r.name, revision, digest, variant=bool(r.options.quantize),
                               smoke_level=r.options.smoking.level, mode=r.options.serve)
-        return found if found is not None and slo_covers(found[1].smoke or {}, r.options) else None
+        return found if found is not None and slo_covers(found[1].smoke, r.options) else None
 
     with store.lock(r.name, revision):
         found = reusable()
@@ -480,7 +481,7 @@ def _store(r: _Run, store: Store, revision: str, snap: Snapshot, plan: PatchPlan
     return artifact, report, smoke_dict
 
 
-def _reuse(r: _Run, store: Store, existing: Artifact, prev: Manifest, plan: PatchPlan,
+def _reuse(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest, plan: PatchPlan,
            report: Report) -> tuple[Artifact, Report, dict[str, Any] | None]:
     """The stored artifact, with the report re-judged on its model/ when it is a variant (the stored
     smoke stands: it is reported as the stored one). An object store's artifact is downloaded to the
@@ -491,12 +492,13 @@ def _reuse(r: _Run, store: Store, existing: Artifact, prev: Manifest, plan: Patc
         report = r.stages(verify_task, store.local(existing) / MODEL_DIR, r.target,
                           existing.content_digest.removeprefix("sha256:"))
         if prev.quantization:
-            report = report.with_quantization(prev.quantization)
+            report = report.with_quantization(prev.quantization.to_dict())
     _attach(store, existing, report)
-    return existing, report.with_smoke(prev_smoke) if prev_smoke else report, prev.smoke
+    return (existing, report.with_smoke(prev_smoke.to_dict()) if prev_smoke else report,
+            prev.smoke.to_dict() if prev.smoke else None)
 
 
-def _check_serve_plan(r: _Run, store: Store, existing: Artifact, prev: Manifest) -> None:
+def _check_serve_plan(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest) -> None:
     """Serve options given explicitly (``--gpu``, ``--gpus``, ``--max-model-len``) must plan what the
     stored artifact's serve/ holds: reusing it would silently keep a plan for another host. Raises
     :class:`ArtifactConflictError` (exit 2) naming both plans."""
@@ -505,18 +507,19 @@ def _check_serve_plan(r: _Run, store: Store, existing: Artifact, prev: Manifest)
         return
     wanted = serve_plan_task(store.local(existing) / MODEL_DIR, o, r.name)
     w = wanted.to_dict() if wanted else None
-    if w is not None and isinstance(prev.serve, dict):
+    stored = prev.serve.to_dict() if prev.serve else None
+    if w is not None and stored is not None:
         # a manifest written before the multi-node keys (nodes, pipeline stages) existed: a one-node plan,
         # compared on the keys it has
-        w = {k: v for k, v in w.items() if k in prev.serve}
-    if w == prev.serve:
+        w = {k: v for k, v in w.items() if k in stored}
+    if w == stored:
         return
 
     def says(p: dict[str, Any] | None) -> str:
         return "no serve plan" if not p else f"{p['gpus']} x {p['gpu']}, max_model_len {p['max_model_len']}"
 
     raise ArtifactConflictError(
-        f"{existing.name}@{existing.revision} is already in the store with serve/ for {says(prev.serve)}; "
+        f"{existing.name}@{existing.revision} is already in the store with serve/ for {says(stored)}; "
         f"the options ask for {says(wanted.to_dict() if wanted else None)}",
         fix=f"Write serve files for that host with `modelyard serve-plan {existing.location} --gpu ... --gpus ... --write DIR`, "
             "or ingest under another --name.")
@@ -571,7 +574,7 @@ def findings_rows(report: Report) -> list[dict[str, str]]:
                      "message": "no findings", "fix": ""}]
 
 
-def _attach(store: Store, artifact: Artifact, report: Report) -> None:
+def _attach(store: StoreProtocol, artifact: Artifact, report: Report) -> None:
     """Attach the stored artifact's Markdown report and the findings table to the flow run as Prefect artifacts."""
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: PLC0415 - heavy: prefect, imported on first use

@@ -71,15 +71,15 @@ def check_gates(artifact: Path, require_smoke: str | None = "load") -> dict[str,
         raise SourceNotFoundError(f"no artifact at {artifact} (manifest.json missing)",
                                   fix="Check NAME@REVISION and --from (the staging store).") from exc
     v = m.verification
-    if not v.get("passed"):
-        raise PromotionGateError(f"{artifact}: verification did not pass ({v.get('errors', '?')} errors)",
+    if not v.passed:
+        raise PromotionGateError(f"{artifact}: verification did not pass ({v.errors} errors)",
                                  fix="Fix the findings in report.md and ingest again.")
     smoke = m.smoke
-    if smoke is not None and not smoke.get("passed"):
-        raise PromotionGateError(f"{artifact}: the vLLM smoke test failed ({smoke.get('error')})",
+    if smoke is not None and not smoke.passed:
+        raise PromotionGateError(f"{artifact}: the vLLM smoke test failed ({smoke.error})",
                                  fix="See the smoke block of manifest.json; ingest again once it passes.")
     if require_smoke is not None:
-        have = (smoke or {}).get("level", "load") if smoke else None
+        have = smoke.level_name if smoke else None
         if have is None or SMOKE_LEVEL_RANK.get(have, -1) < SMOKE_LEVEL_RANK[require_smoke]:
             raise PromotionGateError(
                 f"{artifact}: no vLLM smoke evidence at level {require_smoke} "
@@ -88,9 +88,10 @@ def check_gates(artifact: Path, require_smoke: str | None = "load") -> dict[str,
                     "to accept it without that evidence.")
     summary = None
     if smoke:
-        summary = {k: smoke.get(k) for k in ("passed", "level", "vllm_version", "finish_reason", "load_seconds",
-                                             "tokens_per_second") if k in smoke}
-    return {"report_sha256": v.get("report_sha256"), "verification": {k: v.get(k) for k in ("passed", "errors", "warnings")},
+        stored = smoke.to_dict()
+        summary = {k: stored[k] for k in ("passed", "level", "vllm_version", "finish_reason", "load_seconds",
+                                          "tokens_per_second") if k in stored}
+    return {"report_sha256": v.report_sha256, "verification": {k: getattr(v, k) for k in ("passed", "errors", "warnings")},
             "smoke": summary, "content_digest": m.content_digest if "content_digest" in m.present else None}
 
 

@@ -376,7 +376,7 @@ def artifact_needs(path: Path) -> ArtifactNeeds:
     if ckpt.config is None:
         raise MissingConfigError(f"{ckpt.root} has no readable config.json",
                                  fix="Point doctor at an artifact folder (manifest.json + model/) or a model folder.")
-    manifest = Manifest()
+    manifest = Manifest.from_dict({})
     if (path / MANIFEST).is_file():
         try:
             manifest = Manifest.load(path)
@@ -395,14 +395,9 @@ def artifact_needs(path: Path) -> ArtifactNeeds:
             mml = int(y["max-model-len"]) if y.get("max-model-len") else None
         except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
             pass
-    elif manifest.target:
-        try:
-            tp = int(manifest.target.get("tensor_parallel_size") or 1)
-        except (ValueError, TypeError, AttributeError):
-            pass
-    plan = manifest.serve or {}
-    smoke = manifest.smoke or {}
-    smoke_v = smoke.get("vllm_version") or manifest.tools.get("vllm")
+    elif "target" in manifest.present:
+        tp = manifest.target.tensor_parallel_size
+    smoke_v = (manifest.smoke.vllm_version if manifest.smoke else None) or manifest.tools.get("vllm")
     q = ckpt.config.get("quantization_config")
     method = q.get("quant_method") if isinstance(q, dict) else None
     scheme = scheme_label(q) if isinstance(q, dict) and method == "compressed-tensors" else None
@@ -441,8 +436,8 @@ def artifact_needs(path: Path) -> ArtifactNeeds:
                          quant_scheme=scheme, kv_cache_dtype=kv, weight_bytes=weights, min_cc=tuple(min_cc),
                          pipeline_parallel_size=pp, multi_node=multi,
                          smoke_vllm_version=smoke_v if isinstance(smoke_v, str) else None, min_vllm=tuple(min_vllm),
-                         planned_gpu=plan.get("gpu") if isinstance(plan.get("gpu"), str) else
-                         ("a GPU" if serve_cfg.is_file() else None),
+                         planned_gpu=(manifest.serve.gpu if manifest.serve else None)
+                         or ("a GPU" if serve_cfg.is_file() else None),
                          gpu_memory_utilization=util, max_model_len=mml, rank_bytes=rank_bytes)
 
 

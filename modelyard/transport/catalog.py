@@ -15,7 +15,7 @@ from typing import Any
 from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.report_record import ReportRecord
-from modelyard.artifact.store import Artifact, Store
+from modelyard.artifact.store import Artifact, Store, StoreProtocol
 from modelyard.errors import BundleError, PublishError, StoreError
 from modelyard.transport.objectstore import is_remote, open_store
 from modelyard.transport.refs import find_artifact, resolve_artifact
@@ -79,17 +79,16 @@ def show_artifact(ref: str | Path, home: str | Path | None = None) -> dict[str, 
                                for f in r.findings if f.severity in ("error", "warning")]}
     except (OSError, ValueError):
         pass
-    src = m.source
-    smoke = m.smoke or None
-    return {**s.to_dict(), "source": {k: src.get(k) for k in ("uri", "kind", "repo_id", "revision", "commit")},
-            "files": len(m.files), "verification": m.verification if "verification" in m.present else None,
-            "smoke": None if not smoke else {k: smoke.get(k) for k in ("vllm_version", "load_seconds",
-                                                                          "tokens_per_second", "finish_reason")},
-            "patches": (m.patches or {}).get("count", 0), "signed": _has(store, artifact, SIGNATURE),
+    src, smoke = m.source, m.smoke
+    return {**s.to_dict(), "source": {k: getattr(src, k) for k in ("uri", "kind", "repo_id", "revision", "commit")},
+            "files": len(m.files), "verification": m.verification.to_dict() if "verification" in m.present else None,
+            "smoke": None if not smoke else {k: getattr(smoke, k) for k in ("vllm_version", "load_seconds",
+                                                                              "tokens_per_second", "finish_reason")},
+            "patches": m.patches.count if m.patches else 0, "signed": _has(store, artifact, SIGNATURE),
             "report": report}
 
 
-def _has(store: Store, artifact: Artifact, rel: str) -> bool:
+def _has(store: StoreProtocol, artifact: Artifact, rel: str) -> bool:
     try:
         store.read(artifact, rel)
     except OSError:

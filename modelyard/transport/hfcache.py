@@ -31,8 +31,9 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
+from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError
 from modelyard.transport.unbundle import (
     DEFAULT_MAX_RATIO,
@@ -69,21 +70,20 @@ def is_lfs(path: str, size: int, origin: str | None) -> bool:
     return size >= LFS_THRESHOLD or path.endswith(LFS_SUFFIXES)
 
 
-def identity(manifest: dict[str, Any], repo_id: str | None = None) -> tuple[str, str, bool]:
+def identity(manifest: Manifest, repo_id: str | None = None) -> tuple[str, str, bool]:
     """(repo id, commit, synthesized?) for a manifest; see the module doc. Raises BundleError."""
-    src = manifest.get("source") or {}
-    repo = repo_id or src.get("repo_id")
+    src = manifest.source
+    repo = repo_id or src.repo_id
     if not repo:
-        raise BundleError(f"the bundle's source {src.get('uri')!r} is not a hub repo, so it has no repo id",
+        raise BundleError(f"the bundle's source {src.uri!r} is not a hub repo, so it has no repo id",
                           fix="Pass --repo-id org/name: the name the far side will load.")
     if not _REPO_RE.match(repo):
         raise BundleError(f"repo id {repo!r} is not of the form org/name", fix="Pass --repo-id org/name.")
-    modified = bool(manifest.get("patches") or manifest.get("quantization")) or any(
-        f.get("origin") not in ("hub-lfs", "hub-git") for f in manifest.get("files", []))
-    commit = src.get("commit")
+    modified = manifest.modified or any(f.origin not in ("hub-lfs", "hub-git") for f in manifest.files)
+    commit = src.commit
     if isinstance(commit, str) and _COMMIT_RE.match(commit) and not modified:
         return repo, commit, False
-    return repo, hashlib.sha1(f"modelyard:{manifest.get('content_digest')}".encode()).hexdigest(), True
+    return repo, hashlib.sha1(f"modelyard:{manifest.content_digest}".encode()).hexdigest(), True
 
 
 class HFCacheSink(Sink):

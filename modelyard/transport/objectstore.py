@@ -48,7 +48,7 @@ from modelyard import progress
 from modelyard.artifact.index import dump_index
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
-from modelyard.artifact.store import Artifact, Store, same_content
+from modelyard.artifact.store import Artifact, Store, StoreProtocol, same_content
 from modelyard.errors import HashMismatchError, ManifestError, PublishError, StoreError
 from modelyard.settings import Settings
 from modelyard.transport._s3io import (
@@ -75,7 +75,7 @@ def is_remote(spec: str | Path | None) -> bool:
     return str(spec or "").startswith("s3://")
 
 
-def open_store(spec: str | Path | None = None, settings: Settings | None = None) -> Store:
+def open_store(spec: str | Path | None = None, settings: Settings | None = None) -> StoreProtocol:
     """The store named by ``spec``: ``s3://bucket/prefix`` → :class:`S3Store` (cached under
     ``settings.store_dir()``, i.e. ``MODELYARD_HOME``), a folder → :class:`Store`; None → the store of
     ``settings`` (``MODELYARD_STORE``, else ``MODELYARD_HOME``). Raises :class:`PublishError` for an

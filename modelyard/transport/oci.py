@@ -174,12 +174,12 @@ def model_config(art: LocalArtifact, diff_ids: list[str]) -> dict[str, Any]:
     precision = text.get("dtype") or text.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype")
     params = _param_count(art)
     descriptor = {"name": m.name or art.root.parent.name, "version": m.revision,
-                  "revision": str(m.source.get("commit") or m.revision)}
+                  "revision": str(m.source.commit or m.revision)}
     if m.created_at:
         descriptor["createdAt"] = m.created_at.replace("+00:00", "Z")
     if cfg.get("model_type"):
         descriptor["family"] = str(cfg["model_type"])
-    src = m.source.get("uri")
+    src = m.source.uri
     if isinstance(src, str) and src.startswith(("https://", "http://", "hf://")):
         descriptor["sourceURL"] = src
     config: dict[str, Any] = {"architecture": "transformer", "format": "safetensors"}
@@ -239,8 +239,8 @@ def annotations_of(art: LocalArtifact) -> dict[str, str]:
     src = m.source
     quant = m.scheme
     out = {TITLE: m.name, "org.opencontainers.image.version": m.revision,
-           "org.opencontainers.image.revision": str(src.get("commit") or m.revision),
-           "org.opencontainers.image.source": str(src.get("uri") or ""),
+           "org.opencontainers.image.revision": str(src.commit or m.revision),
+           "org.opencontainers.image.source": str(src.uri or ""),
            "org.opencontainers.image.created": m.created_at or "",
            "dev.modelyard.content-digest": m.content_digest,
            "dev.modelyard.source.commit": str(src.get("commit") or ""),
@@ -393,7 +393,7 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
             st.write(rel, chunks(), exp.size, exp.sha256, str(src))
         verified = _verify_sig(st.tmp, public_key)
         path = st.commit()
-    return PullResult(path, len(expected) + 1, total, str(contents.manifest.get("content_digest", "")), verified)
+    return PullResult(path, len(expected) + 1, total, contents.manifest.content_digest, verified)
 
 
 def _verify_sig(root: Path, public_key: Path | str | None) -> bool | None:

@@ -140,6 +140,6 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
             verified = True
         path = st.commit()
     return PullResult(path, len(contents.files) + 1, total + len(manifest_bytes),
-                      str(contents.manifest.get("content_digest", "")), verified)
+                      contents.manifest.content_digest, verified)
 
 

@@ -75,7 +75,7 @@ class BundleContents:
     """What a bundle declares: its manifest (bytes and parsed), ``bundle.json`` and the expected files."""
 
     manifest_bytes: bytes
-    manifest: dict[str, Any]
+    manifest: Manifest
     meta: dict[str, Any]
     files: dict[str, Expected]
 
@@ -216,7 +216,6 @@ def parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bun
         raise BundleError(exc.message, fix="Pass a bundle made by `modelyard bundle`. " + _FIX_CORRUPT) from exc
     if "files" not in parsed.present:
         raise bad
-    manifest = parsed.to_dict()
     try:
         meta = json.loads(meta_bytes)
     except ValueError as exc:
@@ -256,7 +255,7 @@ def parse_contents(bundle: str, manifest_bytes: bytes, meta_bytes: bytes) -> Bun
     if total != sum(e.size for e in files.values()):
         raise BundleError(f"{bundle}: bundle.json's total_bytes ({total}) is not the sum of the listed sizes",
                           fix=_FIX_CORRUPT)
-    return BundleContents(manifest_bytes, manifest, meta, files)
+    return BundleContents(manifest_bytes, parsed, meta, files)
 
 
 def read_bundle(bundle: Path, sink: Sink, *, max_ratio: float = DEFAULT_MAX_RATIO) -> BundleContents:
@@ -457,9 +456,10 @@ def _copy_member(stream: ZstdTarStream, ti: tarfile.TarInfo, exp: Expected, sink
     sink.commit(ti.name, dst, h.hexdigest(), g.hexdigest() if g else None)
 
 
-def read_manifest(bundle: Path) -> tuple[bytes, dict[str, Any]]:
+def read_manifest(bundle: Path) -> tuple[bytes, Manifest]:
     """The first member (``manifest.json``) of ``bundle``, bytes and parsed, without reading further.
-    Unchecked: use it to decide where to extract, then extract with :func:`read_bundle`."""
+    Its files are not checked: use it to decide where to extract, then extract with :func:`read_bundle`.
+    Raises :class:`BundleError` when the bundle cannot be read or its first member is not a manifest."""
     bundle = Path(bundle)
     if not bundle.is_file():
         raise BundleError(f"bundle {bundle} does not exist (or is not a file)", fix="Check the path.")
@@ -471,7 +471,10 @@ def read_manifest(bundle: Path) -> tuple[bytes, dict[str, Any]]:
             if first is None:
                 raise BundleError(f"{bundle.name} holds no members", fix=_FIX_CORRUPT)
             data = _read_small(stream, tf, first, MANIFEST, bundle.name)
-            return data, json.loads(data)
+            try:
+                return data, Manifest.from_bytes(data, f"{bundle.name}: manifest.json")
+            except ManifestError as exc:
+                raise BundleError(exc.message, fix="Pass a bundle made by `modelyard bundle`. " + _FIX_CORRUPT) from exc
         except (tarfile.TarError, EOFError, ValueError) as exc:
             if isinstance(exc, BundleError):
                 raise

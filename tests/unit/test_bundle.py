@@ -90,7 +90,7 @@ def test_round_trip_is_bit_identical(artifact, bundle, tmp_path):
     contents = unbundle(bundle, out)
     assert _tree(out) == _tree(artifact)
     assert "model/model.safetensors" in _tree(out) and "serve/vllm.yaml" in _tree(out)
-    assert contents.manifest["content_digest"] == json.loads((artifact / "manifest.json").read_text())["content_digest"]
+    assert contents.manifest.content_digest == json.loads((artifact / "manifest.json").read_text())["content_digest"]
     assert _leftovers(out.parent, {"tiny"}) == []
 
 

@@ -25,8 +25,9 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from modelyard import progress
+from modelyard.artifact.schemas import REPORT_SCHEMA
 from modelyard.checks.base import VLLM_DTYPES
-from modelyard.checks.report import SCHEMA_PATH, counted
+from modelyard.checks.report import counted
 from modelyard.cli import _common, app
 from modelyard.cli._common import first_sentence, stage_line
 from modelyard.model.modes import SERVE_MODES
@@ -179,7 +180,7 @@ def test_verify_json_with_errors_keeps_the_report_schema_inside_the_envelope():
     r = run_cli("verify", str(case), "--json")
     assert (r.returncode, r.stderr) == (1, "")
     env = json_envelope(r.stdout, "verify", 1)
-    jsonschema.validate(env["result"], json.loads(SCHEMA_PATH.read_text()))
+    jsonschema.validate(env["result"], json.loads(REPORT_SCHEMA.read_text()))
     assert env["error"] == {"type": "VerificationFailedError", "message": f"{case} has 1 error, 0 warnings",
                             "fix": "Each finding in result.findings names the file, the field and the fix."}
 

@@ -4,8 +4,8 @@ import json
 
 import jsonschema
 
+from modelyard.artifact.schemas import REPORT_SCHEMA
 from modelyard.checks import Target
-from modelyard.checks.report import SCHEMA_PATH
 from modelyard.stages.verify import verify_folder
 from tests.conftest import json_result, run_cli
 from tests.unit.test_checks_defects import copy, edit_json
@@ -18,7 +18,7 @@ def test_json_report_matches_schema_and_counts(tiny_llama_dir, tmp_path):
     edit_json(d / "tokenizer_config.json", eos_token="<s>")
     r = verify_folder(d, Target(serve="chat", vllm_version="0.6.3", gpu_cc="8.0"))
     doc = json.loads(r.to_json())
-    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+    jsonschema.validate(doc, json.loads(REPORT_SCHEMA.read_text()))
     assert doc["summary"] == {"errors": 1, "warnings": 0, "infos": 0, "passed": False}
     assert doc["target"] == {"tensor_parallel_size": 1, "max_model_len": None, "dtype": None, "serve": "chat",
                              "vllm_version": "0.6.3", "transformers_version": None, "gpu_cc": "8.0"}
@@ -34,7 +34,7 @@ def test_json_report_matches_schema_and_counts(tiny_llama_dir, tmp_path):
 def test_cli_json_and_usage_errors(tiny_llama_dir):
     ok = run_cli("verify", str(tiny_llama_dir), "--json")
     assert ok.returncode == 0
-    jsonschema.validate(json_result(ok.stdout, "verify"), json.loads(SCHEMA_PATH.read_text()))
+    jsonschema.validate(json_result(ok.stdout, "verify"), json.loads(REPORT_SCHEMA.read_text()))
     bad = run_cli("verify", str(tiny_llama_dir), "--vllm-version", "latest")
     assert bad.returncode == 2 and "--vllm-version" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_cli("verify", str(tiny_llama_dir), "--dtype", "fp8")
@@ -64,7 +64,7 @@ def test_stored_report_reads_back_to_the_same_report(tiny_llama_dir, tmp_path):
     edit_json(d / "config.json", eos_token_id=1)
     r = verify_folder(d, Target(serve="chat", max_model_len=1024)).with_smoke({"passed": True, "vllm_version": "0.32.0"})
     record = ReportRecord.from_bytes(r.to_json().encode())
-    assert record.summary.errors == 1 and record.target.serve == "chat" and record.smoke == {"passed": True, "vllm_version": "0.32.0"}
+    assert record.summary.errors == 1 and record.target.serve == "chat" and record.smoke.to_dict() == {"passed": True, "vllm_version": "0.32.0"}
     assert record.to_report().to_json() == r.to_json()
 
 

@@ -8,7 +8,8 @@ import shutil
 
 import jsonschema
 
-from modelyard.checks.report import SCHEMA_PATH, Report
+from modelyard.artifact.schemas import REPORT_SCHEMA
+from modelyard.checks.report import Report
 from modelyard.flows.watch import is_model_file
 from modelyard.model.source import parse_source
 from modelyard.settings import Settings
@@ -45,7 +46,7 @@ def test_model_holds_only_runtime_files_and_the_rest_is_left_out(tiny_llama_dir,
 def test_left_out_files_are_info_findings_in_the_report_schema():
     report = Report(findings=()).with_left_out(["eval_results.json", "trainer_state.json"])
     d = report.to_dict()
-    jsonschema.validate(d, json.loads(SCHEMA_PATH.read_text()))
+    jsonschema.validate(d, json.loads(REPORT_SCHEMA.read_text()))
     assert d["summary"] == {"errors": 0, "warnings": 0, "infos": 2, "passed": True}
     assert [(f["code"], f["severity"], f["file"], f["message"]) for f in d["findings"]] == [
         ("files.left_out", "info", p, "not read by vLLM or transformers: left out of model/")

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from modelyard.artifact.records import SmokeRecord
 from modelyard.cli import app
 from modelyard.errors import InvalidTargetError
 from modelyard.flows.ingest import smoke_covers
@@ -148,7 +149,7 @@ GATE = {"passed": True, "compared": True}
     ({"passed": True, "mode": "chat", "numeric": None}, "chat", "load", False),
 ])
 def test_a_stored_smoke_is_reused_only_for_its_mode_or_a_weaker_one(prev, serve, level, covers):
-    assert smoke_covers(prev, IngestOptions(serve=serve, smoke_level=level)) is covers
+    assert smoke_covers(SmokeRecord.model_validate(prev), IngestOptions(serve=serve, smoke_level=level)) is covers
 
 
 def _help(command: str) -> str:

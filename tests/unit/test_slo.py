@@ -10,6 +10,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from modelyard.artifact.records import SmokeRecord
 from modelyard.cli import app
 from modelyard.errors import InvalidTargetError
 from modelyard.flows.ingest import smoke_covers
@@ -88,10 +89,10 @@ def test_device_class():
     assert bench.device_class(None) is None
 
 
-def _stored(ttft_p95: float) -> dict:
+def _stored(ttft_p95: float) -> SmokeRecord:
     b = {"completed": 8, "failed": 0, "p95_ttft_ms": ttft_p95, "p95_itl_ms": 150.0}
-    return {"passed": True, "level": "bench", "mode": "chat", "numeric": {"passed": True},
-            "bench": b | {"slo": bench.judge(b, bench.default_targets("cpu"), cls="cpu")}}
+    return SmokeRecord.model_validate({"passed": True, "level": "bench", "mode": "chat", "numeric": {"passed": True},
+                                       "bench": b | {"slo": bench.judge(b, bench.default_targets("cpu"), cls="cpu")}})
 
 
 def test_stored_bench_is_rejudged_against_new_targets():

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,22 @@ def test_the_store_setting_and_store_flag(tmp_path, monkeypatch):
     remote = Settings.for_store("s3://models/b")
     assert (remote.store_spec(), remote.store_dir()) == ("s3://models/b", tmp_path / "cache")
     assert Settings.for_store(None).store_spec() == "s3://models/yard"
+
+
+def test_folder_and_object_stores_implement_the_store_protocol_with_its_signatures():
+    import inspect
+
+    from modelyard.artifact.store import StoreProtocol
+    from modelyard.transport.objectstore import S3Store
+
+    members = [n for n in vars(StoreProtocol) if not n.startswith("_") and n != "home"]
+    assert sorted(members) == ["get", "list", "load", "local", "lock", "new_staging", "promote", "publish", "read",
+                               "revisions", "sweep_staging", "where"]
+    for cls in (Store, S3Store):
+        for n in members:
+            if n == "where":
+                assert isinstance(inspect.getattr_static(cls, n), property)
+                continue
+            want = list(inspect.signature(getattr(StoreProtocol, n)).parameters)
+            assert list(inspect.signature(getattr(cls, n)).parameters) == want, (cls.__name__, n)
+    assert isinstance(Store(Path("/nonexistent")), StoreProtocol)

@@ -27,7 +27,6 @@ from typing import TypeVar
 from filelock import FileLock, Timeout
 
 from modelyard.artifact.layout import MANIFEST
-from modelyard.artifact.manifest import Manifest
 from modelyard.errors import (
     BundleError,
     InvalidSourceError,
@@ -322,8 +321,8 @@ def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
 
     assert source.path is not None
     _check_bundle(source.path)
-    manifest_bytes, raw = read_manifest(source.path)
-    digest = str(raw.get("content_digest", "")).removeprefix("sha256:") if isinstance(raw, dict) else ""
+    manifest_bytes, manifest = read_manifest(source.path)
+    digest = manifest.content_digest.removeprefix("sha256:")
     if not re.fullmatch(r"[0-9a-f]{64}", digest):
         raise BundleError(f"{source.path.name}: manifest.json has no content_digest", fix="Re-make the bundle with `modelyard bundle`.")
     root = settings.cache_dir() / "bundles" / digest
@@ -337,14 +336,13 @@ def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
             if not (mf.is_file() and mf.read_bytes() == manifest_bytes):
                 raise
             # else a concurrent fetch of the same bundle won the rename
-    manifest = Manifest.from_dict(raw, f"{source.path.name}: manifest.json")  # checked by unbundle above
     src = manifest.source
     modified = manifest.modified
     files = tuple(FileEntry(path=f.path[len("model/"):], size=f.size, expected_sha256=f.sha256,
                             expected_size=f.size, made_by=f.origin)
                   for f in manifest.files if f.path.startswith("model/"))
     _require_model_files(f"bundle {source.path}", [f.path for f in files], [f.path for f in files])
-    return Snapshot(root=root / "model", source=source.uri, kind="tar", files=files, repo_id=src.get("repo_id"),
-                    revision=None if modified else src.get("revision"), commit=None if modified else src.get("commit"),
+    return Snapshot(root=root / "model", source=source.uri, kind="tar", files=files, repo_id=src.repo_id,
+                    revision=None if modified else src.revision, commit=None if modified else src.commit,
                     provenance={"bundle_of": f"{manifest.name}@{manifest.revision}",
-                                "bundle_source": src.get("uri"), "bundle_content_digest": manifest.content_digest})
+                                "bundle_source": src.uri, "bundle_content_digest": manifest.content_digest})
