@@ -160,7 +160,7 @@ class Store:
                 return current[0]
             staged = self.new_staging()
             try:
-                shutil.copytree(artifact, staged, copy_function=_link_or_copy, dirs_exist_ok=True,
+                shutil.copytree(artifact, staged, copy_function=_share_or_copy(artifact), dirs_exist_ok=True,
                                 ignore=lambda d, names: [MANIFEST] if Path(d) == artifact else [])
                 source.with_promotion(promotion).save(staged)
                 final.parent.mkdir(parents=True, exist_ok=True)
@@ -229,6 +229,7 @@ class Store:
                              fix="Move that folder away; it is not a modelyard artifact.")
         if existing is None:
             try:
+                read_only(staged)
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(staged, final)
                 _fsync_dir(final.parent)
@@ -254,11 +255,31 @@ def same_content(existing: Artifact, content_digest: str, where: str = "the stor
             fix="Publish under another --name, or remove the old artifact if it is wrong.")
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
+def read_only(root: Path) -> None:
+    """Make every file under ``root`` read-only (0444): a stored artifact is changed only by replacing a
+    file through a rename (the manifest on promotion, ``model.sig`` on signing), never in place."""
+    for p in Path(root).rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            os.chmod(p, 0o444)
+
+
+def _share_or_copy(artifact: Path) -> Any:
+    """The copy function of a promotion from ``artifact``: a read-only file of ``model/`` is hard-linked
+    (where the filesystem allows), everything else is copied, so that no writable file is shared between
+    two stores (editing staging's ``serve/`` once changed production's, through a shared inode)."""
+    model = (Path(artifact) / "model").as_posix() + "/"
+
+    def copy(src: str, dst: str) -> None:
+        if src.startswith(model) and not os.stat(src).st_mode & 0o222:
+            try:
+                os.link(src, dst)
+                return
+            except OSError:
+                pass
         shutil.copy2(src, dst)
+        os.chmod(dst, 0o444)
+
+    return copy
 
 
 def _owner_alive(staging_name: str) -> bool:

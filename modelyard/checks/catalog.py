@@ -47,7 +47,16 @@ FAMILIES = tuple(r.code.removesuffix("<code>") for r in RULES if r.code.endswith
 
 def declared(code: str) -> bool:
     """True when ``code`` is in the catalogue, itself or as a member of a family."""
-    return code in BY_CODE or any(code.startswith(f) and code[len(f):] in BY_CODE for f in FAMILIES)
+    return rule_of(code) is not None
+
+
+def rule_of(code: str) -> Rule | None:
+    """The rule of ``code``: its own entry, or for a family member (``runtime.disagrees.<code>``) the
+    family's entry; None when the catalogue does not declare it."""
+    if code in BY_CODE:
+        return BY_CODE[code]
+    fam = next((f for f in FAMILIES if code.startswith(f) and code[len(f):] in BY_CODE), None)
+    return BY_CODE[fam + "<code>"] if fam else None
 
 
 def _cell(text: str | None) -> str:

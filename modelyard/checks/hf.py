@@ -44,6 +44,7 @@ from typing import Any
 
 from modelyard.checks import facts_worker
 from modelyard.checks.chat_render import render_conversation, render_shapes, split_markers, turn_terminator
+from modelyard.checks.template_risk import stopped_by_limits
 from modelyard.checks.versions import FACTS_LIBRARIES
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.version import code_digest, library_versions
@@ -399,7 +400,11 @@ class HFFacts:
         render = terminator = None
         split: list[list[Any]] = []
         shapes: list[list[Any]] = []
-        if ckpt.chat_template():
+        template = ckpt.chat_template()
+        stopped = stopped_by_limits(template, bos if isinstance(bos, str) else "", eos or "") if template else None
+        if stopped is not None:
+            render = [None, f"not rendered in-process: the sandboxed rendering was stopped ({stopped})", False]
+        elif template:
             text, rerr, dropped = render_conversation(tok)
             render = [text, self._text(rerr), dropped]
             term = turn_terminator(tok, text) if text is not None else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modelyard.checks.base import Finding, Severity, Target
+from modelyard.text import printable
 from modelyard.version import __version__
 
 SCHEMA_VERSION = "1"
@@ -94,7 +95,7 @@ class Report:
             for f in self.findings:
                 where = " ".join(x for x in (f.file, f"`{f.field}`" if f.field else None) if x)
                 cells = [f.severity.value, f"`{f.code}`", where, f.message, f.fix or "", f.source or ""]
-                lines.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+                lines.append("| " + " | ".join(printable(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         else:
             lines.append("No findings.")
         q = self.quantization

@@ -20,6 +20,7 @@ from modelyard.checks import (  # noqa: F401 - imported for their @check registr
     parallelism,
     quantization,
     safetensors,
+    template_risk,
     tokenizer,
 )
 from modelyard.checks.base import (
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
     from modelyard.model.checkpoint import Checkpoint
 
 #: the order concerns run in: cheap file-level checks first; each later concern may rely on earlier ones.
-CONCERN_ORDER = ("files", "safetensors", "config", "architecture", "parallelism", "quantization", "tokenizer")
+CONCERN_ORDER = ("files", "safetensors", "config", "architecture", "parallelism", "quantization", "tokenizer",
+                 "security")
 
 
 def registered() -> tuple[RegisteredCheck, ...]:

@@ -58,6 +58,7 @@ for _name, _command in (
     ("verify-signature", artifacts.verify_signature_cmd),
     ("list", artifacts.list_cmd),
     ("show", artifacts.show_cmd),
+    ("bom", artifacts.bom_cmd),
     ("demo", ingest.demo),
     ("watch", orchestration.watch),
     ("promote", orchestration.promote),

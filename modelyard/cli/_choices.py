@@ -10,6 +10,7 @@ type                      registry
 :data:`Scheme`            ``--quantize``/``--scheme``: :data:`modelyard.stages.quantize.ALL_SCHEMES`
 :data:`QuantRuntime`      ``--runtime`` of ingest/quantize: :data:`modelyard.stages.quantize.compat.RUNTIMES`
 :data:`VerifyRuntime`     ``--runtime`` of verify: :data:`modelyard.stages.verify.RUNTIME_CHOICES`
+:data:`ReportFormat`      ``--format`` of verify: :data:`REPORT_FORMATS`
 :data:`SmokeLevel`        ``--smoke``: :data:`modelyard.stages.smoke.server.LEVELS`
 :data:`RequiredSmoke`     ``promote --require-smoke``: :data:`modelyard.artifact.identity.SMOKE_LEVEL_RANK`
 :data:`Gpu`               ``--gpu``: the GPU table, :data:`modelyard.stages.serve.gpus.GPUS`
@@ -30,12 +31,16 @@ from modelyard.stages.smoke.server import LEVELS
 from modelyard.stages.verify import RUNTIME_CHOICES
 
 __all__ = ["Dtype", "Gpu", "KvCacheDtype", "QuantRuntime", "RequiredSmoke", "Scheme", "Serve", "SmokeLevel",
-           "VerifyRuntime"]
+           "ReportFormat", "VerifyRuntime"]
+
+#: the report formats ``verify --format`` prints: the table, the JSON report, Markdown, SARIF 2.1.0
+REPORT_FORMATS = ("table", "json", "markdown", "sarif")
 
 Dtype = choice(VLLM_DTYPES)
 Scheme = choice(ALL_SCHEMES)
 QuantRuntime = choice(RUNTIMES)
 VerifyRuntime = choice(RUNTIME_CHOICES)
+ReportFormat = choice(REPORT_FORMATS)
 SmokeLevel = choice(LEVELS)
 RequiredSmoke = choice(SMOKE_LEVEL_RANK)
 Gpu = choice(GPUS)

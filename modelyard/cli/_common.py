@@ -32,6 +32,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.segment import Segment
 from rich.table import Column
 from rich.text import Text
 from rich.traceback import Traceback
@@ -40,6 +41,7 @@ from typer.core import TyperCommand
 from modelyard import progress
 from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, StoreError, VerificationFailedError
 from modelyard.model.modes import DEFAULT_SERVE, SERVE_MODES
+from modelyard.text import printable
 
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
 # silenced during long stages (pipeline.quantize.quiet_libraries) while this console keeps reporting.
@@ -55,7 +57,8 @@ NO_WRAP_WIDTH = 1_000_000
 class _Console(Console):
     """A rich Console that never wraps a line when it is not a terminal (CI logs, pipes, files): rich
     renders at 80 columns there, which split long paths and verdicts over two lines. On a terminal it
-    renders at the terminal's width, as rich does."""
+    renders at the terminal's width, as rich does. Control characters in what it prints are written as
+    escapes (:func:`modelyard.text.printable`)."""
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -65,6 +68,12 @@ class _Console(Console):
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         self._width, self._height = new_size
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        """Every piece of text (not rich's own control segments) through :func:`modelyard.text.printable`:
+        no file name, tokenizer string or message reaches the terminal with a raw escape sequence."""
+        return super()._render_buffer(seg if seg.control else Segment(printable(seg.text), seg.style, seg.control)
+                                      for seg in buffer)
 
 
 err = _Console(file=_ERR_FILE, stderr=_ERR_FILE is None)

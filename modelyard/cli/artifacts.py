@@ -3,6 +3,8 @@ inspecting stored artifacts."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -12,6 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from modelyard.artifact.bom import build_bom, validate_bom
 from modelyard.checks.report import counted
 from modelyard.cli._common import (
     alias_option,
@@ -22,6 +25,7 @@ from modelyard.cli._common import (
     out,
     output_option,
     store_option,
+    stored_path,
     verbose_option,
     working,
 )
@@ -290,3 +294,39 @@ def show_cmd(
     for f in ((d.get("report") or {}).get("findings") or [])[:20]:
         out.print(f"  {f['severity']:<7} {escape(str(f['code']))}  {escape(str(f.get('file') or ''))}: "
                   f"{escape(str(f['message']))}", highlight=False, soft_wrap=True)
+
+
+def bom_cmd(
+    ref: str = typer.Argument(..., help="an artifact folder, or NAME[@REVISION] in the store"),
+    output: Optional[Path] = output_option("write the AI-BOM to this file (written to a temp name, then renamed); "
+                                           "default: stdout"),
+    store: Optional[str] = store_option(),
+    as_json: bool = json_option("{path, serial_number, spec_version, files}, with the AI-BOM itself as bom when there "
+                                "is no -o"),
+    verbose: bool = verbose_option(),
+) -> None:
+    """Write the artifact's AI-BOM: a CycloneDX 1.6 ML-BOM (model, files and SHA-256, base model and lineage,
+    calibration data, quantization, measured figures, toolchain), validated against the CycloneDX schema.
+
+    Exit 0 when written, 2 when the artifact cannot be read."""
+    with working(as_json):
+        folder = stored_path(Path(ref).expanduser(), store)
+        if not (folder / "manifest.json").is_file():
+            raise InvalidTargetError(f"{ref}: no artifact there (no manifest.json in {folder})",
+                                     fix="Pass an artifact folder (manifest.json + model/) or NAME[@REVISION] of the store.")
+        doc = build_bom(folder)
+        validate_bom(doc)
+        text = json.dumps(doc, indent=2) + "\n"
+        if output is not None:
+            tmp = output.with_name(f".{output.name}.modelyard-tmp")
+            tmp.write_text(text)
+            os.replace(tmp, output)
+    if as_json:
+        emit_json({"path": str(output.absolute()) if output else None, "serial_number": doc["serialNumber"],
+                   "spec_version": doc["specVersion"], "files": len(doc["metadata"]["component"].get("components", [])),
+                   **({} if output else {"bom": doc})})
+        return
+    if output is None:
+        sys.stdout.write(text)
+        return
+    out.print(f"AI-BOM (CycloneDX 1.6, valid): {escape(str(output))}", highlight=False, soft_wrap=True)

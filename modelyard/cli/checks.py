@@ -14,7 +14,8 @@ from modelyard.artifact.draft import write_quantization_records
 from modelyard.artifact.layout import model_root
 from modelyard.checks import Report, Target
 from modelyard.checks.report import counted
-from modelyard.cli._choices import Scheme, Serve, VerifyRuntime
+from modelyard.checks.sarif import to_sarif
+from modelyard.cli._choices import ReportFormat, Scheme, Serve, VerifyRuntime
 from modelyard.cli._common import (
     VERBOSE_HELP,
     alias_option,
@@ -57,6 +58,9 @@ def verify(
                                         "s3://BUCKET/PREFIX; default: MODELYARD_STORE, else MODELYARD_HOME or ./artifacts)"),
     as_json: bool = json_option("the verification report (report.schema.json)"),
     markdown: bool = typer.Option(False, "--markdown", help="print the Markdown report on stdout"),
+    report_format: Optional[ReportFormat] = typer.Option(
+        None, "--format", help="the report on stdout: table (default), json (as --json), markdown (as --markdown) or "
+                               "sarif (SARIF 2.1.0, one rule per finding code, for code-scanning dashboards)"),
     verbose: bool = verbose_option(VERBOSE_HELP),
 ) -> None:
     """Judge a model folder; exit 0 when it has no errors, 1 when it has, 2 when unreadable.
@@ -66,15 +70,22 @@ def verify(
     if as_json and markdown:
         raise InvalidTargetError("--json and --markdown both ask for the report on stdout",
                                  fix="Pass one of them (the JSON report carries everything the Markdown one shows).")
+    asked = {f for f, on in (("json", as_json), ("markdown", markdown), (report_format, report_format)) if on}
+    if len(asked) > 1:
+        raise InvalidTargetError(f"--format {report_format} and --{'json' if as_json else 'markdown'} both ask for "
+                                 "the report on stdout", fix="Pass one of --json, --markdown and --format.")
+    fmt = asked.pop() if asked else "table"
+    as_json, markdown = fmt == "json", fmt == "markdown"
     target = Target.create(**options)
     # the kept server's warm facts worker, when one runs: transformers' answers without importing it here
     use_facts_worker(Settings().local_store(store))
     src = parse_source(path) if "://" in path else None
+    folder = None
     if src is not None and src.kind == "hf":
         report = verify_source(src, target, runtime=runtime)
     else:
-        report = verify_folder(stored_path(src.path if src is not None and src.path else Path(path), store), target,
-                               runtime=runtime)
+        folder = stored_path(src.path if src is not None and src.path else Path(path), store)
+        report = verify_folder(folder, target, runtime=runtime)
     counts = (f"{counted(len(report.errors), 'error')}, "
               f"{counted(sum(1 for f in report.findings if f.severity.value == 'warning'), 'warning')}")
     if as_json:
@@ -82,7 +93,10 @@ def verify(
                   error=None if report.passed else VerificationFailedError(
                       f"{path} has {counts}", fix="Each finding in result.findings names the file, the field and the fix."))
         return
-    if markdown:
+    if fmt == "sarif":
+        sys.stdout.write(json.dumps(to_sarif(report, model_root(folder) if folder else None, subject=str(path)),
+                                    indent=2) + "\n")
+    elif markdown:
         sys.stdout.write(report.to_markdown(f"verification of {path}"))
     else:  # findings on stdout, errors first, then the verdict on one unwrapped line
         findings_table(report, out, by_severity=True)

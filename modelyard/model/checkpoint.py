@@ -123,6 +123,13 @@ _NBYTES_CAP = 2**80
 #: deepest JSON nesting modelyard accepts (real configs nest a handful of levels); deeper documents
 #: would make repr/json.dumps of a finding's value hit the recursion limit.
 MAX_JSON_DEPTH = 64
+#: bytes of a JSON file read whole (config.json, the safetensors index, tokenizer_config.json, ...): the
+#: largest healthy ones are a few MB (a 671B model's shard index: ~9 MB); a 50 MB config.json took
+#: 4.5 minutes and 2.1 GB to judge
+MAX_JSON_BYTES = 32 << 20
+#: bytes of tokenizer.json that are parsed or handed to transformers: the largest of the known families
+#: is Gemma 3's (33 MB); a 200 MB one took 8.3 GB of memory to load
+MAX_TOKENIZER_BYTES = 64 << 20
 
 
 def json_too_deep(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -145,6 +152,10 @@ def read_json(path: Path) -> tuple[Any, str | None]:
     try:
         if path.exists() and not path.is_file():
             return None, "not a regular file"
+        size = path.stat().st_size
+        limit = MAX_TOKENIZER_BYTES if path.name == "tokenizer.json" else MAX_JSON_BYTES
+        if size > limit:
+            return None, f"not read: {size} bytes, over the {limit >> 20} MiB limit modelyard reads whole"
         with open(path, "rb") as fh:
             data = json.loads(fh.read())
         if json_too_deep(data):
@@ -303,10 +314,17 @@ class Checkpoint:
 
     @functools.cached_property
     def hf_tokenizer(self) -> tuple[Any, str | None]:
-        """``(transformers tokenizer, None)`` or ``(None, "ExcType: message")``; fast mode,
+        """``(transformers tokenizer, None)`` or ``(None, "ExcType: message")``; a ``tokenizer.json`` over
+        :data:`MAX_TOKENIZER_BYTES` is not loaded (``LimitError``); fast mode,
         ``trust_remote_code=False``, ``local_files_only=True``. tiktoken's file cache is switched off for
         the load (``TIKTOKEN_CACHE_DIR=""``): it keys a BPE file by its path, so a ``tokenizer.model``
         rewritten in place would be read stale and a fixed folder would keep its old verdict."""
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            p = self.root / name
+            limit = MAX_TOKENIZER_BYTES if name == "tokenizer.json" else MAX_JSON_BYTES
+            if p.is_file() and p.stat().st_size > limit:
+                return None, (f"LimitError: {name} is {p.stat().st_size} bytes, over the {limit >> 20} MiB limit "
+                              "modelyard loads (memory grows ~40x the file)")
         saved = os.environ.get("TIKTOKEN_CACHE_DIR")
         os.environ["TIKTOKEN_CACHE_DIR"] = ""
         try:

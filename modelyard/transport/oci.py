@@ -243,7 +243,7 @@ def annotations_of(art: LocalArtifact) -> dict[str, str]:
            "org.opencontainers.image.source": str(src.uri or ""),
            "org.opencontainers.image.created": m.created_at or "",
            "dev.modelyard.content-digest": m.content_digest,
-           "dev.modelyard.source.commit": str(src.get("commit") or ""),
+           "dev.modelyard.source.commit": str(src.commit or ""),
            "dev.modelyard.quantization": str(quant or "none")}
     return {k: v for k, v in out.items() if v}
 

@@ -57,6 +57,7 @@ FAILURES = {
     "verify-signature": (["{tmp}"], 2, "SigningKeyError"),
     "list": (["--store", "{tmp}/none"], 2, "StoreError"),
     "show": (["x", "--store", "{tmp}/none"], 2, "StoreError"),
+    "bom": (["{tmp}/none"], 2, "InvalidTargetError"),
     "demo": (["--smoke", "nope"], 2, "UsageError"),
     "watch": (["--config", "{tmp}/nope.yaml", "--once"], 2, "SourceNotFoundError"),
     "promote": (["no-revision", "--to", "{tmp}/prod"], 2, "InvalidSourceError"),
@@ -65,7 +66,7 @@ FAILURES = {
     "deploy-ingest": (["--crash-after", "-1"], 2, "UsageError"),
 }
 #: commands whose success is run here (see :func:`test_json_success`); the others in :data:`SUCCESS_ELSEWHERE`
-SUCCESS_HERE = ("verify", "serve-plan", "bundle", "unbundle", "sign", "verify-signature", "list", "show", "doctor")
+SUCCESS_HERE = ("verify", "serve-plan", "bundle", "unbundle", "sign", "verify-signature", "list", "show", "doctor", "bom")
 SUCCESS_ELSEWHERE = ("ingest", "quantize", "smoke", "publish", "pull", "demo", "watch", "promote", "approve", "deploy",
                      "deploy-ingest")
 
@@ -153,6 +154,7 @@ def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeyp
         "list": ["--store", str(home)],
         "show": ["tiny", "--store", str(home)],
         "doctor": [],
+        "bom": ["tiny", "--store", str(home), "-o", str(tmp_path / "bom.json")],
     }[command]
     stderr.truncate(0)  # what the set-up printed
     stderr.seek(0)
@@ -170,6 +172,8 @@ def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeyp
         "list": lambda d: (d["store"], [a["revision"] for a in d["artifacts"]]) == (str(home), [manifest["revision"]]),
         "show": lambda d: d["content_digest"] == manifest["content_digest"],
         "doctor": lambda d: (d["host"]["gpus"], d["needs"]) == ([], []),
+        "bom": lambda d: (d["path"], d["spec_version"], d["files"]) == (
+            str(tmp_path / "bom.json"), "1.6", len(manifest["files"]) + 3),
     }[command]
     assert expected(result), result
     assert stderr.getvalue() == ""  # --json: no progress

@@ -52,7 +52,7 @@ def test_check_order_does_not_depend_on_import_order():
             "from modelyard.checks.suite import registered\n"
             "print(','.join(dict.fromkeys(r.concern for r in registered())))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "files,safetensors,config,architecture,parallelism,quantization,tokenizer"
+    assert out == "files,safetensors,config,architecture,parallelism,quantization,tokenizer,security"
 
 
 def test_stored_report_reads_back_to_the_same_report(tiny_llama_dir, tmp_path):

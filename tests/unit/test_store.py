@@ -89,3 +89,22 @@ def test_folder_and_object_stores_implement_the_store_protocol_with_its_signatur
             want = list(inspect.signature(getattr(StoreProtocol, n)).parameters)
             assert list(inspect.signature(getattr(cls, n)).parameters) == want, (cls.__name__, n)
     assert isinstance(Store(Path("/nonexistent")), StoreProtocol)
+
+
+def test_stored_files_are_read_only_and_promotion_shares_no_writable_file(tmp_path):
+    """Staging and production hard-linked serve/: editing staging's compose.yaml changed production's."""
+    src = Store(tmp_path / "staging")
+    staged = _stage(src, "{}", "sha256:aa")
+    (staged / "serve").mkdir()
+    (staged / "serve" / "compose.yaml").write_text("services: {}\n")
+    (staged / "model" / "config.json").chmod(0o444)
+    art = src.publish(staged, "m", "r1", "sha256:aa")
+    modes = {p.relative_to(art.path).as_posix(): p.stat().st_mode & 0o777 for p in art.path.rglob("*") if p.is_file()}
+    assert modes == {"manifest.json": 0o444, "model/config.json": 0o444, "serve/compose.yaml": 0o444}
+    prod = Store(tmp_path / "prod").promote(art.path, "m", "r1", {"approved_by": "carol"})
+    assert (prod.path / "model/config.json").stat().st_ino == (art.path / "model/config.json").stat().st_ino
+    assert (prod.path / "serve/compose.yaml").stat().st_ino != (art.path / "serve/compose.yaml").stat().st_ino
+    (art.path / "serve/compose.yaml").chmod(0o644)
+    (art.path / "serve/compose.yaml").write_text("services: {evil: {privileged: true}}\n")
+    assert (prod.path / "serve/compose.yaml").read_text() == "services: {}\n"
+    assert (prod.path / "serve/compose.yaml").stat().st_mode & 0o777 == 0o444

