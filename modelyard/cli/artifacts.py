@@ -109,7 +109,7 @@ def publish_cmd(
     to: str = typer.Option(..., "--to", help="oci://HOST[:PORT]/REPO[:TAG] or s3://BUCKET/PREFIX"),
     flavour: str = typer.Option("modelpack", "--flavour", help="OCI only: modelpack (the whole artifact, one raw layer "
                                 "per file) or modelcar (model/ as a runnable image for KServe's oci:// storage)"),
-    as_json: bool = json_option("{uri, files, bytes, skipped, digest, content_digest, flavour, storage_uri}"),
+    as_json: bool = json_option("{uri, files, bytes, skipped, digest, content_digest, referrers, flavour, storage_uri}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
@@ -127,6 +127,8 @@ def publish_cmd(
               + (f", {res.skipped} blobs already there" if res.skipped else "") + ")", highlight=False, soft_wrap=True)
     if res.digest:
         out.print(f"manifest digest: {res.digest}", highlight=False, soft_wrap=True)
+    if res.referrers:
+        out.print(f"referrers of the manifest (OCI 1.1): {', '.join(res.referrers)}", highlight=False, soft_wrap=True)
     out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
     if storage:
         out.print(f"KServe storageUri: {storage}  (modelyard serve-plan ... --storage-uri {storage})",
@@ -148,22 +150,25 @@ def pull_cmd(
     ref: str = typer.Argument(..., help="oci://HOST[:PORT]/REPO:TAG (or @sha256:...) or s3://BUCKET/PREFIX"),
     output: Optional[Path] = output_option("new artifact folder to create (required)"),
     into: Optional[Path] = alias_option("--into"),
-    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): verify model.sig after the download"),
-    as_json: bool = json_option("{artifact, files, bytes, content_digest, signature_verified}"),
+    key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): require a signature (model.sig, or for "
+                                       "oci:// a signature referrer of the manifest) and verify it; an unsigned "
+                                       "artifact is refused"),
+    as_json: bool = json_option("{artifact, files, bytes, content_digest, signature_verified, signature_from}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
     with working(as_json):
         res = pull(ref, either(output, into, "--output", required=True), public_key=key)
     d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
-         "signature_verified": res.signature_verified}
+         "signature_verified": res.signature_verified, "signature_from": res.signature_from}
     if as_json:
         emit_json(d)
         return
     out.print(f"artifact: {res.path}  ({res.files} files verified)", highlight=False, soft_wrap=True)
     out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
     if res.signature_verified:
-        out.print("signature: verified (model.sig)")
+        out.print("signature: verified (model.sig" + (", from the OCI referrer of the manifest)"
+                                                      if res.signature_from == "referrer" else ")"))
 
 
 def _signing_root(artifact: str) -> Path:

@@ -60,6 +60,7 @@ class PublishResult:
     content_digest: str
     digest: str | None = None  # OCI: the image manifest's digest
     skipped: int = 0  # blobs the registry already held
+    referrers: tuple[str, ...] = ()  # OCI: what was pushed as referrers of the manifest (signature, verification, smoke)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class PullResult:
     bytes: int
     content_digest: str
     signature_verified: bool | None = None  # None: no key given (or no model.sig and none required)
+    signature_from: str | None = None  # where the verified signature came from: "layer" or "referrer"
 
 
 def read_artifact(root: Path) -> LocalArtifact:

@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from modelyard import progress
-from modelyard.artifact.layout import MANIFEST
-from modelyard.errors import HashMismatchError, PublishError
+from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
+from modelyard.artifact.report_record import ReportRecord
+from modelyard.errors import HashMismatchError, PublishError, SignatureError
 from modelyard.model.checkpoint import read_safetensors_header
 from modelyard.settings import Settings
+from modelyard.transport import referrers
 from modelyard.transport._transfer import (
     LocalArtifact,
     PublishResult,
@@ -298,9 +300,36 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
         r = client.upload_manifest(manifest, container)
         check_response(r, "the image manifest", target)
     digest = r.headers.get("Docker-Content-Digest") or ""
+    pushed = push_evidence(client, container, art, digest) if digest else ()
     return PublishResult(uri=f"oci://{target.host}/{target.repo}:{target.tag}", files=len(entries),
                          bytes=art.total_bytes, content_digest=art.manifest.content_digest,
-                         digest=digest or None, skipped=skipped)
+                         digest=digest or None, skipped=skipped, referrers=pushed)
+
+
+def push_evidence(client, container, art: LocalArtifact, digest: str) -> tuple[str, ...]:  # noqa: ANN001
+    """Push the artifact's signature (``model.sig``), its verification report and its smoke evidence as OCI 1.1
+    referrers of the manifest ``digest`` (:mod:`modelyard.transport.referrers`); returns their kinds."""
+    subject = referrers.subject_of(client, container, digest)
+    name = art.manifest.name or art.root.name
+    out = []
+    sig = art.root / SIGNATURE
+    if sig.is_file():
+        referrers.push_referrer(client, container, subject, artifact_type=referrers.SIGSTORE_BUNDLE,
+                                blob=sig.read_bytes(), title=SIGNATURE, kind="signature", created=art.manifest.created_at)
+        out.append("signature")
+    report = art.root / REPORT_JSON
+    if report.is_file():
+        body = referrers.statement(name, digest, referrers.VERIFICATION_PREDICATE,
+                                   ReportRecord.from_bytes(report.read_bytes()).to_dict())
+        referrers.push_referrer(client, container, subject, artifact_type=referrers.IN_TOTO, blob=body,
+                                title="verification.intoto.json", kind="verification", created=art.manifest.created_at)
+        out.append("verification")
+    if art.manifest.smoke is not None:
+        body = referrers.statement(name, digest, referrers.SMOKE_PREDICATE, art.manifest.smoke.to_dict())
+        referrers.push_referrer(client, container, subject, artifact_type=referrers.IN_TOTO, blob=body,
+                                title="smoke.intoto.json", kind="smoke", created=art.manifest.created_at)
+        out.append("smoke")
+    return tuple(out)
 
 
 def upload_layer(client, container, path: Path, layer: dict, what: str, ref: OciRef, chunk_size: int) -> int:  # noqa: ANN001
@@ -338,7 +367,9 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
     """Pull ``ref`` (``oci://host/repo:tag`` or ``@sha256:...``) into the new folder ``into``, checking
     every blob's digest while streaming it; the folder appears only when everything matched.
 
-    With ``public_key`` the artifact's ``model.sig`` is verified after the download (and required).
+    With ``public_key`` the artifact's ``model.sig`` is verified after the download (and required): a layer of
+    the artifact, else the newest signature pushed as an OCI 1.1 referrer of its manifest
+    (:mod:`modelyard.transport.referrers`); an unsigned artifact is refused.
     Raises :class:`PublishError` (exit 2) for an unreachable registry, a missing tag, a manifest that is
     not a modelyard ModelPack artifact or an unsafe layer title; :class:`HashMismatchError` (exit 1)
     naming the file whose blob differs; :class:`~modelyard.errors.SignatureError` (exit 1)."""
@@ -350,7 +381,7 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
         raise PublishError(f"{ref}: say which version to pull", fix=_FIX_REF)
     client = _client(src, insecure, settings)
     container = client.get_container(f"{src.repo}@{src.digest}" if src.digest else f"{src.repo}:{src.tag}")
-    manifest = _get_manifest(client, container, src)
+    manifest, manifest_digest = _get_manifest(client, container, src)
     layers = _check_layers(manifest, src)
     by_rel = {lay[TITLE]: lay for lay in layers}
     if MANIFEST not in by_rel:
@@ -391,9 +422,27 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
                     yield c
 
             st.write(rel, chunks(), exp.size, exp.sha256, str(src))
+        sig_from = None
+        if public_key is not None:
+            sig_from = "layer" if SIGNATURE in expected else None
+            if sig_from is None and (sig := _signature_referrer(client, container, manifest_digest)) is not None:
+                st.put(SIGNATURE, sig)
+                sig_from = "referrer"
+            if sig_from is None:
+                raise SignatureError(f"{src} is unsigned: no model.sig layer and no signature referrer of its manifest "
+                                     f"{manifest_digest}; --key asks for a signed artifact, nothing was written",
+                                     fix="Sign the artifact (`modelyard sign`) and publish it again, or pull without --key.")
         verified = _verify_sig(st.tmp, public_key)
         path = st.commit()
-    return PullResult(path, len(expected) + 1, total, contents.manifest.content_digest, verified)
+    return PullResult(path, len(expected) + 1, total, contents.manifest.content_digest, verified,
+                      sig_from if verified else None)
+
+
+def _signature_referrer(client, container, digest: str) -> bytes | None:  # noqa: ANN001
+    """The model-signing bundle pushed as a referrer of the manifest ``digest`` (the newest), or None."""
+    found = [r for r in referrers.discover(client, container, digest)
+             if r.artifact_type == referrers.SIGSTORE_BUNDLE and r.kind == "signature"]
+    return referrers.fetch_layer(client, container, found[-1]) if found else None
 
 
 def _verify_sig(root: Path, public_key: Path | str | None) -> bool | None:
@@ -404,7 +453,8 @@ def _verify_sig(root: Path, public_key: Path | str | None) -> bool | None:
     return True
 
 
-def _get_manifest(client, container, src: OciRef) -> dict[str, Any]:  # noqa: ANN001
+def _get_manifest(client, container, src: OciRef) -> tuple[dict[str, Any], str]:  # noqa: ANN001
+    """The image manifest of ``src`` and its digest (``sha256:<hex>`` of the bytes served)."""
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
 
     url = f"{client.prefix}://{container.manifest_url()}"
@@ -421,7 +471,7 @@ def _get_manifest(client, container, src: OciRef) -> dict[str, Any]:  # noqa: AN
         raise HashMismatchError(f"{src}: the manifest the registry served does not have the digest asked for",
                                 fix="Do not trust this registry's copy.")
     try:
-        return r.json()
+        return r.json(), "sha256:" + _sha(r.content)
     except ValueError as exc:
         raise PublishError(f"{src}: the manifest is not JSON", fix="Pull an artifact pushed by `modelyard publish`.") from exc
 
