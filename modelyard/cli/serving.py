@@ -39,9 +39,9 @@ from modelyard.stages import smoke
 from modelyard.stages.serve import DEFAULT_GPU, ServeTarget, plan_serve
 from modelyard.stages.serve.files import vllm_config, write_serve_files
 from modelyard.stages.serve.k8s import manifests as k8s_manifests
-from modelyard.stages.serve.k8s import write_k8s_files
+from modelyard.stages.serve.k8s import verify_on_load, write_k8s_files
 from modelyard.stages.serve.monitoring import DASHBOARD_FILE
-from modelyard.stages.serve.options import ServePlanFlags
+from modelyard.stages.serve.options import ServePlanFlags, VerifyOnLoadFlags
 from modelyard.stages.smoke import bench
 from modelyard.stages.smoke import server as serve_smoke
 from modelyard.stages.smoke.options import SmokeFlags
@@ -166,7 +166,7 @@ def smoke_cmd(
     raise typer.Exit(0 if res.passed else 1)
 
 
-@stage_flags(ServePlanFlags)
+@stage_flags(ServePlanFlags, VerifyOnLoadFlags)
 def serve_plan_cmd(
     path: Path = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/) or NAME[@REVISION] "
                                           "of an artifact in the store"),
@@ -194,7 +194,11 @@ def serve_plan_cmd(
     Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
     quiet_libraries(verbose)
     path = stored_path(path, store)
+    vol = VerifyOnLoadFlags(**{k: options.pop(k) for k in VerifyOnLoadFlags.model_fields})
     plan = plan_serve(path, ServeTarget(**options), name=name)
+    verify = None if vol.verify_from is None else verify_on_load(
+        vol.verify_from, name=plan.served_model_name, require_signature=vol.require_signature,
+        key_secret=vol.signing_key_secret, image=vol.verifier_image)
     dest = either(output, write, "--output")
     if dest is not None and not no_write and in_store(dest, store):
         raise InvalidTargetError(f"--output {dest} is inside the store, whose artifacts are never rewritten",
@@ -204,16 +208,17 @@ def serve_plan_cmd(
         plan = replace(plan, notes=(*plan.notes, f"serve/ not written: {path} is an artifact, never rewritten (its "
                                     "serve/ is the one it was ingested with); pass --output DIR to write this plan"))
     written = kube = None
-    k8s = k8s or storage_uri is not None
+    k8s = k8s or storage_uri is not None or verify is not None
     if k8s:  # refuse a bad location or a multi-node plan before anything is written
-        k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri)
+        k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri, verify=verify)
     if dest is not None and not no_write:
         model = "model" if (dest / "model").is_dir() else str(model_root(path).resolve())
         written = write_serve_files(dest, plan, model=model, proxy=proxy)
         if k8s:
             mdir = model_root(path)
             kube = write_k8s_files(dest, plan, yaml.safe_load(written.vllm_yaml.read_text()), storage=storage_uri,
-                                   model_bytes=sum(p.stat().st_size for p in mdir.rglob("*") if p.is_file()))
+                                   model_bytes=sum(p.stat().st_size for p in mdir.rglob("*") if p.is_file()),
+                                   verify=verify)
     if as_json:
         emit_json(plan.to_dict() | {"serve_dir": str(written.dir) if written else None,
                                     "k8s_dir": str(kube.dir) if kube else None,
@@ -235,7 +240,8 @@ def serve_plan_cmd(
                   + (", nginx.conf" if written.nginx_conf else "")
                   + "".join(f", {p.name}" for p in written.ray_scripts), highlight=False)
     if kube:
-        out.print(f"wrote {escape(str(kube.dir))}/: pvc.yaml, deployment.yaml, service.yaml, README.md"
+        out.print(f"wrote {escape(str(kube.dir))}/: {'pvc.yaml, ' if kube.pvc else ''}deployment.yaml, service.yaml, README.md"
+                  + (f" (verify on load: {escape(verify.ref)})" if verify else "")
                   + (f", inferenceservice.yaml (storageUri {escape(kube.storage_uri)})" if kube.storage_uri else ""),
                   highlight=False, soft_wrap=True)
 

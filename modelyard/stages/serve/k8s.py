@@ -38,6 +38,7 @@ from modelyard.stages.serve.files import PORT, VLLM_IMAGE
 from modelyard.stages.serve.plan import ServePlan
 from modelyard.transport.oci import parse_oci_ref
 from modelyard.transport.s3 import parse_s3_uri
+from modelyard.version import __version__
 
 #: where the model folder is mounted in the pod: KServe's own mount point for ``storageUri``
 #: (``DefaultModelLocalMountPath``), used for the plain Deployment too so both run the same command.
@@ -53,6 +54,9 @@ PVC_HEADROOM = 0.2
 STARTUP_PERIOD_S, STARTUP_FAILURES = 10, 90
 MANAGED_BY = "modelyard"
 _NAME_MAX = 45  # KServe appends "-predictor" (and a revision suffix) to make its own 63-character names
+_FIX_VERIFY = ("Pass the digest `modelyard publish --to oci://...` printed: oci://HOST/REPO@sha256:DIGEST.")
+#: the verify-on-load init container's default image: the repository's Dockerfile, tagged with this version
+VERIFIER_IMAGE = f"modelyard:{__version__}"
 _FIX_URI = ("Use the location `modelyard publish` printed: s3://BUCKET/PREFIX (the model is read from PREFIX/model), "
             "or oci://HOST/REPO:TAG or @sha256:DIGEST of an image pushed with --flavour modelcar.")
 
@@ -62,7 +66,7 @@ class K8sFiles:
     """The files written under ``serve/k8s/``; ``inferenceservice`` is None without a storage URI."""
 
     dir: Path
-    pvc: Path
+    pvc: Path | None  # None with verify-on-load: the pod pulls the artifact itself
     deployment: Path
     service: Path
     readme: Path
@@ -176,8 +180,48 @@ def pvc_gib(model_bytes: int) -> int:
     return max(1, math.ceil(model_bytes * (1 + PVC_HEADROOM) / 2**30))
 
 
+#: where the init container of verify-on-load pulls the artifact (an emptyDir); vLLM serves its model/
+VERIFIED_MOUNT = "/mnt/verified"
+#: where the public key Secret is mounted in the init container (key ``model.pub``)
+KEY_MOUNT = "/etc/modelyard/keys"
+KEY_FILE = "model.pub"
+
+
+@dataclass(frozen=True)
+class VerifyOnLoad:
+    """Verify-on-load: ``ref`` is ``oci://HOST/REPO@sha256:DIGEST``; ``key_secret`` the Secret with the public
+    key (None: signature not required); ``image`` the init container's image (modelyard installed)."""
+
+    ref: str
+    key_secret: str | None
+    image: str
+
+
+def verify_on_load(ref: str, *, name: str, require_signature: bool = True, key_secret: str | None = None,
+                   image: str | None = None) -> VerifyOnLoad:
+    """The validated :class:`VerifyOnLoad` for the served model ``name``. Raises :class:`InvalidTargetError`
+    for a reference that is not ``oci://...@sha256:...``: a tag can be moved, a digest cannot."""
+    try:
+        parsed = parse_oci_ref(ref)
+    except PublishError as exc:
+        raise InvalidTargetError(f"--verify-from: {exc.message}", fix=_FIX_VERIFY) from exc
+    if not parsed.digest:
+        raise InvalidTargetError(f"--verify-from {ref!r} names a tag; a pod must pull by digest", fix=_FIX_VERIFY)
+    secret = (key_secret or f"{k8s_name(name)}-signing-key") if require_signature else None
+    return VerifyOnLoad(str(parsed), secret, image or VERIFIER_IMAGE)
+
+
+def verify_command(v: VerifyOnLoad) -> list[str]:
+    """The init container's command: ``modelyard pull REF --into VERIFIED_MOUNT/artifact [--key ...] --json``,
+    the same code as a user's pull (every blob's sha256 against the manifest, all or nothing; with a key the
+    signature is required and checked). A non-zero exit stops the pod before vLLM starts."""
+    return ["modelyard", "pull", v.ref, "--into", f"{VERIFIED_MOUNT}/artifact",
+            *(["--key", f"{KEY_MOUNT}/{KEY_FILE}"] if v.key_secret else []), "--json"]
+
+
 def manifests(plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int, storage: str | None = None,
-              image: str = VLLM_IMAGE, namespace: str | None = None) -> dict[str, dict[str, Any]]:
+              image: str = VLLM_IMAGE, namespace: str | None = None,
+              verify: VerifyOnLoad | None = None) -> dict[str, dict[str, Any]]:
     """The Kubernetes objects by file name (``pvc.yaml``, ``deployment.yaml``, ``service.yaml`` and, with
     ``storage`` (a location :func:`storage_uri` accepts), ``inferenceservice.yaml``).
 
@@ -196,6 +240,19 @@ def manifests(plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int, s
                     "resources": {"requests": {"storage": f"{pvc_gib(max(model_bytes, plan.weight_bytes))}Gi"}}}}
     container = _container("vllm", config, gpus, PORT, image=image, env=[],
                            mounts=[{"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True}])
+    volumes: list[dict[str, Any]] = [{"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}]
+    init: list[dict[str, Any]] = []
+    if verify is not None:  # serve only what the init container pulled by digest and checked
+        container["args"][0] = f"{VERIFIED_MOUNT}/artifact/model"
+        container["volumeMounts"][0] = {"name": "verified", "mountPath": VERIFIED_MOUNT, "readOnly": True}
+        init = [{"name": "verify", "image": verify.image, "command": verify_command(verify),
+                 "env": [{"name": "MODELYARD_HOME", "value": f"{VERIFIED_MOUNT}/.modelyard"}],
+                 "volumeMounts": [{"name": "verified", "mountPath": VERIFIED_MOUNT}]
+                 + ([{"name": "signing-key", "mountPath": KEY_MOUNT, "readOnly": True}] if verify.key_secret else [])}]
+        volumes = [{"name": "verified", "emptyDir": {"sizeLimit": f"{pvc_gib(max(model_bytes, plan.weight_bytes))}Gi"}}]
+        if verify.key_secret:
+            volumes.append({"name": "signing-key", "secret": {"secretName": verify.key_secret,
+                                                                "items": [{"key": KEY_FILE, "path": KEY_FILE}]}})
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
         "spec": {
@@ -205,16 +262,16 @@ def manifests(plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int, s
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
                 "metadata": {"labels": labels},
-                "spec": {"containers": [container],
-                         "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
-                                     _shm(gpus)]},
+                "spec": {**({"initContainers": init} if init else {}), "containers": [container],
+                         "volumes": [*volumes, _shm(gpus)]},
             },
         },
     }
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
                "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": name},
                         "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}]}}
-    out = {"pvc.yaml": pvc, "deployment.yaml": deployment, "service.yaml": service}
+    out = {"deployment.yaml": deployment, "service.yaml": service} if verify else \
+        {"pvc.yaml": pvc, "deployment.yaml": deployment, "service.yaml": service}
     if storage is not None:
         uri = storage_uri(storage)
         kc = _container("kserve-container", config, gpus, KSERVE_PORT, image=image,
@@ -229,9 +286,39 @@ def manifests(plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int, s
     return out
 
 
-def render_readme(plan: ServePlan, files: Mapping[str, Mapping[str, Any]], storage: str | None) -> str:
+def _verify_section(name: str, verify: VerifyOnLoad) -> str:
+    key = (f"kubectl create secret generic {verify.key_secret} --from-file={KEY_FILE}=public.pem   # the signer's public key\n"
+           if verify.key_secret else "")
+    signed = ("requires the artifact's signature (a `model.sig` layer or a signature referrer of the manifest) and "
+              f"checks it with the public key in the Secret `{verify.key_secret}`" if verify.key_secret
+              else "does not require a signature (`--allow-unsigned`)")
+    return f"""## Verify on load (Deployment + Service)
+
+Before vLLM starts, the init container `verify` ({verify.image}) runs
+
+    {" ".join(verify_command(verify))}
+
+It pulls the artifact **by digest** into the pod's own volume, checks every file's sha256 against the
+manifest (all or nothing) and {signed}. On any mismatch it exits non-zero, and the pod never starts vLLM.
+vLLM serves `{VERIFIED_MOUNT}/artifact/model`, which holds only what was checked.
+
+```bash
+{key}kubectl apply -f deployment.yaml -f service.yaml
+kubectl rollout status deployment/{name} --timeout=20m
+kubectl logs deployment/{name} -c verify     # the pull's JSON result
+```
+"""
+
+
+def render_readme(plan: ServePlan, files: Mapping[str, Mapping[str, Any]], storage: str | None,
+                  verify: VerifyOnLoad | None = None) -> str:
     name = files["deployment.yaml"]["metadata"]["name"]
     gpus = files["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"][GPU_RESOURCE]
+    if verify is not None:
+        return (f"# Kubernetes manifests for {plan.served_model_name}\n\nGenerated by `modelyard serve-plan --k8s "
+                f"--verify-from` from the same plan as `../vllm.yaml`: the container runs `vllm serve` with every key "
+                f"of `vllm.yaml` as a flag, {gpus} x `{GPU_RESOURCE}`, `/dev/shm` in memory, and probes on "
+                f"`/health`.\n\n" + _verify_section(name, verify))
     size = files["pvc.yaml"]["spec"]["resources"]["requests"]["storage"]
     loader = json.dumps({"spec": {
         "containers": [{"name": f"{name}-loader", "image": "busybox:1.36", "command": ["sleep", "3600"],
@@ -277,23 +364,27 @@ curl -s localhost:{PORT}/v1/models
 
 
 def write_k8s_files(artifact_dir: Path, plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int,
-                    storage: str | None = None, image: str = VLLM_IMAGE, namespace: str | None = None) -> K8sFiles:
+                    storage: str | None = None, image: str = VLLM_IMAGE, namespace: str | None = None,
+                    verify: VerifyOnLoad | None = None) -> K8sFiles:
     """Write ``artifact_dir/serve/k8s/`` (see the module docstring) and return the paths. Files there are
     replaced one by one through a temp name; a stale ``inferenceservice.yaml`` is removed when ``storage``
     is None. Raises what :func:`manifests` raises, before anything is written."""
-    docs = manifests(plan, config, model_bytes=model_bytes, storage=storage, image=image, namespace=namespace)
+    docs = manifests(plan, config, model_bytes=model_bytes, storage=storage, image=image, namespace=namespace,
+                     verify=verify)
     d = Path(artifact_dir) / "serve" / "k8s"
     d.mkdir(parents=True, exist_ok=True)
     texts = {fname: "# generated by `modelyard serve-plan --k8s`; see README.md beside it.\n"
              + yaml.safe_dump(doc, sort_keys=False, width=200) for fname, doc in docs.items()}
-    texts["README.md"] = render_readme(plan, docs, storage)
+    texts["README.md"] = render_readme(plan, docs, storage, verify)
     for fname, text in texts.items():
         tmp = d / f".{fname}.tmp"
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(d / fname)
     if storage is None:
         (d / "inferenceservice.yaml").unlink(missing_ok=True)
+    if verify is not None:
+        (d / "pvc.yaml").unlink(missing_ok=True)
     isvc = docs.get("inferenceservice.yaml")
-    return K8sFiles(dir=d, pvc=d / "pvc.yaml", deployment=d / "deployment.yaml", service=d / "service.yaml",
+    return K8sFiles(dir=d, pvc=None if verify else d / "pvc.yaml", deployment=d / "deployment.yaml", service=d / "service.yaml",
                     readme=d / "README.md", inferenceservice=d / "inferenceservice.yaml" if isvc else None,
                     storage_uri=isvc["spec"]["predictor"]["containers"][0]["env"][0]["value"] if isvc else None)

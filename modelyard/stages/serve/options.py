@@ -44,3 +44,23 @@ class ServePlanFlags(BaseModel):
         None, gt=0, description="default: the largest valid size <= --gpus")
     max_model_len: Annotated[Optional[int], Flag("--max-model-len")] = Field(
         None, gt=0, description="context to plan for (tokens)")
+
+
+class VerifyOnLoadFlags(BaseModel):
+    """serve/k8s's verify-on-load: the pod pulls the artifact by digest into its own volume with ``modelyard
+    pull`` (an init container) and vLLM starts only when every file's sha256 and the signature check out."""
+
+    model_config = ConfigDict(frozen=True)
+
+    verify_from: Annotated[Optional[str], Flag("--verify-from")] = Field(
+        None, description="oci://HOST/REPO@sha256:DIGEST of the published artifact: serve/k8s pulls it by digest in an "
+                          "init container and serves only what checked out (implies --k8s)")
+    require_signature: Annotated[bool, Flag("--allow-unsigned", negate=True)] = Field(
+        True, description="with --verify-from: do not require the artifact's signature (the init container still "
+                          "checks every file's sha256 against the manifest pulled by digest)")
+    signing_key_secret: Annotated[Optional[str], Flag("--signing-key-secret")] = Field(
+        None, description="the Secret holding the public key (key model.pub) for --verify-from (default: "
+                          "NAME-signing-key)")
+    verifier_image: Annotated[Optional[str], Flag("--verifier-image")] = Field(
+        None, description="the image of the init container: one with modelyard installed (default: modelyard's "
+                          "Dockerfile image, modelyard:VERSION)")
