@@ -203,7 +203,7 @@ def verify_signature_cmd(
     trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for certificate signatures"),
     identity: Optional[str] = typer.Option(None, "--identity", help="Sigstore keyless: the signer's identity (e-mail, workflow)"),
     issuer: Optional[str] = typer.Option(None, "--issuer", help="Sigstore keyless: the OIDC issuer"),
-    as_json: bool = json_option("{signature, method, files}"),
+    as_json: bool = json_option("{signature, method, files, scope}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
@@ -211,10 +211,12 @@ def verify_signature_cmd(
         res = verify_signature(_signing_root(artifact), public_key=key, trust_root=trust_root, identity=identity,
                                oidc_issuer=issuer)
     if as_json:
-        emit_json({"signature": str(res.signature), "method": res.method, "files": res.files})
+        emit_json({"signature": str(res.signature), "method": res.method, "files": res.files, "scope": res.scope})
         return
+    what = ("files of the artifact (all but manifest.json, which agrees with them)" if res.scope == "artifact"
+            else "files of model/ only: a signature made before modelyard signed the whole artifact; re-sign it")
     out.print(f"[bold green]signature verified[/] ({res.method}): {escape(str(res.signature))} covers "
-              f"{res.files} files of model/", highlight=False, soft_wrap=True)
+              f"{res.files} {what}", highlight=False, soft_wrap=True)
 
 
 def list_cmd(

@@ -1,8 +1,13 @@
-"""signing: an OpenSSF model-signing bundle over an artifact's ``model/`` (``model.sig``).
+"""signing: an OpenSSF model-signing bundle over the whole artifact (``model.sig``).
 
 ``model.sig`` sits beside ``model/`` in the artifact (see :mod:`modelyard.artifact.layout`). It is a Sigstore
-bundle whose payload is an in-toto statement listing every file of ``model/`` with its SHA256
-(PyPI ``model-signing`` 1.1.1, file serialization). Key-based signing uses an elliptic-curve private
+bundle whose payload is an in-toto statement listing every file of the artifact with its SHA256 (PyPI
+``model-signing`` 1.1.1, file serialization): ``model/``, ``report.json``/``report.md``, ``serve/`` (what an
+operator runs: an edited ``compose.yaml`` or ``vllm.yaml`` no longer verifies), patches and quantization
+records. Not covered (:data:`UNSIGNED`): ``model.sig`` itself and ``manifest.json``, which a promotion
+rewrites by design; its file list and report digest are checked against the signed files instead
+(:func:`manifest_agrees`). A signature made before this covered ``model/`` only: it still verifies, as
+``scope="model/"``, and says so. Key-based signing uses an elliptic-curve private
 key (PEM); verification uses the matching public key, or a certificate chain (``trust_root``) for
 certificate-based signatures, or a Sigstore identity + OIDC issuer for keyless signatures (see the
 README). A file changed, added or removed in ``model/`` fails verification with
@@ -32,12 +37,25 @@ class SignResult:
     method: str  # "key", "certificate" or "sigstore"
 
 
+#: what the signature does not cover, relative to the artifact folder (see the module doc)
+UNSIGNED = (SIGNATURE_NAME, "manifest.json")
+#: the scope of a signature: the whole artifact, or (signatures made before) ``model/`` only
+SCOPE_ARTIFACT, SCOPE_MODEL = "artifact", "model/"
+
+
 @dataclass(frozen=True)
 class VerifySignatureResult:
     artifact: Path
     signature: Path
     method: str
-    files: int  # files of model/ the signature covers
+    files: int  # files the signature covers
+    scope: str = SCOPE_ARTIFACT  # "artifact", or "model/" for a signature made before the whole artifact was signed
+
+
+def _hashing(extra: tuple[str, ...] = ()):  # noqa: ANN202 - model_signing.hashing.Config
+    from model_signing import hashing  # noqa: PLC0415 - heavy: model-signing, imported on first use
+
+    return hashing.Config().set_ignored_paths(paths=[*UNSIGNED, *extra], ignore_git_paths=True)
 
 
 def _model_dir(artifact: Path) -> Path:
@@ -58,8 +76,9 @@ def _key_file(path: Path | str, what: str) -> Path:
 
 
 def sign_artifact(artifact: Path, *, private_key: Path | str, password: str | None = None) -> SignResult:
-    """Sign ``artifact/model`` with an elliptic-curve private key (PEM); writes ``artifact/model.sig``
-    (replacing an older one atomically). Raises :class:`SigningKeyError` for a missing or unusable key."""
+    """Sign the artifact folder (``model/`` and every file beside it but :data:`UNSIGNED`) with an
+    elliptic-curve private key (PEM); writes ``artifact/model.sig`` (replacing an older one atomically).
+    Raises :class:`SigningKeyError` for a missing or unusable key."""
     from model_signing import signing  # noqa: PLC0415 - heavy: model-signing, imported on first use
 
     model = _model_dir(artifact)
@@ -73,7 +92,7 @@ def sign_artifact(artifact: Path, *, private_key: Path | str, password: str | No
                               fix="Make one with `openssl ecparam -name prime256v1 -genkey -noout -out private.pem` "
                                   "(give --password if it is encrypted).") from exc
     try:
-        cfg.sign(model, tmp)
+        cfg.set_hashing_config(_hashing((tmp.name,))).sign(model.parent, tmp)
         os.replace(tmp, sig)
     except OSError as exc:
         raise SigningKeyError(f"cannot write {sig}: {exc.strerror or exc}",
@@ -123,15 +142,63 @@ def verify_signature(artifact: Path, *, public_key: Path | str | None = None,
     diffs: list[str] = []
     _capture_diff(cfg, diffs)
     try:
-        cfg.verify(model, sig)
+        cfg.set_hashing_config(_hashing()).verify(model.parent, sig)
     except ValueError as exc:
+        diffs = list(diffs)  # the legacy attempt below rewrites the captured list
+        if _legacy_verifies(cfg, model, sig):
+            return VerifySignatureResult(model.parent, sig, method, sum(1 for p in model.rglob("*") if p.is_file()),
+                                         SCOPE_MODEL)
         tampered = str(exc).startswith("Signature mismatch")
         raise SignatureError(_explain(model, exc, diffs), fix=_FIX_TAMPERED if tampered else _FIX_KEY) from exc
     except Exception as exc:  # noqa: BLE001 - the library raises many kinds for a bad or foreign signature
         raise SignatureError(f"{sig} does not verify with that {method}: {type(exc).__name__}: {_first_line(exc)}",
                              fix=_FIX_KEY) from exc
-    files = sum(1 for p in model.rglob("*") if p.is_file())
+    manifest_agrees(model.parent)
+    files = sum(1 for p in model.parent.rglob("*") if p.is_file() and p.relative_to(model.parent).as_posix() not in UNSIGNED)
     return VerifySignatureResult(model.parent, sig, method, files)
+
+
+def _legacy_verifies(cfg, model: Path, sig: Path) -> bool:  # noqa: ANN001
+    """Whether ``sig`` is a signature of the earlier kind, over ``model/`` alone, that verifies."""
+    from model_signing import hashing  # noqa: PLC0415
+
+    try:
+        cfg.set_hashing_config(hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=True)).verify(model, sig)
+    except Exception:  # noqa: BLE001 - any failure: not a valid legacy signature either
+        return False
+    return True
+
+
+def manifest_agrees(artifact: Path) -> None:
+    """``manifest.json`` (not itself signed: a promotion rewrites it) must agree with the signed files: each
+    ``files[]`` entry's sha256 with the file, and ``verification.report_sha256`` with ``report.json``.
+    Raises :class:`SignatureError` naming the first disagreement."""
+    from modelyard.artifact.manifest import Manifest  # noqa: PLC0415
+
+    try:
+        m = Manifest.load(artifact)
+    except (OSError, ValueError) as exc:
+        raise SignatureError(f"{artifact}: manifest.json cannot be read beside the signature ({exc})",
+                             fix=_FIX_TAMPERED) from exc
+    want = {f.path: f.sha256 for f in m.files}
+    if m.verification.report_sha256:
+        want["report.json"] = m.verification.report_sha256
+    for rel, sha in sorted(want.items()):
+        p = artifact / rel
+        got = _sha256(p) if p.is_file() else None
+        if got != sha:
+            raise SignatureError(f"{artifact.name}: manifest.json records sha256 {sha} for {rel}, the signed file "
+                                 f"has {got}: the manifest was edited after signing", fix=_FIX_TAMPERED)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib  # noqa: PLC0415
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 _FIX_KEY = "Check that the key matches the one that signed, and that model.sig is intact (re-sign if it is not)."
@@ -153,17 +220,17 @@ def _capture_diff(cfg, into: list[str]) -> None:  # noqa: ANN001
 
 
 def _explain(model: Path, exc: ValueError, diffs: list[str]) -> str:
-    """'model/x changed since it was signed; ...' from model-signing's differences."""
+    """'model/x changed since it was signed; ...' from model-signing's differences (paths relative to the artifact)."""
     if not str(exc).startswith("Signature mismatch"):
         return f"{model.parent / SIGNATURE_NAME} does not verify: {_first_line(exc)}"
     parts = []
     for d in diffs:
         if m := re.match(r"Hash mismatch for '(.+?)': ", d):
-            parts.append(f"model/{m.group(1)} changed since it was signed")
+            parts.append(f"{m.group(1)} changed since it was signed")
         elif m := re.match(r"(Extra|Missing) files (?:found )?in model '.*?': (.*)$", d):
-            names = ", ".join(f"model/{n}" for n in m.group(2).split(", "))
-            parts.append(("not signed (added after signing): " if m.group(1) == "Extra" else "signed but missing: ") + names)
-    return f"{model.parent.name}: the signature over model/ does not match: " + ("; ".join(parts) or _first_line(exc))
+            parts.append(("not signed (added after signing): " if m.group(1) == "Extra" else "signed but missing: ")
+                         + m.group(2))
+    return f"{model.parent.name}: the signature over the artifact does not match: " + ("; ".join(parts) or _first_line(exc))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -168,7 +168,8 @@ def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeyp
         "bundle": lambda d: d["bytes_out"] == (tmp_path / "b.tar.zst").stat().st_size,
         "unbundle": lambda d: d["content_digest"] == manifest["content_digest"],
         "sign": lambda d: d == {"signature": str(sign_copy / "model.sig"), "method": "key"},
-        "verify-signature": lambda d: (d["method"], d["files"]) == ("key", len(list((signed / "model").iterdir()))),
+        "verify-signature": lambda d: (d["method"], d["scope"], d["files"]) == (
+            "key", "artifact", sum(1 for p in signed.rglob("*") if p.is_file() and p.name not in ("model.sig", "manifest.json"))),
         "list": lambda d: (d["store"], [a["revision"] for a in d["artifacts"]]) == (str(home), [manifest["revision"]]),
         "show": lambda d: d["content_digest"] == manifest["content_digest"],
         "doctor": lambda d: (d["host"]["gpus"], d["needs"]) == ([], []),

@@ -56,7 +56,9 @@ def test_sign_then_verify(artifact, keys):
     res = sign_artifact(artifact, private_key=priv)
     assert res.signature == artifact / SIGNATURE_NAME and res.signature.is_file()
     v = verify_signature(artifact, public_key=pub)
-    assert v.method == "key" and v.files == len(list((artifact / "model").iterdir()))
+    signed = [p for p in artifact.rglob("*") if p.is_file() and p.name not in ("model.sig", "manifest.json")]
+    assert (v.method, v.scope, v.files) == ("key", "artifact", len(signed))
+    assert {"serve/vllm.yaml", "report.json"} <= {p.relative_to(artifact).as_posix() for p in signed}
     assert not list(artifact.glob(".*partial"))
 
 
@@ -213,3 +215,47 @@ def test_list_names_its_store_and_revisions_resolve_by_prefix(store_artifact, tm
     missing = tmp_path / "nowhere"
     r = run_cli("list", "--out", str(missing))
     assert r.returncode == 2 and f"error: there is no store at {missing}" in r.stderr
+
+
+def test_the_signature_covers_what_is_run_not_only_model(artifact, keys):
+    """model.sig covered model/ only: an edited serve/vllm.yaml (trust-remote-code) or compose.yaml still
+    verified as "signature: verified"."""
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    vllm = artifact / "serve" / "vllm.yaml"
+    original = vllm.read_bytes()
+    _tamper(vllm, original + b"trust-remote-code: true\n")
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert "serve/vllm.yaml changed since it was signed" in ei.value.message
+    _tamper(vllm, original)
+    (artifact / "serve" / "compose.yaml").write_text("services: {vllm: {privileged: true, volumes: ['/:/host']}}\n")
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert "not signed (added after signing): serve/compose.yaml" in ei.value.message
+
+
+def test_a_manifest_edited_after_signing_must_still_agree_with_the_signed_files(artifact, keys):
+    import json
+
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    m = json.loads((artifact / "manifest.json").read_text())
+    m["promotion"] = {"approved_by": "alice"}  # a promotion rewrites the manifest: still verifies
+    _tamper(artifact / "manifest.json", json.dumps(m).encode())
+    assert verify_signature(artifact, public_key=pub).scope == "artifact"
+    m["verification"]["report_sha256"] = "0" * 64  # a claim about another report
+    _tamper(artifact / "manifest.json", json.dumps(m).encode())
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert ei.value.message.startswith(f"art: manifest.json records sha256 {'0' * 64} for report.json, the signed file has ")
+
+
+def test_a_signature_made_over_model_alone_still_verifies_and_says_its_scope(artifact, keys):
+    from model_signing import hashing, signing
+
+    priv, pub = keys
+    signing.Config().use_elliptic_key_signer(private_key=priv).set_hashing_config(
+        hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=True)).sign(artifact / "model", artifact / "model.sig")
+    v = verify_signature(artifact, public_key=pub)
+    assert (v.scope, v.files) == ("model/", len(list((artifact / "model").iterdir())))
