@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     eval_device: str | None = None
     #: password of an encrypted signing key (``modelyard sign --password`` reads it as its default)
     signing_key_password: SecretStr | None = None
+    #: the public key (PEM) a ``tar://`` bundle's signature is checked with: a signed bundle that verifies keeps
+    #: its source's commit as the revision and the hub origins of its digests; without it, or unsigned, the
+    #: revision is derived from the content (MODELYARD_SIGNING_PUBLIC_KEY)
+    signing_public_key: Path | None = None
 
     def registry_credentials(self) -> tuple[str, str] | None:
         """(user, password) for OCI registries, in clear for the client only; never log them."""

@@ -411,10 +411,40 @@ def test_tar_source_fetches_with_the_manifest_digests(bundle, artifact, tmp_path
     snap = fetch(src, settings)
     manifest = json.loads((artifact / "manifest.json").read_text())
     assert {f"model/{f.path}": f.expected_sha256 for f in snap.files} == {f["path"]: f["sha256"] for f in manifest["files"]}
-    assert (snap.repo_id, snap.commit, snap.kind) == ("org/tiny", COMMIT, "tar")
+    # unsigned (or no key to check a signature with): the bundle's claims are its own word only
+    assert (snap.repo_id, snap.commit, snap.kind) == ("org/tiny", None, "tar")
+    assert (snap.provenance["bundle_signature"], snap.provenance["bundle_claimed_commit"]) == ("none", COMMIT)
     hashed = hash_snapshot(snap)
-    assert {f.origin for f in hashed.files} == {"hub-lfs", "hub-git"}
+    assert {f.origin for f in hashed.files} == {"bundle"}
     assert fetch(src, settings).root == snap.root  # extracted once per content digest
+
+
+def test_a_signed_bundle_keeps_its_commit_and_a_rewritten_one_does_not(artifact, tmp_path):
+    """A bundle whose manifest was rewritten (other bytes, content digest recomputed) was ingested under the
+    source's commit with the hub's origins: claims about other bytes. Only a signature that verifies with
+    MODELYARD_SIGNING_PUBLIC_KEY lets the bundle's commit stand."""
+    from modelyard.errors import SignatureError
+    from modelyard.model.digest import hash_snapshot
+    from modelyard.model.source import parse_source
+    from modelyard.settings import Settings
+    from modelyard.stages.fetch import fetch
+    from modelyard.transport.signing import sign_artifact
+    from tests.unit.test_signing import _keypair
+
+    priv, pub = _keypair(tmp_path)
+    signed = tmp_path / "signed"
+    shutil.copytree(artifact, signed)
+    sign_artifact(signed, private_key=priv)
+    b = bundle_artifact(signed, tmp_path / "signed.tar.zst").path
+    snap = fetch(parse_source(f"tar://{b}"), Settings(home=tmp_path / "h1", signing_public_key=pub))
+    assert (snap.commit, snap.provenance["bundle_signature"]) == (COMMIT, "verified")
+    assert {f.origin for f in hash_snapshot(snap).files} == {"hub-lfs", "hub-git"}
+    unsigned = bundle_artifact(artifact, tmp_path / "unsigned.tar.zst").path
+    with pytest.raises(SignatureError, match="the bundle is unsigned"):
+        fetch(parse_source(f"tar://{unsigned}"), Settings(home=tmp_path / "h2", signing_public_key=pub))
+    _, other = _keypair(tmp_path, "other")
+    with pytest.raises(SignatureError):
+        fetch(parse_source(f"tar://{b}"), Settings(home=tmp_path / "h3", signing_public_key=other))
 
 
 def test_cli_bundle_unbundle_and_bad_input(artifact, tmp_path):
@@ -459,3 +489,15 @@ def test_bundle_over_an_existing_file_is_refused_unless_forced(artifact, tmp_pat
     r = run_cli("bundle", str(artifact), "-o", str(out), "--force", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     assert json_result(r.stdout, "bundle")["bytes_out"] == out.stat().st_size
+
+
+def test_an_unsigned_bundle_is_ingested_under_a_revision_derived_from_its_content(bundle, tmp_path):
+    from modelyard.flows.ingest import ingest_flow
+    from modelyard.flows.options import IngestOptions
+
+    res = ingest_flow(f"tar://{bundle}", IngestOptions(smoke=False), str(tmp_path / "home"))
+    m = json.loads((res.artifact.path / "manifest.json").read_text())
+    assert res.artifact.revision == "sha256-" + m["content_digest"][7:19] and res.artifact.revision != COMMIT
+    assert (m["source"]["commit"], m["source"]["bundle_claimed_commit"], m["source"]["bundle_signature"]) == (
+        None, COMMIT, "none")
+    assert {f["origin"] for f in m["files"]} == {"bundle"}

@@ -26,11 +26,12 @@ from typing import TypeVar
 
 from filelock import FileLock, Timeout
 
-from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.layout import MANIFEST, SIGNATURE
 from modelyard.errors import (
     BundleError,
     InvalidSourceError,
     MissingConfigError,
+    SignatureError,
     SourceNotFoundError,
     UnsupportedWeightsError,
 )
@@ -40,6 +41,7 @@ from modelyard.model.source import Source
 from modelyard.settings import Settings
 from modelyard.stages.fetch.gguf import check_gguf, fetch_gguf
 from modelyard.stages.fetch.hub import fetch_hub
+from modelyard.transport.signing import verify_signature
 from modelyard.transport.unbundle import read_manifest, unbundle
 from modelyard.transport.zstream import check_frames
 
@@ -337,12 +339,33 @@ def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
                 raise
             # else a concurrent fetch of the same bundle won the rename
     src = manifest.source
-    modified = manifest.modified
+    trusted = _bundle_signed(root, settings, source)
+    keep = trusted and not manifest.modified
     files = tuple(FileEntry(path=f.path[len("model/"):], size=f.size, expected_sha256=f.sha256,
-                            expected_size=f.size, made_by=f.origin)
+                            expected_size=f.size, made_by=f.origin if trusted else "bundle")
                   for f in manifest.files if f.path.startswith("model/"))
     _require_model_files(f"bundle {source.path}", [f.path for f in files], [f.path for f in files])
     return Snapshot(root=root / "model", source=source.uri, kind="tar", files=files, repo_id=src.repo_id,
-                    revision=None if modified else src.revision, commit=None if modified else src.commit,
+                    revision=src.revision if keep else None, commit=src.commit if keep else None,
                     provenance={"bundle_of": f"{manifest.name}@{manifest.revision}",
-                                "bundle_source": src.uri, "bundle_content_digest": manifest.content_digest})
+                                "bundle_source": src.uri, "bundle_content_digest": manifest.content_digest,
+                                "bundle_signature": "verified" if trusted else "none",
+                                **({} if keep else {"bundle_claimed_commit": src.commit})})
+
+
+def _bundle_signed(root: Path, settings: Settings, source: Source) -> bool:
+    """Whether the extracted bundle ``root`` carries a signature that verifies with
+    ``settings.signing_public_key``. Without a key: False (its claims are the bundle's word only). With a key,
+    an unsigned or badly signed bundle is refused (:class:`SignatureError`): whoever set the key asked for
+    signed bundles. Why: a bundle whose manifest was rewritten (other files, a recomputed content digest)
+    kept the source's commit as its revision and the hub's origins for its digests, claims made about other
+    bytes; a revision must be derived from the content it names unless a trusted signer vouches for it."""
+    key = settings.signing_public_key
+    if key is None:
+        return False
+    if not (root / SIGNATURE).is_file():
+        raise SignatureError(f"{source.uri}: the bundle is unsigned, and MODELYARD_SIGNING_PUBLIC_KEY asks for signed bundles",
+                             fix="Bundle a signed artifact (`modelyard sign`, then `modelyard bundle`), or unset "
+                                 "MODELYARD_SIGNING_PUBLIC_KEY to ingest it under a revision derived from its content.")
+    verify_signature(root, public_key=key)
+    return True
