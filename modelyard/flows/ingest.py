@@ -47,13 +47,14 @@ from modelyard.errors import (
     ArtifactConflictError,
     AttemptsExhaustedError,
     EndpointUnreachableError,
+    HashMismatchError,
     ServePlanError,
 )
 from modelyard.flows.options import FetchOptions, IngestOptions, PatchOptions, QuantizeOptions, ServeOptions, SmokeOptions
 from modelyard.model import digest as hashing
 from modelyard.model.digest import tree_digest
 from modelyard.model.patchplan import PatchPlan
-from modelyard.model.snapshot import FileEntry, Snapshot
+from modelyard.model.snapshot import FileEntry, Snapshot, changed_since, fingerprints
 from modelyard.model.source import Source, parse_source, sanitize_name
 from modelyard.settings import Settings
 from modelyard.stages import cache as stage_cache
@@ -397,12 +398,19 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
     snap = stages.fetch(src, settings, options.fetching, GateBeforeWeights(options.target(), options.patching))
     r = _Run(options, settings, options.target(), _artifact_name(options, src, snap), stages, gpu_pool)
     precopy = store.new_staging() if src.kind == "file" else None  # a user's folder is copied while hashed
+    before = fingerprints(snap) if src.kind == "file" else None  # a user's folder may change under the run
     try:
         snap, hashed_bytes = hash_task(snap, settings, precopy / MODEL_DIR if precopy else None)
         revision = source_revision(snap.commit, snap.files)
         _rename_run(f"{src.repo_id if src.kind == 'hf' else r.name}@{revision[:7] if snap.commit else revision[:14]}")
         report = verify.with_source_findings(r.stages.verify(snap.root, r.target, snap.files), snap)
         plan = plan_task(snap, report, options.patching)
+        if before is not None and (moved := changed_since(snap, before)):
+            raise HashMismatchError(
+                f"{', '.join(moved[:5])} changed while {src.uri} was being ingested (between hashing and verification): "
+                "the verdict would be about other bytes than the ones stored; nothing was stored",
+                fix="Do not edit the folder during an ingest (copy it somewhere first if it is being written), then "
+                    "run the ingest again.")
         if plan.empty:
             verify.gate(report, snap.source)
         revision = variant_revision(revision, patch_digest=None if plan.empty else plan.digest, scheme=options.quantize,

@@ -81,3 +81,26 @@ class Snapshot:
         must be hashed from disk."""
         return replace(self, files=tuple(replace(f, sha256=None, received=False) if f.received else f
                                          for f in self.files))
+
+
+#: a file's identity on disk: (inode, size in bytes, mtime ns, ctime ns); the kernel moves ctime on every write
+#: and on every change of mtime, so a file changed and restored still shows a new ctime
+Fingerprint = tuple[int, int, int, int]
+
+
+def fingerprints(snapshot: Snapshot) -> dict[str, Fingerprint | None]:
+    """:data:`Fingerprint` of each file of ``snapshot`` (following links; None when it cannot be read)."""
+    out: dict[str, Fingerprint | None] = {}
+    for f in snapshot.files:
+        try:
+            st = (snapshot.root / f.path).stat()
+            out[f.path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            out[f.path] = None
+    return out
+
+
+def changed_since(snapshot: Snapshot, before: dict[str, Fingerprint | None]) -> list[str]:
+    """The files of ``snapshot`` whose :data:`Fingerprint` is not ``before``'s, sorted."""
+    now = fingerprints(snapshot)
+    return sorted(p for p in before if now.get(p) != before[p])
