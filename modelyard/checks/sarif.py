@@ -5,7 +5,9 @@ One ``reportingDescriptor`` (rule) per finding code in the report, described fro
 (:mod:`modelyard.checks.catalog`: summary, fix as help, source); one ``result`` per finding with its level
 (error, warning, note), its message, and a location: the file relative to the model folder
 (``uriBaseId`` ``MODEL``, which ``originalUriBaseIds`` resolves to the folder judged) and the JSON field or
-tensor as a logical location. The measured value and its limit travel in the result's ``properties``.
+tensor as a logical location. The measured value and its limit travel in the result's ``properties``; a
+``partialFingerprints`` entry (sha256 of code, file, field and value) keeps findings apart and matches them
+across runs; ``security.*`` rules carry the ``security`` tag and a ``security-severity``.
 
 Source: the SARIF 2.1.0 specification (OASIS Standard, errata 01), sections 3.14 (run), 3.19 (tool),
 3.27 (result), 3.28 (location), 3.49 (reportingDescriptor); validated in the tests against the OASIS JSON
@@ -13,6 +15,8 @@ Schema ``sarif-schema-2.1.0.json``."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +31,18 @@ LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 INFORMATION_URI = "https://github.com/modelyard/modelyard"
 
 
+#: GitHub code scanning's ``security-severity`` (0-10) of a security rule, by severity
+SECURITY_SEVERITY = {"error": "9.0", "warning": "5.0", "info": "2.0"}
+
+
 def _rule(code: str) -> dict[str, Any]:
     r = rule_of(code)
     out: dict[str, Any] = {"id": code, "name": "".join(p.title() for p in code.replace("_", ".").split("."))}
+    props: dict[str, Any] = {}
+    if code.startswith("security."):
+        props["tags"] = ["security"]
+        if r is not None and r.severity in SECURITY_SEVERITY:
+            props["security-severity"] = SECURITY_SEVERITY[r.severity]
     if r is not None:
         out["shortDescription"] = {"text": r.summary}
         if r.fix:
@@ -37,7 +50,9 @@ def _rule(code: str) -> dict[str, Any]:
         if r.severity in LEVELS:
             out["defaultConfiguration"] = {"level": LEVELS[r.severity]}
         if r.source:
-            out["properties"] = {"source": r.source}
+            props["source"] = r.source
+    if props:
+        out["properties"] = props
     return out
 
 
@@ -50,7 +65,10 @@ def to_sarif(report: Report, model_dir: Path | None = None, *, subject: str | No
     results = []
     for f in report.findings:
         res: dict[str, Any] = {"ruleId": f.code, "ruleIndex": index[f.code], "level": LEVELS[f.severity.value],
-                               "message": {"text": f.message}}
+                               "message": {"text": f.message},
+                               # what identifies this finding across runs (code scanning matches alerts by it)
+                               "partialFingerprints": {"modelyardFinding/v1": hashlib.sha256(json.dumps(
+                                   [f.code, f.file, f.field, f.value], sort_keys=True, default=str).encode()).hexdigest()}}
         loc: dict[str, Any] = {}
         if f.file:
             loc["physicalLocation"] = {"artifactLocation": {"uri": f.file, "uriBaseId": "MODEL"}}

@@ -35,6 +35,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
@@ -50,7 +51,7 @@ RENDER_MEMORY_BYTES = 1 << 30
 #: characters one rendering may produce (a prompt template renders a few kilobytes)
 RENDER_OUTPUT_CHARS = 1 << 20
 #: bytes of template source read (the largest healthy templates are tens of kilobytes)
-MAX_TEMPLATE_BYTES = 1 << 20
+MAX_TEMPLATE_BYTES = 4 << 20
 
 SOURCE_SANDBOX = "jinja2.sandbox (ImmutableSandboxedEnvironment), the environment vLLM renders chat templates in"
 SOURCE_STATIC = ("jinja2.sandbox unsafe attributes (names starting with _; function, frame and generator "
@@ -67,9 +68,15 @@ USUAL_FILTERS = frozenset({
 GUARDED_GLOBALS = frozenset({"cycler", "joiner", "namespace", "lipsum", "range", "dict", "self"})
 #: attribute names of the classic escape chains that do not start with ``_``
 ESCAPE_NAMES = frozenset({"mro", "func_globals", "func_code", "f_globals", "f_locals", "f_back", "gi_frame", "gi_code",
-                          "cr_frame", "cr_code", "ag_frame", "tb_frame", "im_func", "popen", "system",
+                          "cr_frame", "cr_code", "ag_frame", "tb_frame", "im_func", "popen",
                           "import_module", "subprocess", "check_output", "environ"})
-_DUNDER = re.compile(r"__[A-Za-z]\w*__")
+#: the Python internals escape chains walk (a template naming one, whole or cut in pieces to be joined, is an error)
+DUNDERS = ("__class__", "__mro__", "__subclasses__", "__globals__", "__builtins__", "__init__", "__import__",
+           "__base__", "__bases__", "__dict__", "__getattribute__", "__reduce__", "__reduce_ex__", "__code__",
+           "__func__", "__self__", "__module__", "__loader__", "__spec__", "__call__", "__getitem__", "__new__",
+           "__subclasshook__", "__closure__", "__defaults__", "__kwdefaults__", "__traceback__", "__frame__",
+           "__wrapped__", "__qualname__", "__name__", "__getattr__", "__setattr__", "__delattr__", "__weakref__")
+_DUNDER = re.compile(r"__[a-z]\w*__|__[a-z]{2,}|[a-z]{2,}__")
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s\"'<>]+", re.I)
 #: words of an instruction aimed at the user or the model that a chat format never needs
 INSTRUCTION_CUES = re.compile(
@@ -77,10 +84,14 @@ INSTRUCTION_CUES = re.compile(
     r"wallet|seed phrase|social security|send (?:it|them|us|the|your)|e-?mail (?:it|them|us)|visit|click|"
     r"download|install|ignore (?:all |any )?(?:previous|prior|above|earlier|the user)|disregard|"
     r"(?:do not|don't|never) (?:tell|reveal|mention|disclose)|tell the user|ask the user|"
-    r"always (?:say|answer|respond|recommend|mention|include|tell)|recommend)\b", re.I)
+    r"always (?:say|answer|respond|recommend|mention|include|tell)|recommend|(?:respond|answer|reply|write|speak) only|"
+    r"only (?:respond|answer|reply|write|speak)|say (?:that|candidate)|is the (?:best|only)|append|base64|encoded|"
+    r"promote|advertis\w*|sponsor\w*|partner|affiliate|https?://\S+)", re.I)
 #: tag-like pieces of chat markup (``<|im_start|>``, ``<start_of_turn>``, ``[INST]``, ``<｜User｜>``)
-_MARKUP = re.compile(r"<\|[^|<>]{1,40}\|>|</?[A-Za-z_][\w:.-]{0,40}>|\[/?[A-Z_]{2,30}\]|<\uff5c[^<>]{1,40}\uff5c>")
-_ROLES = re.compile(r"\b(system|user|assistant|developer|tool|ipython|model|human|bot)\b:?", re.I)
+#: and the role name right after such a piece (``<|im_start|>user``); "tell the user" elsewhere stays
+_MARKUP = re.compile(r"(?:<\|[^|<>\s]{1,40}\|>|</?[A-Za-z_][\w:.-]{0,40}>|\[/?[A-Z_]{2,30}\]|<\uff5c[^<>]{1,40}\uff5c>)"
+                     r"(?:\s*(?:system|user|assistant|developer|tool|ipython|model|human|bot)\b:?)?", re.I)
+_INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u00ad]")
 
 
 @dataclass(frozen=True)
@@ -94,21 +105,38 @@ class Rendered:
 
 
 def templates_of(ckpt: Checkpoint) -> list[tuple[str, str, str]]:
-    """Every chat template of ``ckpt`` as ``(file, field, source)``: ``chat_template.jinja``, the named
-    templates of ``chat_template.json``/``tokenizer_config.json`` (``chat_template``, or a list of
-    ``{name, template}``: every one, not only the default). Sources are cut at :data:`MAX_TEMPLATE_BYTES`."""
+    """Every chat template of ``ckpt`` that transformers or vLLM may render, as ``(file, field, source)``:
+    ``chat_template.jinja``, each ``additional_chat_templates/*.jinja`` (transformers loads them as named
+    templates and picks ``tool_use`` whenever a request has tools), ``chat_template.json`` (a processor's),
+    and ``tokenizer_config.json``'s ``chat_template`` (a string, or a list of ``{name, template}``: every
+    one). A source is read up to one byte past :data:`MAX_TEMPLATE_BYTES` (a longer one is a finding)."""
     out: list[tuple[str, str, str]] = []
+
+    def read(p: Path) -> str:
+        with open(p, "rb") as fh:
+            return fh.read(MAX_TEMPLATE_BYTES + 1).decode("utf-8", "replace")
+
     p = ckpt.root / "chat_template.jinja"
     if p.is_file():
-        with open(p, "rb") as fh:
-            out.append(("chat_template.jinja", "chat_template", fh.read(MAX_TEMPLATE_BYTES).decode("utf-8", "replace")))
-    ct = (ckpt.tokenizer_config or {}).get("chat_template")
-    if isinstance(ct, str):
-        out.append(("tokenizer_config.json", "chat_template", ct[:MAX_TEMPLATE_BYTES]))
-    elif isinstance(ct, list):
-        for i, item in enumerate(ct):
-            if isinstance(item, dict) and isinstance(item.get("template"), str):
-                out.append(("tokenizer_config.json", f"chat_template.{i}.template", item["template"][:MAX_TEMPLATE_BYTES]))
+        out.append(("chat_template.jinja", "chat_template", read(p)))
+    extra = ckpt.root / "additional_chat_templates"
+    if extra.is_dir():
+        for q in sorted(extra.glob("*.jinja")):
+            if q.is_file():
+                out.append((f"additional_chat_templates/{q.name}", "chat_template", read(q)))
+    docs = [("tokenizer_config.json", ckpt.tokenizer_config or {})]
+    cj = ckpt.root / "chat_template.json"
+    if cj.is_file():
+        data, _ = ckpt.json("chat_template.json")
+        docs.append(("chat_template.json", data if isinstance(data, dict) else {}))
+    for fname, doc in docs:
+        ct = doc.get("chat_template")
+        if isinstance(ct, str):
+            out.append((fname, "chat_template", ct[:MAX_TEMPLATE_BYTES + 1]))
+        elif isinstance(ct, list):
+            for i, item in enumerate(ct):
+                if isinstance(item, dict) and isinstance(item.get("template"), str):
+                    out.append((fname, f"chat_template.{i}.template", item["template"][:MAX_TEMPLATE_BYTES + 1]))
     return out
 
 
@@ -161,9 +189,14 @@ def static_findings(source: str, file: str, field: str) -> list[Finding]:
     for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         name = node.attr if isinstance(node, nodes.Getattr) else (
             node.arg.value if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str) else None)
-        if name is None:
-            continue
         base = node.node.name if isinstance(node.node, nodes.Name) else None
+        if name is None:
+            if isinstance(node, nodes.Getitem) and base in GUARDED_GLOBALS:
+                add("security.template.escape_attempt", Severity.ERROR, f"{base}[…]",
+                    f"the chat template looks up a key computed at render time in jinja2's global {base!r} (line "
+                    f"{node.lineno}): a name built from pieces is how a payload hides a dunder; no chat format "
+                    "needs it", _FIX_ESCAPE)
+            continue
         if name.startswith("_") or name in ESCAPE_NAMES:
             add("security.template.escape_attempt", Severity.ERROR, name,
                 f"the chat template reaches the attribute {name!r} (line {node.lineno}): the first step of a "
@@ -177,17 +210,24 @@ def static_findings(source: str, file: str, field: str) -> list[Finding]:
         text = node.value if isinstance(node, nodes.Const) else node.data
         if not isinstance(text, str):
             continue
-        m = _DUNDER.search(text)
-        if m:
-            add("security.template.escape_attempt", Severity.ERROR, m.group(0),
-                f"the chat template holds the string {m.group(0)!r} (line {node.lineno}): a Python internal "
-                "named in text, as attribute lookups by name (attr, map(attribute=...), format) use it",
-                _FIX_ESCAPE)
-        for url in _URL.findall(text):
-            add("security.template.url", Severity.WARNING, url,
-                f"the chat template writes the URL {url} (line {node.lineno}) into the prompt: a chat format "
-                "has no links; a template that sends the model somewhere is an injected instruction",
-                "Read the template; remove the URL or replace the template with the base model's.")
+        for m in _DUNDER.finditer(text):
+            frag = m.group(0)
+            if not any(d == frag or (frag.startswith("__") and d.startswith(frag)) or d.endswith(frag) for d in DUNDERS):
+                continue  # Markdown bold (__Important__), not a Python internal
+            add("security.template.escape_attempt", Severity.ERROR, frag,
+                f"the chat template holds the string {frag!r} (line {node.lineno}): a Python internal named in "
+                "text (or a piece of one to be joined), as attribute lookups by name (attr, map(attribute=...), "
+                "format, a computed key) use it", _FIX_ESCAPE)
+    for out_node in tree.find_all((nodes.Output,)):
+        for node in out_node.find_all((nodes.Const, nodes.TemplateData)):
+            text = node.value if isinstance(node, nodes.Const) else node.data
+            if not isinstance(text, str):
+                continue
+            for url in _URL.findall(text):
+                add("security.template.url", Severity.WARNING, url,
+                    f"the chat template writes the URL {url} (line {node.lineno}) into the prompt: a chat format "
+                    "has no links; a template that sends the model somewhere is an injected instruction",
+                    "Read the template; remove the URL or replace the template with the base model's.")
     for node in tree.find_all(nodes.Filter):
         if node.name not in USUAL_FILTERS:
             add("security.template.unusual_filter", Severity.WARNING, node.name,
@@ -262,10 +302,13 @@ env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
 env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(
     x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda fmt: datetime(2026, 1, 1).strftime(fmt)
+NOW = [datetime(2026, 1, 1)]
+env.globals["strftime_now"] = lambda fmt: NOW[0].strftime(fmt)
 out = []
 try:
     tpl = env.from_string(req["template"])
+except MemoryError:
+    tpl, first = None, {"text": None, "error": "MemoryError while compiling", "kind": "memory"}
 except Exception as exc:
     tpl, first = None, {"text": None, "error": f"{type(exc).__name__}: {str(exc)[:300]}", "kind": "error"}
 for conv in req["conversations"]:
@@ -273,6 +316,7 @@ for conv in req["conversations"]:
         out.append(first)
         continue
     parts, size = [], 0
+    NOW[0] = datetime.fromisoformat(conv.get("date", "2026-01-01"))
     try:
         for piece in tpl.generate(messages=conv["messages"], tools=conv.get("tools"), add_generation_prompt=True,
                                   bos_token=req["bos_token"], eos_token=req["eos_token"]):
@@ -295,8 +339,8 @@ sys.stdout.write(json.dumps(out))
 
 #: sentinels that stand for what the user writes (never part of a template's own text)
 SYSTEM, USER, ASSISTANT, USER2 = "QQsystemQQ", "QQuserQQ", "QQanswerQQ", "QQagainQQ"
-#: the conversations rendered: the user's own system message (so a default system prompt is replaced),
-#: none, several turns, and tools offered (tool branches render too)
+#: the conversations rendered: the user's own system message, none, several turns, tools offered (tool
+#: branches render too), and a far-future date (``strftime_now``)
 CONVERSATIONS: tuple[dict[str, Any], ...] = (
     {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]},
     {"messages": [{"role": "user", "content": USER}]},
@@ -305,6 +349,8 @@ CONVERSATIONS: tuple[dict[str, Any], ...] = (
     {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
      "tools": [{"type": "function", "function": {"name": "get_weather", "description": "QQtoolQQ",
                                                  "parameters": {"type": "object", "properties": {}}}}]},
+    # a date far ahead: a template that turns hostile after a date renders its payload here
+    {"messages": [{"role": "user", "content": USER}], "date": "2099-12-31"},
 )
 
 
@@ -350,15 +396,14 @@ def stopped_by_limits(source: str, bos_token: str = "", eos_token: str = "") -> 
 
 def residual_text(rendered: str, specials: tuple[str, ...] = ()) -> str:
     """What a rendering holds beyond the conversation and its markup: the sentinels, the special tokens
-    ``specials``, tag-like markup, role names and JSON punctuation removed, whitespace collapsed."""
-    text = rendered
+    ``specials`` (those without spaces), tag-like markup and zero-width characters removed, whitespace collapsed."""
+    text = _INVISIBLE.sub("", rendered)
     for s in sorted(specials, key=len, reverse=True):
-        if s:
-            text = text.replace(s, " ")
+        if s and not any(c.isspace() for c in s):  # a "special token" that is a sentence is content, not markup
+            text = text.replace(s, " <|s|> ")  # markup: the role name after it goes too
     for s in (SYSTEM, USER, ASSISTANT, USER2, "QQtoolQQ"):
         text = text.replace(s, " ")
-    text = _ROLES.sub(" ", _MARKUP.sub(" ", text))
-    return " ".join(text.split())
+    return " ".join(_MARKUP.sub(" ", text).split())
 
 
 def render_findings(source: str, file: str, field: str, *, bos_token: str = "", eos_token: str = "",
@@ -383,19 +428,19 @@ def render_findings(source: str, file: str, field: str, *, bos_token: str = "", 
                                 f"{RENDER_MEMORY_BYTES >> 20} MiB, {RENDER_OUTPUT_CHARS} characters per conversation)",
                                 file, field, r.error, _FIX_ESCAPE, SOURCE_SANDBOX))
             break
-    own, none = got[0], got[1]
-    if own.text is not None and none.text is not None:
-        kept = residual_text(own.text, specials)
+    for r in got:
+        kept = residual_text(r.text, specials) if r.text is not None else ""
         cue = INSTRUCTION_CUES.search(kept)
-        if cue and INSTRUCTION_CUES.search(residual_text(none.text, specials)):
+        if cue:
             out.append(_finding(
                 "security.template.hidden_instruction", Severity.WARNING,
-                f"the chat template adds text to every conversation, even one with its own system message, that "
-                f"reads as an instruction ({cue.group(0)!r}): {kept[:240]!r}",
+                f"the chat template adds text to the conversation (in a default system prompt, around the "
+                f"messages or on some condition) that reads as an instruction ({cue.group(0)!r}): {kept[:240]!r}",
                 file, field, kept[:1000],
                 "Read the template: a chat format adds role markup, not instructions; replace it with the base "
                 "model's published template unless the added text is yours.",
                 "modelyard: the residue of rendering beside vLLM's chat_utils (what apply_hf_chat_template adds)"))
+            break
     return out
 
 
@@ -422,6 +467,12 @@ def chat_template_risk(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]
     tc = ckpt.tokenizer_config or {}
     specials = specials_of(ckpt)
     for file, field, source in templates_of(ckpt):
+        if len(source.encode("utf-8", "replace")) > MAX_TEMPLATE_BYTES:
+            yield _finding("security.template.render_limit", Severity.ERROR,
+                           f"the chat template is over {MAX_TEMPLATE_BYTES >> 20} MiB, more than modelyard reads (the "
+                           "largest of the known families is under 20 KB): not judged, so not trusted",
+                           file, field, f"over {MAX_TEMPLATE_BYTES} bytes", _FIX_ESCAPE, SOURCE_SANDBOX)
+            continue
         yield from static_findings(source, file, field)
         yield from render_findings(source, file, field, bos_token=_token(tc, "bos_token"),
                                    eos_token=_token(tc, "eos_token"), specials=specials)

@@ -188,7 +188,8 @@ def sign_cmd(
     as_json: bool = json_option("{signature, method}"),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Sign ARTIFACT's model/ with OpenSSF model-signing; writes model.sig beside model/."""
+    """Sign ARTIFACT with OpenSSF model-signing: every file (model/, reports, serve/, records) but manifest.json;
+    writes model.sig beside model/."""
     with working(as_json):
         res = sign_artifact(_signing_root(artifact), private_key=key, password=password)
     if as_json:
@@ -206,14 +207,16 @@ def verify_signature_cmd(
     as_json: bool = json_option("{signature, method, files, scope}"),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Check model.sig against model/ and the key: exit 0 when it verifies, 1 when it does not, 2 for bad input."""
+    """Check model.sig against the artifact's files and the key, and manifest.json's file list against them: exit 0
+    when it verifies, 1 when it does not, 2 for bad input."""
     with working(as_json):
         res = verify_signature(_signing_root(artifact), public_key=key, trust_root=trust_root, identity=identity,
                                oidc_issuer=issuer)
     if as_json:
         emit_json({"signature": str(res.signature), "method": res.method, "files": res.files, "scope": res.scope})
         return
-    what = ("files of the artifact (all but manifest.json, which agrees with them)" if res.scope == "artifact"
+    what = ("files of the artifact; manifest.json is not signed (a promotion rewrites it), its file list and report "
+            "digest agree with the signed files" if res.scope == "artifact"
             else "files of model/ only: a signature made before modelyard signed the whole artifact; re-sign it")
     out.print(f"[bold green]signature verified[/] ({res.method}): {escape(str(res.signature))} covers "
               f"{res.files} {what}", highlight=False, soft_wrap=True)

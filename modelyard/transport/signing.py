@@ -202,7 +202,7 @@ def _sha256(path: Path) -> str:
 
 
 _FIX_KEY = "Check that the key matches the one that signed, and that model.sig is intact (re-sign if it is not)."
-_FIX_TAMPERED = ("model/ is not what was signed: restore the artifact from the store, a bundle or the registry "
+_FIX_TAMPERED = ("The artifact is not what was signed: restore it from the store, a bundle or the registry "
                  "(each checks every file's sha256), or re-sign it if the change was intended.")
 
 

@@ -128,7 +128,7 @@ def test_verify_on_load_init_container_refuses_a_tampered_or_unsigned_artifact(a
     validate_builtin(deployment)
     pod = deployment["spec"]["template"]["spec"]
     assert pod["initContainers"][0]["command"] == [
-        "modelyard", "pull", ref, "--into", "/mnt/verified/artifact", "--key", "/etc/modelyard/keys/model.pub", "--json"]
+        "modelyard", "pull", ref, "--output", "/mnt/verified/artifact", "--key", "/etc/modelyard/keys/model.pub", "--json"]
     assert pod["containers"][0]["args"][0] == "/mnt/verified/artifact/model"
     assert {"name": "signing-key", "secret": {"secretName": "tiny-signing-key",
                                              "items": [{"key": "model.pub", "path": "model.pub"}]}} in pod["volumes"]

@@ -48,6 +48,10 @@ def test_verify_writes_sarif_the_oasis_schema_accepts(tiny_llama_dir, tmp_path):
     assert rules["security.template.unusual_filter"]["help"] == {
         "text": "Read what the filter is applied to; replace the template with the base model's if unsure."}
     assert rules["security.template.unusual_filter"]["defaultConfiguration"] == {"level": "warning"}
+    assert rules["security.template.unusual_filter"]["properties"]["tags"] == ["security"]
+    assert rules["security.template.unusual_filter"]["properties"]["security-severity"] == "5.0"
+    prints = [r["partialFingerprints"]["modelyardFinding/v1"] for r in run["results"]]
+    assert len(set(prints)) == len(prints) and all(len(p) == 64 for p in prints)
 
 
 def test_format_and_json_together_are_refused(tiny_llama_dir):

@@ -212,10 +212,10 @@ def verify_on_load(ref: str, *, name: str, require_signature: bool = True, key_s
 
 
 def verify_command(v: VerifyOnLoad) -> list[str]:
-    """The init container's command: ``modelyard pull REF --into VERIFIED_MOUNT/artifact [--key ...] --json``,
+    """The init container's command: ``modelyard pull REF --output VERIFIED_MOUNT/artifact [--key ...] --json``,
     the same code as a user's pull (every blob's sha256 against the manifest, all or nothing; with a key the
     signature is required and checked). A non-zero exit stops the pod before vLLM starts."""
-    return ["modelyard", "pull", v.ref, "--into", f"{VERIFIED_MOUNT}/artifact",
+    return ["modelyard", "pull", v.ref, "--output", f"{VERIFIED_MOUNT}/artifact",
             *(["--key", f"{KEY_MOUNT}/{KEY_FILE}"] if v.key_secret else []), "--json"]
 
 
