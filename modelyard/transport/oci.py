@@ -318,14 +318,15 @@ def push_evidence(client, container, art: LocalArtifact, digest: str) -> tuple[s
                                 blob=sig.read_bytes(), title=SIGNATURE, kind="signature", created=art.manifest.created_at)
         out.append("signature")
     report = art.root / REPORT_JSON
-    if report.is_file():
-        body = referrers.statement(name, digest, referrers.VERIFICATION_PREDICATE,
-                                   ReportRecord.from_bytes(report.read_bytes()).to_dict())
+    record = ReportRecord.from_bytes(report.read_bytes()) if report.is_file() else None
+    if record is not None:
+        body = referrers.statement(name, digest, referrers.VERIFICATION_PREDICATE, record.to_dict())
         referrers.push_referrer(client, container, subject, artifact_type=referrers.IN_TOTO, blob=body,
                                 title="verification.intoto.json", kind="verification", created=art.manifest.created_at)
         out.append("verification")
-    if art.manifest.smoke is not None:
-        body = referrers.statement(name, digest, referrers.SMOKE_PREDICATE, art.manifest.smoke.to_dict())
+    smoke = record.smoke if record is not None and record.smoke is not None else art.manifest.smoke
+    if smoke is not None:  # from the report (which the signature covers) where it has one
+        body = referrers.statement(name, digest, referrers.SMOKE_PREDICATE, smoke.to_dict())
         referrers.push_referrer(client, container, subject, artifact_type=referrers.IN_TOTO, blob=body,
                                 title="smoke.intoto.json", kind="smoke", created=art.manifest.created_at)
         out.append("smoke")

@@ -171,8 +171,10 @@ def _legacy_verifies(cfg, model: Path, sig: Path) -> bool:  # noqa: ANN001
 
 def manifest_agrees(artifact: Path) -> None:
     """``manifest.json`` (not itself signed: a promotion rewrites it) must agree with the signed files: each
-    ``files[]`` entry's sha256 with the file, and ``verification.report_sha256`` with ``report.json``.
-    Raises :class:`SignatureError` naming the first disagreement."""
+    ``files[]`` entry's sha256 with the file, ``verification.report_sha256`` with ``report.json``, and its
+    claims with the signed report: the verdict and counts (``verification``) and the smoke's verdict, level and
+    vLLM version. Its ``source`` block is not covered by anything signed. Raises :class:`SignatureError`
+    naming the first disagreement."""
     from modelyard.artifact.manifest import Manifest  # noqa: PLC0415
 
     try:
@@ -189,6 +191,22 @@ def manifest_agrees(artifact: Path) -> None:
         if got != sha:
             raise SignatureError(f"{artifact.name}: manifest.json records sha256 {sha} for {rel}, the signed file "
                                  f"has {got}: the manifest was edited after signing", fix=_FIX_TAMPERED)
+    if not (artifact / "report.json").is_file():
+        return
+    from modelyard.artifact.report_record import ReportRecord  # noqa: PLC0415
+
+    try:
+        r = ReportRecord.from_bytes((artifact / "report.json").read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SignatureError(f"{artifact.name}: the signed report.json cannot be read ({exc})", fix=_FIX_TAMPERED) from exc
+    claims = {"verification": ((m.verification.passed, m.verification.errors, m.verification.warnings),
+                               (r.summary.passed, r.summary.errors, r.summary.warnings))}
+    if m.smoke is not None or r.smoke is not None:
+        claims["smoke"] = tuple(None if s is None else (s.passed, s.level_name, s.vllm_version) for s in (m.smoke, r.smoke))
+    for what, (said, signed) in claims.items():
+        if said != signed:
+            raise SignatureError(f"{artifact.name}: manifest.json's {what} claim {said} is not the signed report's "
+                                 f"{signed}: the manifest was edited after signing", fix=_FIX_TAMPERED)
 
 
 def _sha256(path: Path) -> str:

@@ -259,3 +259,19 @@ def test_a_signature_made_over_model_alone_still_verifies_and_says_its_scope(art
         hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=True)).sign(artifact / "model", artifact / "model.sig")
     v = verify_signature(artifact, public_key=pub)
     assert (v.scope, v.files) == ("model/", len(list((artifact / "model").iterdir())))
+
+
+def test_manifest_claims_must_match_the_signed_report(artifact, keys):
+    import json
+
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    m = json.loads((artifact / "manifest.json").read_text())
+    m["verification"]["errors"] = 0
+    m["verification"]["passed"] = True
+    m["smoke"] = {"passed": True, "level": "bench", "vllm_version": "0.32.0"}  # a smoke that never ran
+    _tamper(artifact / "manifest.json", json.dumps(m).encode())
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert ei.value.message == ("art: manifest.json's smoke claim (True, 'bench', '0.32.0') is not the signed "
+                                "report's None: the manifest was edited after signing")
