@@ -26,6 +26,7 @@ import contextlib
 import re
 import shutil
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -430,15 +431,17 @@ def _start_attempt(source: str, store: StoreProtocol, settings: Settings) -> Non
     attempt past ``settings.ingest_max_attempts`` (:class:`AttemptsExhaustedError`): a run is started
     again only when its worker was lost (:mod:`modelyard.flows.deployments`)."""
     from prefect.logging import get_run_logger  # noqa: PLC0415 - heavy: prefect, imported on first use
-    from prefect.logging.handlers import APILogHandler  # noqa: PLC0415 - heavy: prefect, imported on first use
+    from prefect.logging.handlers import APILogWorker  # noqa: PLC0415 - heavy: prefect, imported on first use
     from prefect.runtime import flow_run  # noqa: PLC0415 - heavy: prefect, imported on first use
 
     attempt = max(int(flow_run.run_count or 1), 1)
     get_run_logger().info("attempt %d of ingest %s on host %s: local cache %s, store %s", attempt, source,
                           socket.gethostname(), settings.store_dir(), store.where)
-    # sent now, not with the next batch (every 2 s): it is the evidence of which worker took the run, and a
-    # worker killed within the batch interval (a tiny model reaches its upload in under 2 s) would lose it
-    APILogHandler().flush()
+    # sent now, not in the next 2 s batch (the evidence of which worker took the run). Only the log worker is
+    # drained: APILogHandler.flush() stops the events worker too, and a run without heartbeats stays Running
+    drain = threading.Thread(target=lambda: APILogWorker.instance().drain(), daemon=True)
+    drain.start()
+    drain.join(5)
     if attempt > settings.ingest_max_attempts:
         raise AttemptsExhaustedError(
             f"flow run {flow_run.id} of ingest {source} was started {attempt} times; its worker was lost each time "
