@@ -24,7 +24,6 @@ artifact's ``created_at``. Source: CycloneDX 1.6 specification (ML-BOM: ``machin
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import uuid
 from pathlib import Path
@@ -33,19 +32,12 @@ from typing import Any
 from modelyard.artifact.layout import MANIFEST, REPORT_JSON
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import ManifestError
+from modelyard.model.digest import file_digest
 from modelyard.version import __version__
 
 SPEC_VERSION = "1.6"
 #: ``name`` -> pypi project name where they differ (the purl names the project)
 _PYPI = {"llmcompressor": "llmcompressor", "huggingface_hub": "huggingface-hub"}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _metric(kind: str, value: Any, slice_: str) -> dict[str, Any]:
@@ -137,7 +129,7 @@ def build_bom(artifact_dir: Path) -> dict[str, Any]:
     for p in others:
         if p.is_file():
             rel = p.relative_to(root).as_posix()
-            model.components.add(Component(type=ComponentType.FILE, name=rel, bom_ref=f"file:{rel}", hashes=sha(_sha256(p))))
+            model.components.add(Component(type=ComponentType.FILE, name=rel, bom_ref=f"file:{rel}", hashes=sha(file_digest(p).sha256)))
     if m.modified:
         base = Component(type=ComponentType.MACHINE_LEARNING_MODEL, name=src.repo_id or src.uri or "source",
                          version=src.commit or src.revision, bom_ref=f"base:{src.repo_id or src.uri}@{src.commit or src.revision}",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from modelyard.artifact.layout import SIGNATURE
 from modelyard.errors import SignatureError, SigningKeyError
+from modelyard.model.digest import file_digest
 
 SIGNATURE_NAME = SIGNATURE
 
@@ -187,7 +188,7 @@ def manifest_agrees(artifact: Path) -> None:
         want["report.json"] = m.verification.report_sha256
     for rel, sha in sorted(want.items()):
         p = artifact / rel
-        got = _sha256(p) if p.is_file() else None
+        got = file_digest(p).sha256 if p.is_file() else None
         if got != sha:
             raise SignatureError(f"{artifact.name}: manifest.json records sha256 {sha} for {rel}, the signed file "
                                  f"has {got}: the manifest was edited after signing", fix=_FIX_TAMPERED)
@@ -208,15 +209,6 @@ def manifest_agrees(artifact: Path) -> None:
             raise SignatureError(f"{artifact.name}: manifest.json's {what} claim {said} is not the signed report's "
                                  f"{signed}: the manifest was edited after signing", fix=_FIX_TAMPERED)
 
-
-def _sha256(path: Path) -> str:
-    import hashlib  # noqa: PLC0415
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 _FIX_KEY = "Check that the key matches the one that signed, and that model.sig is intact (re-sign if it is not)."
