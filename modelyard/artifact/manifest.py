@@ -160,6 +160,13 @@ def tool_versions() -> dict[str, str | None]:
     return {"modelyard": __version__, "python": platform.python_version(), **library_versions(_TOOLS)}
 
 
+def source_record(snapshot: Snapshot) -> dict[str, Any]:
+    """The ``source`` record of a snapshot: uri, kind, repo_id, revision, commit and the fetcher's provenance
+    keys. The manifest and ``report.json`` (which the signature covers) both carry it."""
+    return {"uri": snapshot.source, "kind": snapshot.kind, "repo_id": snapshot.repo_id,
+            "revision": snapshot.revision, "commit": snapshot.commit, **snapshot.provenance}
+
+
 def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,
                    smoke: dict[str, Any] | None, files: tuple[FileEntry, ...] | None = None,
                    plan: PatchPlan | None = None, quantization: dict[str, Any] | None = None,
@@ -177,8 +184,7 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
         "revision": revision,
         "content_digest": "sha256:" + tree_digest(tuple(files)),
         "created_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
-        "source": {"uri": snapshot.source, "kind": snapshot.kind, "repo_id": snapshot.repo_id,
-                   "revision": snapshot.revision, "commit": snapshot.commit, **snapshot.provenance},
+        "source": source_record(snapshot),
         "files": [{"path": f"model/{f.path}", "size": f.size, "sha256": f.sha256, "origin": f.origin,
                    **({"original_sha256": f.original_sha256} if f.patched else {})} for f in files],
         "patches": None if plan is None or plan.empty else {

@@ -18,6 +18,7 @@ from modelyard.artifact.records import (
     QuantizationRecord,
     Record,
     SmokeRecord,
+    SourceRecord,
     SummaryRecord,
     TargetRecord,
     validate,
@@ -43,7 +44,8 @@ class ToolRecord(Record):
 
 class ReportRecord(Record):
     """``report.json``: ``schema_version``, ``tool``, ``target``, ``summary``, ``findings``, ``smoke`` (the
-    smoke record, or null) and ``quantization`` (when quantized)."""
+    smoke record, or null), ``quantization`` (when quantized) and ``source`` (a stored artifact's origin, the
+    manifest's source record, signed with the report)."""
 
     model_config = ConfigDict(json_schema_extra={
         "$id": "https://modelyard.dev/schemas/report/1.json", "title": "modelyard verification report",
@@ -57,6 +59,7 @@ class ReportRecord(Record):
     findings: tuple[FindingRecord, ...] = ()
     smoke: SmokeRecord | None = None
     quantization: QuantizationRecord | None = None
+    source: SourceRecord | None = None
 
     @classmethod
     def from_bytes(cls, data: bytes | str, where: str = REPORT_JSON) -> ReportRecord:
@@ -71,4 +74,5 @@ class ReportRecord(Record):
         target = Target(**{k: v for k, v in self.target.to_dict().items() if k in known})
         return Report(findings=tuple(to_finding(f) for f in self.findings), target=target,
                       smoke=self.smoke.to_dict() if self.smoke else None,
-                      quantization=self.quantization.to_dict() if self.quantization else None)
+                      quantization=self.quantization.to_dict() if self.quantization else None,
+                      source=self.source.to_dict() if self.source else None)

@@ -3,8 +3,10 @@
 JSON schema (``schema_version`` "1"; the JSON Schema ``modelyard/artifact/report.schema.json`` is generated
 from the record that reads it back, ``modelyard.artifact.report_record.ReportRecord``):
 ``{schema_version, tool, target, summary{errors,warnings,infos, passed},
-findings[{code,severity,message,file,field,value,fix,source[,limit]}], smoke|null}``. ``smoke`` is the vLLM
-smoke-load result when one ran (see ``modelyard.stages.smoke.SmokeResult``). Additive changes keep the
+findings[{code,severity,message,file,field,value,fix,source[,limit]}], smoke|null[, quantization][, source]}``.
+``smoke`` is the vLLM smoke-load result when one ran (see ``modelyard.stages.smoke.SmokeResult``); ``source`` is
+where a stored artifact's checkpoint came from (the manifest's ``source`` record, written here too so that the
+artifact's signature covers it: ``manifest.json`` itself is not signed). Additive changes keep the
 version; removing or retyping a key bumps it.
 """
 
@@ -33,6 +35,7 @@ class Report:
     target: Target = field(default_factory=Target)
     smoke: dict[str, Any] | None = None
     quantization: dict[str, Any] | None = None  # pipeline.quantize.QuantizeResult.record() without the recipe text
+    source: dict[str, Any] | None = None  # the manifest's source record, for an ingested artifact
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -50,6 +53,11 @@ class Report:
 
     def with_quantization(self, record: dict[str, Any]) -> Report:
         return replace(self, quantization=record)
+
+    def with_source(self, source: dict[str, Any]) -> Report:
+        """This report naming the checkpoint's origin (the manifest's ``source`` record: uri, kind, repo_id,
+        revision, commit, provenance), so that a signature over ``report.json`` covers it."""
+        return replace(self, source=source)
 
     def with_left_out(self, paths: tuple[str, ...] | list[str]) -> Report:
         """This report plus one ``files.left_out`` info finding per path of ``paths``: a file of the source
@@ -74,6 +82,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "smoke": self.smoke,
             **({"quantization": self.quantization} if self.quantization else {}),
+            **({"source": self.source} if self.source is not None else {}),
         }
 
     def to_json(self) -> str:

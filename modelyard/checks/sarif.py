@@ -56,6 +56,77 @@ def _rule(code: str) -> dict[str, Any]:
     return out
 
 
+#: the largest JSON file whose fields are given a line (bytes; tokenizer.json files run to tens of MB)
+MAX_LOCATE_BYTES = 64 * 1024 * 1024
+
+
+def field_line(path: Path, field: str) -> int | None:
+    """The 1-based line of ``field`` (a dotted path, as findings write it: ``rope_scaling.factor``,
+    ``added_tokens.3.content``; keys that contain dots, such as tensor names in ``weight_map``, are matched
+    whole) in the JSON file ``path``: the line of its key, or of the array element. None when the file is not
+    JSON, larger than :data:`MAX_LOCATE_BYTES`, or has no such field. Values are skipped by the C JSON
+    decoder (``raw_decode``), so a large file is not loaded into Python objects."""
+    if path.suffix != ".json":
+        return None
+    try:
+        if path.stat().st_size > MAX_LOCATE_BYTES:
+            return None
+        text = path.read_text(encoding="utf-8")
+        pos = _locate(text, field)
+    except (OSError, UnicodeDecodeError, ValueError, IndexError):
+        return None
+    return None if pos is None else text.count("\n", 0, pos) + 1
+
+
+_WS = " \t\r\n"
+
+
+def _ws(text: str, i: int) -> int:
+    while text[i] in _WS:
+        i += 1
+    return i
+
+
+def _locate(text: str, field: str) -> int | None:
+    """The offset of ``field``'s key (or array element) in the JSON ``text``; None when absent."""
+    from json.decoder import scanstring  # noqa: PLC0415
+
+    skip = json.JSONDecoder().raw_decode
+    i, rest, at = _ws(text, 0), field, None
+    while rest:
+        if text[i] == "{":
+            i = _ws(text, i + 1)
+            while text[i] != "}":
+                start = i
+                key, i = scanstring(text, i + 1)
+                i = _ws(text, _ws(text, i) + 1)  # past the colon
+                if rest == key or rest.startswith(key + "."):
+                    at, rest = start, rest[len(key) + 1:]
+                    break
+                i = _ws(text, skip(text, i)[1])
+                if text[i] == ",":
+                    i = _ws(text, i + 1)
+            else:
+                return None
+        elif text[i] == "[":
+            head, _, tail = rest.partition(".")
+            if not head.isdigit():
+                return None
+            i = _ws(text, i + 1)
+            for _ in range(int(head)):
+                if text[i] == "]":
+                    return None
+                i = _ws(text, skip(text, i)[1])
+                if text[i] == ",":
+                    i = _ws(text, i + 1)
+            if text[i] == "]":
+                return None
+            at, rest = i, tail
+        else:
+            return None
+    return at
+
+
 def to_sarif(report: Report, model_dir: Path | None = None, *, subject: str | None = None) -> dict[str, Any]:
     """The SARIF log (a dict ready for ``json.dumps``) of ``report``. ``model_dir`` is the folder the files
     of the findings are relative to (it becomes the ``MODEL`` base URI); ``subject`` names what was judged
@@ -72,6 +143,9 @@ def to_sarif(report: Report, model_dir: Path | None = None, *, subject: str | No
         loc: dict[str, Any] = {}
         if f.file:
             loc["physicalLocation"] = {"artifactLocation": {"uri": f.file, "uriBaseId": "MODEL"}}
+            line = field_line(Path(model_dir) / f.file, f.field) if model_dir is not None and f.field else None
+            if line is not None:
+                loc["physicalLocation"]["region"] = {"startLine": line}
         if f.field:
             loc["logicalLocations"] = [{"fullyQualifiedName": f"{f.file}#{f.field}" if f.file else f.field,
                                         "name": f.field, "kind": "member"}]

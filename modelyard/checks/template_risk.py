@@ -34,6 +34,7 @@ import json
 import re
 import subprocess
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -92,6 +93,21 @@ INSTRUCTION_CUES = re.compile(
 _MARKUP = re.compile(r"(?:<\|[^|<>\s]{1,40}\|>|</?[A-Za-z_][\w:.-]{0,40}>|\[/?[A-Z_]{2,30}\]|<\uff5c[^<>]{1,40}\uff5c>)"
                      r"(?:\s*(?:system|user|assistant|developer|tool|ipython|model|human|bot)\b:?)?", re.I)
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\ufeff\u00ad]")
+#: Greek and Cyrillic letters that render as Latin ones (Unicode's confusables, UTS #39, for the lowercase and
+#: uppercase letters of English words): "rec\u03bfmmend" with a Greek omicron reads as "recommend"
+_CONFUSABLE = str.maketrans(
+    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04bb\u0410\u0412\u0415\u041a\u041c\u041d"
+    "\u041e\u0420\u0421\u0422\u0425\u0406\u0408\u0405\u03bf\u03b1\u03b5\u03b9\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7"
+    "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4\u03a5\u03a7",
+    "aeopcyxijsdhABEKMHOPCTXIJSoaeikvptuxABEZHIKMNOPTYX")
+
+
+def folded(text: str) -> str:
+    """``text`` as a reader sees it, for matching :data:`INSTRUCTION_CUES`: compatibility forms folded (NFKC:
+    fullwidth and mathematical letters), combining marks dropped, Greek and Cyrillic look-alikes read as
+    Latin letters."""
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text))
+    return "".join(c for c in text if not unicodedata.combining(c)).translate(_CONFUSABLE)
 
 
 @dataclass(frozen=True)
@@ -430,7 +446,7 @@ def render_findings(source: str, file: str, field: str, *, bos_token: str = "", 
             break
     for r in got:
         kept = residual_text(r.text, specials) if r.text is not None else ""
-        cue = INSTRUCTION_CUES.search(kept)
+        cue = INSTRUCTION_CUES.search(folded(kept))
         if cue:
             out.append(_finding(
                 "security.template.hidden_instruction", Severity.WARNING,

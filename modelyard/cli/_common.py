@@ -122,15 +122,20 @@ def stored_path(path: Path, store: str | None) -> Path:
     """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME`` or
     ``NAME@REV``, no ``/``), that artifact's folder in ``store`` (default: ``MODELYARD_STORE``, else
     ``MODELYARD_HOME``), as ``show`` and ``bundle`` read it: from an object store, downloaded to the local
-    cache with every file checked. Raises :class:`StoreError` (exit 2) when it is not there."""
+    cache with every file checked. With an explicit ``store`` a bare name is looked up there first, so that a
+    folder of the same name in the working directory does not shadow it (``./NAME`` names the folder); the
+    folder is the answer only when the store has no such artifact. Raises :class:`StoreError` (exit 2) when
+    neither holds it."""
     from modelyard.transport.refs import resolve_artifact  # noqa: PLC0415 - heavy: zstandard, boto3 for s3://
 
     text = str(path)
-    if path.exists() or "/" in text:
+    if "/" in text or (path.exists() and store is None):
         return path
     try:
         return resolve_artifact(text, store)
     except BundleError as exc:
+        if path.exists():
+            return path
         raise StoreError(exc.message, fix=exc.fix) from exc
 
 

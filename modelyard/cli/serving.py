@@ -198,7 +198,7 @@ def serve_plan_cmd(
     plan = plan_serve(path, ServeTarget(**options), name=name)
     verify = None if vol.verify_from is None else verify_on_load(
         vol.verify_from, name=plan.served_model_name, require_signature=vol.require_signature,
-        key_secret=vol.signing_key_secret, image=vol.verifier_image)
+        key_secret=vol.signing_key_secret, image=vol.verifier_image, registry_secret=vol.registry_secret)
     dest = either(output, write, "--output")
     if dest is not None and not no_write and in_store(dest, store):
         raise InvalidTargetError(f"--output {dest} is inside the store, whose artifacts are never rewritten",

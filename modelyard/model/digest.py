@@ -238,6 +238,9 @@ class DigestWriter:
 
     def write(self, data: bytes) -> int:
         self._fh.write(data)
+        return self._take(data)
+
+    def _take(self, data: bytes) -> int:
         self._sha.update(data)
         if self._git is not None:
             self._git.update(data)
@@ -260,6 +263,16 @@ class DigestWriter:
         if size not in (None, self._n):
             raise OSError(f"a digest stream cannot be truncated to {size} bytes (it holds {self._n})")
         return self._fh.truncate()
+
+    def absorb(self, chunk_bytes: int = 8 << 20) -> int:
+        """Take the bytes ``fh`` already holds (a partial download being resumed, opened ``r+b`` at offset 0)
+        into the digests, reading them once, and leave ``fh`` at its end, where the next :meth:`write` appends.
+        ``advance`` is called for them too. Returns how many bytes were taken (the ``Range`` to resume from)."""
+        while True:
+            data = self._fh.read(chunk_bytes)
+            if not data:
+                return self._n
+            self._take(data)
 
     def digest(self) -> FileDigest:
         """The digests of every byte written since the (last) start; ``bytes_read`` is 0."""

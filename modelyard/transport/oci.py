@@ -145,6 +145,14 @@ def _client(ref: OciRef, insecure: bool | None, settings: Any):  # noqa: ANN202
     if r.status_code not in (200, 401):
         raise PublishError(f"oci://{ref.host}/v2/ answered HTTP {r.status_code}; it does not look like an OCI registry",
                            fix="Point at the registry's host:port (the one that serves /v2/).")
+    if r.status_code == 401 and r.headers.get("WWW-Authenticate", "").lower().startswith("basic"):
+        # A registry with HTTP basic auth (distribution's htpasswd): oras' default token backend would take the
+        # challenge's realm for a token service URL; its basic backend sends the credentials with each request.
+        if creds is None:
+            raise PublishError(f"oci://{ref.host} requires a login (HTTP basic auth) and no credentials are set",
+                               fix="Set MODELYARD_REGISTRY_USER and MODELYARD_REGISTRY_PASSWORD for this registry.")
+        client = oras.client.OrasClient(hostname=ref.host, insecure=insecure, auth_backend="basic")
+        client.auth.set_basic_auth(*creds)
     return client
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from modelyard.errors import PublishError
+from modelyard.errors import BundleError, PublishError
 from modelyard.transport._transfer import PublishResult, PullResult
 from modelyard.transport.modelcar import FLAVOURS, publish_modelcar
 from modelyard.transport.oci import parse_oci_ref, publish_oci, pull_oci
@@ -43,12 +43,15 @@ def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path |
     ``flavour`` (OCI only): ``modelpack`` (default) pushes the whole artifact as a ModelPack artifact, one raw
     layer per file (:mod:`.oci`); ``modelcar`` pushes ``model/`` as a runnable ModelCar image for KServe's
     ``oci://`` storage (:mod:`.modelcar`). Raises :class:`PublishError` (exit 2) for an unknown flavour or
-    ``modelcar`` with ``s3://``."""
+    ``modelcar`` with ``s3://``; :class:`~modelyard.errors.SignatureError` (exit 1) when the artifact's
+    ``model.sig`` was not made over its files (or, with ``MODELYARD_SIGNING_PUBLIC_KEY`` set, does not verify
+    with that key): nothing is pushed."""
     if flavour not in FLAVOURS:
         raise PublishError(f"--flavour {flavour!r} is not a publish flavour", fix=f"Use one of: {', '.join(FLAVOURS)}.")
     if flavour == "modelcar" and not to.startswith("oci://"):
         raise PublishError(f"--flavour modelcar is an OCI image; {to!r} is not an oci:// reference",
                            fix="Publish the ModelCar to oci://HOST[:PORT]/REPO[:TAG] (S3 takes the artifact as files).")
+    artifact = _signature_checked(artifact, settings, home)
     if to.startswith("oci://"):
         if flavour == "modelcar":
             return publish_modelcar(artifact, to, settings=settings, home=home)
@@ -57,6 +60,28 @@ def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path |
 
         return publish_s3(artifact, to, settings=settings, home=home)
     raise PublishError(f"{to!r} is not a publish target modelyard knows", fix=_FIX)
+
+
+def _signature_checked(artifact: str | Path, settings: Any, home: Path | None) -> Path:
+    """The artifact's folder, its ``model.sig`` (when it has one) checked before any byte leaves: verified
+    with ``MODELYARD_SIGNING_PUBLIC_KEY`` when that is set, else compared without a key with the artifact's
+    files (:func:`~modelyard.transport.signing.signature_covers`). A stale signature pushed to a registry
+    fails every later ``pull --key``; this refuses it here instead (:class:`SignatureError`, exit 1)."""
+    from modelyard.artifact.layout import SIGNATURE  # noqa: PLC0415
+    from modelyard.transport.refs import resolve_artifact  # noqa: PLC0415
+    from modelyard.transport.signing import signature_covers, verify_signature  # noqa: PLC0415
+
+    try:
+        folder = resolve_artifact(artifact, home)
+    except BundleError as exc:
+        raise PublishError(exc.message, fix=exc.fix) from exc
+    if (folder / SIGNATURE).is_file():
+        key = getattr(settings, "signing_public_key", None)
+        if key:
+            verify_signature(folder, public_key=key)
+        else:
+            signature_covers(folder)
+    return folder
 
 
 def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None) -> PullResult:

@@ -21,8 +21,17 @@ def resolve_artifact(ref: str | Path, home: str | Path | None = None) -> Path:
     ``MODELYARD_STORE``, else ``MODELYARD_HOME``). An object store's artifact is downloaded to the local
     cache first (every file checked). ``REVISION`` is the full revision or any prefix of it that names
     one revision (as ``modelyard list`` shortens them). Raises :class:`BundleError` for no match or an
-    ambiguous prefix."""
+    ambiguous prefix. With an explicit ``home``, a bare ``NAME[@REVISION]`` is looked up in that store first,
+    so that a folder of the same name in the working directory does not shadow it (``./NAME`` names the
+    folder); the folder is used only when the store has no such artifact."""
     p = Path(ref).expanduser()
+    if home is not None and "/" not in str(ref) and p.exists():
+        try:
+            store, artifact = find_artifact(str(ref), home)
+        except BundleError:
+            pass
+        else:
+            return store.local(artifact)
     if (p / MANIFEST).is_file():
         return p.absolute()
     if p.exists():

@@ -174,8 +174,9 @@ def manifest_agrees(artifact: Path) -> None:
     """``manifest.json`` (not itself signed: a promotion rewrites it) must agree with the signed files: each
     ``files[]`` entry's sha256 with the file, ``verification.report_sha256`` with ``report.json``, and its
     claims with the signed report: the verdict and counts (``verification``) and the smoke's verdict, level and
-    vLLM version. Its ``source`` block is not covered by anything signed. Raises :class:`SignatureError`
-    naming the first disagreement."""
+    vLLM version, and its ``source`` record (where the checkpoint came from: uri, repo, commit, provenance) with
+    the report's (reports written before that record have none; their manifest's source is unsigned). Raises
+    :class:`SignatureError` naming the first disagreement."""
     from modelyard.artifact.manifest import Manifest  # noqa: PLC0415
 
     try:
@@ -200,18 +201,73 @@ def manifest_agrees(artifact: Path) -> None:
         r = ReportRecord.from_bytes((artifact / "report.json").read_bytes())
     except (OSError, ValueError) as exc:
         raise SignatureError(f"{artifact.name}: the signed report.json cannot be read ({exc})", fix=_FIX_TAMPERED) from exc
-    claims = {"verification": ((m.verification.passed, m.verification.errors, m.verification.warnings),
-                               (r.summary.passed, r.summary.errors, r.summary.warnings))}
+    claims: dict[str, tuple[object, object]] = {
+        "verification": ((m.verification.passed, m.verification.errors, m.verification.warnings),
+                         (r.summary.passed, r.summary.errors, r.summary.warnings))}
+    if r.source is not None:  # reports written before the source was signed have none
+        said, signed = m.source.to_dict(), r.source.to_dict()
+        for key in sorted(set(said) | set(signed)):
+            claims[f"source.{key}"] = (said.get(key), signed.get(key))
     if m.smoke is not None or r.smoke is not None:
         claims["smoke"] = tuple(None if s is None else (s.passed, s.level_name, s.vllm_version) for s in (m.smoke, r.smoke))
     for what, (said, signed) in claims.items():
         if said != signed:
-            raise SignatureError(f"{artifact.name}: manifest.json's {what} claim {said} is not the signed report's "
-                                 f"{signed}: the manifest was edited after signing", fix=_FIX_TAMPERED)
+            raise SignatureError(f"{artifact.name}: manifest.json's {what} claim {said!r} is not the signed report's "
+                                 f"{signed!r}: the manifest was edited after signing", fix=_FIX_TAMPERED)
 
+
+
+def signed_digests(artifact: Path) -> dict[str, str]:
+    """The files ``model.sig`` names and their sha256 (hex), relative to the artifact folder, read from the
+    bundle's in-toto payload (``predicate.resources``, model-signing's file serialization) WITHOUT checking
+    the signature: what the signer claims, for a keyless comparison before a publish. A signature over
+    ``model/`` alone names its files as ``model/...``. Raises :class:`SignatureError` for a bundle that is
+    not a model-signing bundle."""
+    import base64  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    sig = artifact / SIGNATURE_NAME
+    try:
+        bundle = json.loads(sig.read_bytes())
+        stmt = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        resources = stmt["predicate"]["resources"]
+        legacy = stmt["subject"][0]["name"] == "model" and all(not r["name"].startswith("model/") for r in resources)
+        return {("model/" if legacy else "") + r["name"]: r["digest"] for r in resources if r.get("algorithm") == "sha256"}
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise SignatureError(f"{sig} is not a model-signing bundle ({type(exc).__name__}: {_first_line(exc)})",
+                             fix=_FIX_KEY) from exc
+
+
+def signature_covers(artifact: Path) -> None:
+    """Check, without a key, that ``model.sig`` was made over this artifact's bytes: the files it names are
+    the artifact's files (but :data:`UNSIGNED`), with the manifest's sha256 for ``model/`` files (what a
+    registry or object store checks each blob against) and the computed sha256 for the rest. A publish runs it
+    first, so that a stale or mismatched signature is not pushed to where every pull would refuse it. It says
+    nothing about WHO signed (that needs the key: :func:`verify_signature`). Raises :class:`SignatureError`
+    naming the first file that differs."""
+    from modelyard.artifact.manifest import Manifest  # noqa: PLC0415
+
+    signed = signed_digests(artifact)
+    known = {f.path: f.sha256 for f in Manifest.load(artifact).files}
+    legacy = all(rel.startswith("model/") for rel in signed)
+    for p in sorted(artifact.rglob("*")):
+        rel = p.relative_to(artifact).as_posix()
+        if not p.is_file() or rel in UNSIGNED or (legacy and not rel.startswith("model/")):
+            continue
+        have = known.get(rel) or file_digest(p).sha256
+        got = signed.pop(rel, None)
+        if got != have:
+            why = "is not named by it" if got is None else f"has sha256 {have}, it signed {got}"
+            raise SignatureError(f"{artifact.name}: {SIGNATURE_NAME} was not made over this artifact: {rel} {why}",
+                                 fix=_FIX_STALE)
+    if signed:
+        raise SignatureError(f"{artifact.name}: {SIGNATURE_NAME} names {sorted(signed)[0]}, which the artifact does "
+                             f"not hold", fix=_FIX_STALE)
 
 
 _FIX_KEY = "Check that the key matches the one that signed, and that model.sig is intact (re-sign if it is not)."
+_FIX_STALE = ("Re-sign the artifact (`modelyard sign ARTIFACT --key private.pem`) if its content is what you "
+              "mean to publish; otherwise restore it from the store, a bundle or the registry.")
 _FIX_TAMPERED = ("The artifact is not what was signed: restore it from the store, a bundle or the registry "
                  "(each checks every file's sha256), or re-sign it if the change was intended.")
 

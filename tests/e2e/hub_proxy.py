@@ -7,10 +7,15 @@ modelyard talks HTTP to it through huggingface_hub exactly as to the hub.
   asterisks (``"asterisks"``) or null (``"null"``); a git file's ``oid`` becomes asterisks or null.
 * ``corrupt[repo] = {path, ...}``: the body of a ``GET .../resolve/<rev>/<path>`` has one byte flipped
   (its middle one), as a broken proxy or disk would; HEAD answers (size, etag) are the hub's.
-* ``served[(method, url path)]``: body bytes sent to the client, per request path.
+* ``served[(method, url path)]``: body bytes sent to the client, per request path; ``requests``: every
+  ``(method, url path, Range header or None)`` in arrival order.
+* ``ranges = True``: a ``GET`` with ``Range: bytes=a-`` or ``bytes=a-b`` is answered ``206`` with that slice
+  of the hub's body (``Content-Range``), as the Hub's CDN does; olah itself ignores ``Range``.
+* ``stall[path] = n``: a ``GET .../resolve/<rev>/<path>`` sends its first ``n`` body bytes, then holds the
+  connection open without sending more (until the client goes away): a download to kill mid-file.
 
-Every other request and header passes through unchanged (olah ignores ``Range``, so does this proxy),
-except redirects to olah itself, which point back at the proxy (what nginx's ``proxy_redirect`` does).
+Every other request and header passes through unchanged, except redirects to olah itself, which point
+back at the proxy (what nginx's ``proxy_redirect`` does).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import http.client
 import json
 import sys
 import threading
+import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
@@ -35,6 +41,9 @@ class HubProxy:
         self.redact: dict[str, dict[str, str]] = {}
         self.corrupt: dict[str, set[str]] = {}
         self.served: dict[tuple[str, str], int] = defaultdict(int)
+        self.requests: list[tuple[str, str, str | None]] = []
+        self.ranges = False
+        self.stall: dict[str, int] = {}
         self._lock = threading.Lock()
         proxy = self
 
@@ -74,7 +83,10 @@ class HubProxy:
 
     def _forward(self, h: BaseHTTPRequestHandler, method: str) -> None:
         conn = http.client.HTTPConnection(*self.upstream, timeout=60)
-        headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
+        asked = h.headers.get("Range")
+        with self._lock:
+            self.requests.append((method, unquote(urlparse(h.path).path), asked))
+        headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP and k.lower() not in ("host", "range")}
         conn.request(method, h.path, headers=headers)
         resp = conn.getresponse()
         body = resp.read() if method == "GET" else b""
@@ -84,18 +96,30 @@ class HubProxy:
         length = resp.getheader("Content-Length")
         conn.close()
         path = unquote(urlparse(h.path).path)
+        status = resp.status
         if method == "GET" and resp.status == 200:
             body = self._rewrite(path, body)
             length = str(len(body))
-        h.send_response(resp.status)
+            if asked and self.ranges and asked.startswith("bytes="):
+                first, _, last = asked[len("bytes="):].partition("-")
+                total, start = len(body), int(first)
+                end = min(int(last) + 1 if last else total, total)
+                body, status, length = body[start:end], 206, str(end - start)
+                out_headers.append(("Content-Range", f"bytes {start}-{end - 1}/{total}"))
+        h.send_response(status)
         for k, v in out_headers:
             h.send_header(k, v)
         h.send_header("Content-Length", length or "0")
         h.end_headers()
         if method == "GET":
-            h.wfile.write(body)
+            stall = next((n for p, n in self.stall.items() if "/resolve/" in path and path.endswith("/" + p)), None)
+            h.wfile.write(body if stall is None else body[:stall])
             with self._lock:
-                self.served[(method, path)] += len(body)
+                self.served[(method, path)] += len(body) if stall is None else min(stall, len(body))
+            if stall is not None:
+                h.wfile.flush()
+                while True:  # hold the connection until the client is killed (the server thread is a daemon)
+                    time.sleep(0.5)
 
     def _rewrite(self, path: str, body: bytes) -> bytes:
         for repo, rules in self.redact.items():

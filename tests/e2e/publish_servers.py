@@ -57,10 +57,18 @@ def registry_available() -> bool:
 
 
 @contextmanager
-def docker_registry(root: Path) -> Iterator[str]:
-    """A distribution 2.8 registry on 127.0.0.1:<free port>, storing under ``root``; yields host:port."""
+def docker_registry(root: Path, *, login: tuple[str, str] | None = None) -> Iterator[str]:
+    """A distribution 2.8 registry on 127.0.0.1:<free port>, storing under ``root``; yields host:port. With
+    ``login`` (user, password) every request needs HTTP basic auth, from an htpasswd file (bcrypt, the only
+    hash distribution accepts)."""
     port = free_port()
     root.mkdir(parents=True, exist_ok=True)
+    auth = ""
+    if login is not None:
+        import bcrypt
+
+        (root / "htpasswd").write_bytes(login[0].encode() + b":" + bcrypt.hashpw(login[1].encode(), bcrypt.gensalt(5)) + b"\n")
+        auth = f"auth:\n  htpasswd:\n    realm: modelyard-tests\n    path: {root / 'htpasswd'}\n"
     cfg = root / "config.yml"
     cfg.write_text(f"""version: 0.1
 log:
@@ -72,7 +80,7 @@ storage:
     enabled: true
 http:
   addr: 127.0.0.1:{port}
-""")
+{auth}""")
     log = root / "registry.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen([REGISTRY_BIN, "serve", str(cfg)], stdout=fh, stderr=subprocess.STDOUT)

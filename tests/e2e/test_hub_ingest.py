@@ -32,8 +32,14 @@ def hub(tmp_path_factory):
     make_lfs_repo(mirrors, "org", "pickled", [only_pickle])
     broken = _broken_header(files["model.safetensors"])
     make_lfs_repo(mirrors, "org", "broken", [{**files, "model.safetensors": broken}])
+    # one 24 MB shard (hidden 1024, one layer): more than huggingface_hub's 10 MiB download chunk, so a
+    # download killed mid-file leaves a partial file behind
+    big = make_tiny_llama(tmp_path_factory.mktemp("src") / "big", layers=1, hidden=1024, intermediate=2816)
+    big_files = {p.name: p.read_bytes() for p in big.iterdir()}
+    big_shas = make_lfs_repo(mirrors, "org", "big", [big_files])
     with OlahServer(mirrors) as server, HubProxy(server.endpoint) as proxy:
-        yield {"endpoint": server.endpoint, "shas": shas, "files": files, "proxy": proxy, "broken": broken}
+        yield {"endpoint": server.endpoint, "shas": shas, "files": files, "proxy": proxy, "broken": broken,
+               "big": big_files, "big_shas": big_shas}
 
 
 def _broken_header(weights: bytes) -> bytes:
@@ -254,3 +260,76 @@ def test_redacted_hub_hashes_are_unverifiable_not_mismatched(hub, tmp_path):
     warned = [(f["code"], f["severity"], f["file"]) for f in report["findings"] if f["code"] == "source.hash_unverifiable"]
     assert warned == [("source.hash_unverifiable", "warning", "model.safetensors"),
                       ("source.hash_unverifiable", "warning", "tokenizer_config.json")]
+
+
+def test_a_killed_download_resumes_with_a_range_request(hub, tmp_path):
+    """An ingest SIGKILLed in the middle of a 24 MB shard leaves blobs/<etag>.incomplete; the next ingest
+    hashes what it holds, asks the hub only for the rest (Range: bytes=<n>-, answered 206 as the Hub's CDN
+    answers) and still compares the whole file's sha256 with the hub's."""
+    import os
+    import sys
+
+    from tests.killing import kill_at
+
+    proxy, head = hub["proxy"], hub["big_shas"][-1]
+    weights = hub["big"]["model.safetensors"]
+    env = {"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(tmp_path)}
+    blobs = tmp_path / ".cache" / "hf" / "models--org--big" / "blobs"
+
+    def partial(_events, _seconds):
+        parts = list(blobs.glob("*.incomplete")) if blobs.is_dir() else []
+        return "partial" if parts and parts[0].stat().st_size >= 10 << 20 else None
+
+    proxy.ranges, proxy.stall = True, {"model.safetensors": 12 << 20}
+    try:
+        label = kill_at([sys.executable, "-m", "modelyard", "ingest", "hf://org/big@main", "--no-smoke", "--json"],
+                        {**os.environ, **env}, tmp_path / "events.jsonl", partial)
+        assert label == "partial"
+        (left,) = blobs.glob("*.incomplete")
+        have = left.stat().st_size
+        assert have == 10 << 20 and left.read_bytes() == weights[:have]
+        proxy.stall = {}
+        first = len(proxy.requests)
+        served = {k: v for k, v in proxy.served.items()}
+        r = run_cli("ingest", "hf://org/big@main", "--no-smoke", "--json", env=env)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        gets = [(p, rng) for m, p, rng in proxy.requests[first:] if m == "GET" and p.endswith("/model.safetensors")]
+        n = int.from_bytes(weights[:8], "little")  # the header, read by range before any weight byte
+        url = f"/org/big/resolve/{head}/model.safetensors"
+        assert gets == [(url, "bytes=0-7"), (url, f"bytes=8-{8 + n - 1}"), (url, f"bytes={have}-")]
+        sent = sum(v - served.get(k, 0) for k, v in proxy.served.items() if k[1].endswith("/model.safetensors"))
+        assert sent == 8 + n + len(weights) - have
+    finally:
+        proxy.ranges, proxy.stall = False, {}
+    art = Path(json_result(r.stdout, "ingest")["artifact"])
+    by_path = {f["path"]: f for f in json.loads((art / "manifest.json").read_text())["files"]}
+    assert by_path["model/model.safetensors"]["sha256"] == hashlib.sha256(weights).hexdigest()
+    assert (art / "model" / "model.safetensors").read_bytes() == weights
+    assert list(blobs.glob("*.incomplete")) == []
+
+
+def test_a_partial_file_that_is_not_a_prefix_is_refused_and_removed(hub, tmp_path):
+    """A partial file whose bytes are not the file's start (a disk error, another file's bytes): the resumed
+    download's sha256 differs from the hub's, nothing is cached, the partial is removed, and the next run
+    downloads the whole file and passes."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    proxy, head = hub["proxy"], hub["big_shas"][-1]
+    weights = hub["big"]["model.safetensors"]
+    env = {"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(tmp_path)}
+    etag = get_hf_file_metadata(hf_hub_url("org/big", "model.safetensors", revision=head, endpoint=hub["endpoint"]),
+                                token=False).etag
+    blobs = tmp_path / ".cache" / "hf" / "models--org--big" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{etag}.incomplete").write_bytes(b"\xff" * (1 << 20))
+    proxy.ranges = True
+    try:
+        r = run_cli("ingest", "hf://org/big@main", "--no-smoke", env=env)
+        assert r.returncode == 1, r.stderr
+        assert f"model.safetensors: expected sha256 {hashlib.sha256(weights).hexdigest()}, got " in r.stderr
+        assert _blobs(tmp_path, "org/big") == sorted(n for n in _blobs(tmp_path, "org/big") if "." not in n)
+        assert not (blobs / f"{etag}.incomplete").exists() and not (blobs / etag).exists()
+        again = run_cli("ingest", "hf://org/big@main", "--no-smoke", env=env)
+        assert again.returncode == 0, again.stderr
+    finally:
+        proxy.ranges = False

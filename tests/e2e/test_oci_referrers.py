@@ -177,3 +177,71 @@ def test_verify_from_needs_a_digest(artifact, tmp_path):
     r = run_cli("serve-plan", str(artifact), "--gpu", "L4-24GB", "-o", str(tmp_path / "p"), "--verify-from",
                 "oci://127.0.0.1:5000/models/x:v1")
     assert r.returncode == 2 and "names a tag; a pod must pull by digest" in r.stderr
+
+
+def test_publish_refuses_a_signature_made_over_other_bytes(artifact, registry, tmp_path):
+    """A signature that no longer covers the artifact (serve/ edited after signing) is refused before any
+    byte is pushed: the tag does not exist afterwards; the same artifact re-signed publishes."""
+    from modelyard.transport.publish import publish
+
+    copy = tmp_path / "art"
+    shutil.copytree(artifact, copy)
+    priv, _ = _keypair(tmp_path)
+    sign_artifact(copy, private_key=priv)
+    vllm_yaml = copy / "serve" / "vllm.yaml"
+    vllm_yaml.chmod(0o644)
+    vllm_yaml.write_text("model: ../model\nmax-model-len: 256\ntrust-remote-code: true\n")
+    with pytest.raises(SignatureError) as ei:
+        publish(copy, f"oci://{registry}/models/stale:v1")
+    assert ei.value.message.startswith("art: model.sig was not made over this artifact: serve/vllm.yaml has sha256 ")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _get(registry, "/v2/models/stale/manifests/v1", oci.MANIFEST_MEDIA_TYPE)
+    assert e.value.code == 404
+    sign_artifact(copy, private_key=priv)
+    assert publish(copy, f"oci://{registry}/models/stale:v1").referrers == ("signature", "verification")
+
+
+def test_verify_on_load_pulls_from_a_registry_that_needs_a_login(artifact, tmp_path):
+    """--registry-secret: the init container reads the registry's credentials from a basic-auth Secret
+    (secretKeyRef, never a literal); its command, run here against a real registry that requires a login,
+    pulls with the Secret's values and is refused without them; the password appears in no manifest or output."""
+    import yaml
+
+    from tests.conftest import json_envelope, run_cli
+    from tests.e2e.publish_servers import docker_registry
+    from tests.k8s_schemas import validate_builtin
+
+    login = {"MODELYARD_REGISTRY_USER": "puller", "MODELYARD_REGISTRY_PASSWORD": "pa55-w0rd-xyz"}
+    with docker_registry(tmp_path / "private", login=("puller", "pa55-w0rd-xyz")) as host:
+        anon = run_cli("publish", str(artifact), "--to", f"oci://{host}/models/private:v1", "--json")
+        assert anon.returncode == 2, anon.stdout
+        assert json_envelope(anon.stdout, "publish", 2)["error"]["message"] == (
+            f"oci://{host} requires a login (HTTP basic auth) and no credentials are set")
+        r = run_cli("publish", str(artifact), "--to", f"oci://{host}/models/private:v1", "--json", env=login)
+        assert r.returncode == 0, r.stdout + r.stderr
+        digest = json.loads(r.stdout)["result"]["digest"]
+        ref = f"oci://{host}/models/private@{digest}"
+        out = tmp_path / "plan"
+        r = run_cli("serve-plan", str(artifact), "--gpu", "L4-24GB", "-o", str(out), "--verify-from", ref,
+                    "--allow-unsigned", "--registry-secret", "regcred")
+        assert r.returncode == 0, r.stderr
+        k8s = out / "serve" / "k8s"
+        deployment = yaml.safe_load((k8s / "deployment.yaml").read_text())
+        validate_builtin(deployment)
+        (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
+        assert init["env"] == [
+            {"name": "MODELYARD_HOME", "value": "/mnt/verified/.modelyard"},
+            {"name": "MODELYARD_REGISTRY_USER", "valueFrom": {"secretKeyRef": {"name": "regcred", "key": "username"}}},
+            {"name": "MODELYARD_REGISTRY_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "regcred", "key": "password"}}}]
+        readme = (k8s / "README.md").read_text()
+        assert "kubectl create secret generic regcred --type=kubernetes.io/basic-auth" in readme
+        assert all("pa55-w0rd-xyz" not in p.read_text() for p in (out / "serve").rglob("*") if p.is_file())
+        secret = {"username": "puller", "password": "pa55-w0rd-xyz"}  # what the Secret holds, as the pod sees it
+        env = {e["name"]: secret[e["valueFrom"]["secretKeyRef"]["key"]] for e in init["env"] if "valueFrom" in e}
+        refused = run_cli(*_init_command(deployment, tmp_path / "pod-anon", None))
+        assert refused.returncode == 2 and not (tmp_path / "pod-anon").exists()
+        assert "MODELYARD_REGISTRY_USER" in json_envelope(refused.stdout, "pull", 2)["error"]["fix"]
+        ok = run_cli(*_init_command(deployment, tmp_path / "pod-ok", None), env=env)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert (tmp_path / "pod-ok" / "model" / "config.json").read_bytes() == (artifact / "model" / "config.json").read_bytes()
+        assert "pa55-w0rd-xyz" not in refused.stdout + refused.stderr + ok.stdout + ok.stderr

@@ -21,7 +21,7 @@ from modelyard.errors import BundleError
 from modelyard.model.digest import git_blob_id, tree_digest
 from modelyard.model.snapshot import FileEntry
 from modelyard.transport.hfcache import rehydrate
-from modelyard.transport.refs import bundle_artifact
+from modelyard.transport.refs import bundle_artifact, resolve_artifact
 from modelyard.transport.unbundle import read_bundle, unbundle
 from tests.conftest import json_result, run_cli
 
@@ -31,7 +31,7 @@ COMMIT = hashlib.sha1(b"tiny-commit").hexdigest()
 def _build_artifact(model_dir: Path, home: Path, *, hub: bool) -> Path:
     """A real artifact through the stage functions (fetch, hash, verify, package, manifest, publish)."""
     from modelyard.artifact.draft import stage_model, write_metadata
-    from modelyard.artifact.manifest import build_manifest
+    from modelyard.artifact.manifest import build_manifest, source_record
     from modelyard.artifact.store import Store
     from modelyard.model.digest import hash_snapshot
     from modelyard.model.source import parse_source
@@ -45,7 +45,7 @@ def _build_artifact(model_dir: Path, home: Path, *, hub: bool) -> Path:
                       else replace(f, expected_git_oid=git_blob_id((model_dir / f.path).read_bytes())) for f in snap.files)
         snap = replace(snap, kind="hf", source="hf://org/tiny@main", repo_id="org/tiny", revision="main",
                        commit=COMMIT, files=files, provenance={"endpoint": "https://hub.example"})
-    report = verify_folder(snap.root)
+    report = verify_folder(snap.root).with_source(source_record(snap))  # as the ingest writes it
     store = Store(home)
     staging = store.new_staging()
     stage_model(snap, staging)
@@ -124,6 +124,33 @@ def test_bundle_from_store_reference(artifact, bundle, tmp_path):
     assert bundle_artifact(f"tiny@{COMMIT}", tmp_path / "ref2.tar.zst", home=home).path.read_bytes() == bundle.read_bytes()
     with pytest.raises(BundleError, match="holds no artifact tiny@nope"):
         bundle_artifact("tiny@nope", tmp_path / "x.tar.zst", home=home)
+
+
+def test_a_folder_of_the_same_name_does_not_shadow_the_store(artifact, tmp_path, monkeypatch):
+    """With --store, a bare NAME is the store's artifact even when the working directory holds a folder
+    NAME/ (``./NAME`` names the folder); show and bom both read the store's."""
+    from tests.conftest import json_result
+
+    home = artifact.parents[1]
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "notes.txt").write_text("not an artifact\n")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_artifact("tiny", home) == artifact
+    assert resolve_artifact(f"tiny@{COMMIT[:8]}", home) == artifact
+    with pytest.raises(BundleError, match="is not an artifact folder"):
+        resolve_artifact("./tiny", home)
+    from typer.testing import CliRunner
+
+    from modelyard.cli import app
+
+    r = CliRunner().invoke(app, ["show", "tiny", "--store", str(home), "--json"])
+    assert r.exit_code == 0, r.stdout
+    assert json_result(r.stdout, "show")["path"] == str(artifact)
+    r = CliRunner().invoke(app, ["bom", "tiny", "--store", str(home), "--json"])
+    assert r.exit_code == 0, r.stdout
+    from modelyard.artifact.bom import build_bom
+
+    assert json_result(r.stdout, "bom")["bom"] == build_bom(artifact)  # deterministic: the store artifact's BOM
 
 
 def test_bundle_refuses_an_artifact_that_changed(artifact, tmp_path):

@@ -223,6 +223,29 @@ def test_digest_writer_hashes_what_it_writes_and_restarts_at_zero(tmp_path):
     assert seen == [38, 4096, 4096, 1809]
 
 
+def test_a_resumed_download_hashes_the_partial_file_then_appends(tmp_path):
+    """absorb(): the bytes a killed download left are read once into the digests and the rest is appended;
+    a server that ignores Range (200) makes http_get seek back to 0: the digests restart there."""
+    data = bytes(range(256)) * 100
+    (tmp_path / "f").write_bytes(data[:9_000])
+    seen = []
+    with open(tmp_path / "f", "r+b") as fh:
+        w = hashing.DigestWriter(fh, git_size=len(data), advance=seen.append)
+        assert w.absorb(chunk_bytes=4096) == 9_000 and w.tell() == 9_000
+        w.write(data[9_000:])
+    d = w.digest()
+    assert (d.sha256, d.git_sha1, d.size) == (hashlib.sha256(data).hexdigest(), git_blob_id(data), 25_600)
+    assert (tmp_path / "f").read_bytes() == data and seen == [4096, 4096, 808, 16_600]
+    (tmp_path / "g").write_bytes(data[:100])
+    with open(tmp_path / "g", "r+b") as fh:
+        w = hashing.DigestWriter(fh)
+        resumed = w.absorb()
+        w.seek(max(w.tell() - resumed, 0))  # what http_get does when the answer is 200, not 206
+        w.truncate()
+        w.write(data)
+    assert w.digest().sha256 == hashlib.sha256(data).hexdigest() and (tmp_path / "g").read_bytes() == data
+
+
 def test_received_files_are_not_read_again(tmp_path):
     """A file hashed while it was downloaded (``received``) is not read by the hash stage; the others are."""
     w = hashlib.sha256(b"x" * 5_000_000).hexdigest()

@@ -37,8 +37,11 @@ def test_verify_writes_sarif_the_oasis_schema_accepts(tiny_llama_dir, tmp_path):
     results = {x["ruleId"]: x for x in run["results"]}
     assert sorted(results) == sorted(rules)
     stop = results["tokenizer.stop_tokens.missing_turn_terminator"]
+    eos_line = next(n for n, line in enumerate((d / "generation_config.json").read_text().splitlines(), 1)
+                    if line.lstrip().startswith('"eos_token_id"'))
     assert (stop["level"], stop["locations"]) == ("error", [{
-        "physicalLocation": {"artifactLocation": {"uri": "generation_config.json", "uriBaseId": "MODEL"}},
+        "physicalLocation": {"artifactLocation": {"uri": "generation_config.json", "uriBaseId": "MODEL"},
+                             "region": {"startLine": eos_line}},
         "logicalLocations": [{"fullyQualifiedName": "generation_config.json#eos_token_id", "name": "eos_token_id",
                               "kind": "member"}]}])
     assert stop["properties"]["value"] == 1
@@ -58,3 +61,19 @@ def test_format_and_json_together_are_refused(tiny_llama_dir):
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--format", "sarif", "--json"])
     assert r.exit_code == 2
     assert json.loads(r.stdout)["error"]["message"] == "--format sarif and --json both ask for the report on stdout"
+
+
+def test_field_line_finds_keys_elements_and_dotted_tensor_names(tmp_path):
+    from modelyard.checks.sarif import field_line
+
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"a": 1, "rope_scaling": {"factor": 8.0, "type": "llama3"},
+                             "added_tokens": [{"id": 1, "content": "x"}, {"id": 2, "content": "<|eot|>"}],
+                             "weight_map": {"model.layers.0.w": "a.safetensors"}}, indent=2))
+    got = {f: field_line(p, f) for f in ("a", "rope_scaling.factor", "added_tokens.1", "added_tokens.1.content",
+                                         "weight_map.model.layers.0.w", "nope", "added_tokens.5", "rope_scaling.factor.x")}
+    assert got == {"a": 2, "rope_scaling.factor": 4, "added_tokens.1": 12, "added_tokens.1.content": 14,
+                   "weight_map.model.layers.0.w": 18, "nope": None, "added_tokens.5": None, "rope_scaling.factor.x": None}
+    (tmp_path / "broken.json").write_text('{"a": ')
+    assert field_line(tmp_path / "broken.json", "a") is None
+    assert field_line(tmp_path / "chat_template.jinja", "a") is None

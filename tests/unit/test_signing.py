@@ -275,3 +275,63 @@ def test_manifest_claims_must_match_the_signed_report(artifact, keys):
         verify_signature(artifact, public_key=pub)
     assert ei.value.message == ("art: manifest.json's smoke claim (True, 'bench', '0.32.0') is not the signed "
                                 "report's None: the manifest was edited after signing")
+
+
+def test_manifest_source_must_be_the_signed_reports(artifact, keys):
+    """The source record (repo, commit, provenance) is signed through report.json: a manifest that names
+    another origin, or drops a provenance key, does not verify."""
+    import json
+
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    assert verify_signature(artifact, public_key=pub).scope == "artifact"
+    m = json.loads((artifact / "manifest.json").read_text())
+    m["source"]["repo_id"] = "meta-llama/Llama-3.1-8B-Instruct"
+    _tamper(artifact / "manifest.json", json.dumps(m).encode())
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert ei.value.message == ("art: manifest.json's source.repo_id claim 'meta-llama/Llama-3.1-8B-Instruct' is not "
+                                "the signed report's 'org/tiny': the manifest was edited after signing")
+    m["source"]["repo_id"] = "org/tiny"
+    del m["source"]["endpoint"]
+    _tamper(artifact / "manifest.json", json.dumps(m).encode())
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    assert ei.value.message == ("art: manifest.json's source.endpoint claim None is not the signed report's "
+                                "'https://hub.example': the manifest was edited after signing")
+
+
+def test_signature_covers_compares_without_a_key(artifact, keys):
+    """What publish checks before pushing: the files model.sig names are the artifact's, with its bytes."""
+    from modelyard.transport.signing import signature_covers, signed_digests
+
+    priv, _ = keys
+    sign_artifact(artifact, private_key=priv)
+    signature_covers(artifact)
+    assert sorted(signed_digests(artifact)) == sorted(
+        p.relative_to(artifact).as_posix() for p in artifact.rglob("*")
+        if p.is_file() and p.name not in ("model.sig", "manifest.json"))
+    _tamper(artifact / "serve" / "vllm.yaml", b"model: ../model\nmax-model-len: 256\n")  # same bytes: still covered
+    signature_covers(artifact)
+    (artifact / "serve" / "compose.yaml").write_text("services: {}\n")
+    with pytest.raises(SignatureError) as ei:
+        signature_covers(artifact)
+    assert ei.value.message == "art: model.sig was not made over this artifact: serve/compose.yaml is not named by it"
+    (artifact / "serve" / "compose.yaml").unlink()
+    (artifact / "report.md").chmod(0o644)
+    (artifact / "report.md").unlink()
+    with pytest.raises(SignatureError) as ei:
+        signature_covers(artifact)
+    assert ei.value.message == "art: model.sig names report.md, which the artifact does not hold"
+
+
+def test_signature_covers_reads_a_model_only_signature(artifact, keys):
+    from model_signing import hashing, signing
+
+    from modelyard.transport.signing import signature_covers, signed_digests
+
+    priv, _ = keys
+    signing.Config().use_elliptic_key_signer(private_key=priv).set_hashing_config(
+        hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=True)).sign(artifact / "model", artifact / "model.sig")
+    assert all(rel.startswith("model/") for rel in signed_digests(artifact))
+    signature_covers(artifact)

@@ -57,6 +57,7 @@ def test_stale_partial_downloads_are_swept_but_live_ones_kept(tmp_path):
     (blobs / "aaa.1234abcd.incomplete").write_bytes(b"partial")
     (blobs / "bbb.5678abcd.incomplete").write_bytes(b"in progress")
     (blobs / "ccc").write_bytes(b"complete blob")
+    (blobs / "ddd.incomplete").write_bytes(b"resumable")  # modelyard's own partial download: resumed, not swept
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\nfrom filelock import FileLock\n"
         f"l = FileLock({str(locks / 'bbb.lock')!r}); l.acquire(); print('held', flush=True); time.sleep(30)")],
@@ -64,12 +65,13 @@ def test_stale_partial_downloads_are_swept_but_live_ones_kept(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         assert sweep_incomplete(tmp_path, "org/m") == 1
-        assert sorted(p.name for p in blobs.iterdir()) == ["bbb.5678abcd.incomplete", "ccc"]
+        assert sorted(p.name for p in blobs.iterdir()) == ["bbb.5678abcd.incomplete", "ccc", "ddd.incomplete"]
     finally:
         holder.kill()
         holder.wait()
     time.sleep(0.1)
-    assert sweep_incomplete(tmp_path, "org/m") == 1 and sorted(p.name for p in blobs.iterdir()) == ["ccc"]
+    assert sweep_incomplete(tmp_path, "org/m") == 1
+    assert sorted(p.name for p in blobs.iterdir()) == ["ccc", "ddd.incomplete"]
 
 
 @pytest.mark.parametrize(("url", "uri"), [

@@ -199,12 +199,13 @@ def sweep_incomplete(cache_dir: Path, repo_id: str) -> int:
     (huggingface_hub PR 4228) and never resumes or removes another process's file, so a SIGKILLed
     download leaves one behind for good. A file is removed only while its blob lock
     (``<cache>/.locks/<repo folder>/<etag>.lock``, the lock huggingface_hub holds while downloading)
-    can be taken at once: a download in progress elsewhere keeps its file."""
+    can be taken at once: a download in progress elsewhere keeps its file. modelyard's own resumable
+    ``<etag>.incomplete`` (:func:`~modelyard.stages.fetch.hub.partial_path`) is kept: the next fetch continues it."""
     from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
 
     folder = repo_folder_name(repo_id=repo_id, repo_type="model")
     removed = 0
-    for f in (cache_dir / folder / "blobs").glob("*.incomplete"):
+    for f in (cache_dir / folder / "blobs").glob("*.*.incomplete"):
         lock = FileLock(str(cache_dir / ".locks" / folder / f"{f.name.split('.')[0]}.lock"), timeout=0)
         try:
             with lock:

@@ -25,9 +25,14 @@ its small files and safetensors headers before a weight byte is downloaded.
    HTTP, also for repos stored with Xet (the hub serves them over HTTP too): the bytes must pass
    through modelyard to be hashed once.
 
-Same locks and temp names as huggingface_hub (``.locks/<repo folder>/<etag>.lock``,
-``blobs/<etag>.<8 hex>.incomplete``), so it shares the cache with ``hf_hub_download`` and
-:func:`~modelyard.stages.fetch.sweep_incomplete` clears what a killed run leaves.
+5. **Resume.** A download killed or broken off leaves ``blobs/<etag>.incomplete`` (:func:`partial_path`). The
+   next fetch hashes what it holds and asks only for the rest (``Range: bytes=<n>-``, http_get's
+   ``resume_size``); a server that ignores ``Range`` answers 200 and the digests restart at byte 0. The
+   sha256 of the whole file is compared with the hub's either way.
+
+Same locks as huggingface_hub (``.locks/<repo folder>/<etag>.lock``), so it shares the cache with
+``hf_hub_download``; :func:`~modelyard.stages.fetch.sweep_incomplete` clears the process-unique
+``<etag>.<8 hex>.incomplete`` files that huggingface_hub 1.x itself leaves and never resumes.
 """
 
 from __future__ import annotations
@@ -146,6 +151,7 @@ class HubSession:
         self.commit: str | None = None
         self._blob: dict[str, Path] = {}  # path -> blob in the cache (already there, or downloaded now)
         self._digest: dict[str, FileDigest] = {}  # path -> digests of the bytes received now
+        self._resumed: dict[str, int] = {}  # path -> bytes taken from a killed run's partial file (Range start)
 
     def resolve(self) -> list[HubFile]:
         """Resolve the revision to a commit and list every file of the repo there."""
@@ -203,27 +209,29 @@ class HubSession:
 
         etag, url, headers = located
         blob = self.storage / "blobs" / etag
-        tmp = blob.with_name(f"{etag}.{uuid.uuid4().hex[:8]}.incomplete")
+        tmp = partial_path(blob)
         try:
             blob.parent.mkdir(parents=True, exist_ok=True)
             self.locks.mkdir(parents=True, exist_ok=True)
             with WeakFileLock(str(self.locks / f"{etag}.lock")):
                 if not blob.exists():  # else another process downloaded it meanwhile
-                    try:
-                        with open(tmp, "xb") as fh:
-                            w = DigestWriter(fh, git_size=None if f.lfs else f.size, advance=advance)
-                            http_get(url, w, headers=headers, displayed_filename=f.path,
-                                     tqdm_class=silent_tqdm)  # type: ignore[arg-type]
-                        got = w.digest()
-                        problems = differences(f.entry(), got)
-                        if problems:
-                            raise mismatch_error(f"hf://{self.repo}@{self.commit}", problems,
-                                                 fix="The hub (or a proxy in between) served other bytes than it lists; "
-                                                     "nothing was cached. Retry; if it persists, report it to the repo's owner.")
-                        os.replace(tmp, blob)
-                        self._digest[f.path] = got
-                    finally:
+                    if tmp.exists() and tmp.stat().st_size > f.size:
+                        tmp.unlink()  # longer than the file: not a prefix of it
+                    with open(tmp, "r+b" if tmp.exists() else "xb") as fh:
+                        w = DigestWriter(fh, git_size=None if f.lfs else f.size, advance=advance)
+                        resumed = w.absorb()  # the digests of what a killed run received, from the partial file
+                        http_get(url, w, resume_size=resumed, expected_size=f.size, headers=headers,
+                                 displayed_filename=f.path, tqdm_class=silent_tqdm)  # type: ignore[arg-type]
+                    got = w.digest()
+                    problems = differences(f.entry(), got)
+                    if problems:
                         tmp.unlink(missing_ok=True)
+                        raise mismatch_error(f"hf://{self.repo}@{self.commit}", problems,
+                                             fix="The hub (or a proxy in between) served other bytes than it lists; "
+                                                 "nothing was cached. Retry; if it persists, report it to the repo's owner.")
+                    os.replace(tmp, blob)
+                    self._digest[f.path] = got
+                    self._resumed[f.path] = resumed
                 self._link(self._pointer(f.path), blob)
         except ModelyardError:
             raise
@@ -259,6 +267,15 @@ class HubSession:
             size = d.size if d is not None else self._pointer(f.path).stat().st_size
             out.append(replace(f.entry(), size=size, sha256=d.sha256 if d else None, received=d is not None))
         return tuple(out)
+
+
+def partial_path(blob: Path) -> Path:
+    """Where the blob ``blobs/<etag>`` is downloaded to: ``blobs/<etag>.incomplete``, the name huggingface_hub
+    0.x used and resumed from. It is written only under the blob's lock, so one name per blob is safe; a killed
+    download leaves it behind and the next fetch continues from its last byte with a ``Range`` request, after
+    hashing what it holds (the digests are rebuilt from the file, never trusted from a side file), and the
+    whole file's sha256 is still compared with the hub's before the blob is renamed into place."""
+    return blob.with_name(f"{blob.name}.incomplete")
 
 
 def header_prefix(read: Callable[[int, int], bytes], size: int) -> bytes:

@@ -190,15 +190,19 @@ KEY_FILE = "model.pub"
 @dataclass(frozen=True)
 class VerifyOnLoad:
     """Verify-on-load: ``ref`` is ``oci://HOST/REPO@sha256:DIGEST``; ``key_secret`` the Secret with the public
-    key (None: signature not required); ``image`` the init container's image (modelyard installed)."""
+    key (None: signature not required); ``image`` the init container's image (modelyard installed);
+    ``registry_secret`` a ``kubernetes.io/basic-auth`` Secret (keys ``username``, ``password``) whose values
+    reach ``modelyard pull`` as ``MODELYARD_REGISTRY_USER``/``MODELYARD_REGISTRY_PASSWORD`` (None: an anonymous
+    pull). The credentials stay in the Secret: the manifests name only the Secret and its keys."""
 
     ref: str
     key_secret: str | None
     image: str
+    registry_secret: str | None = None
 
 
 def verify_on_load(ref: str, *, name: str, require_signature: bool = True, key_secret: str | None = None,
-                   image: str | None = None) -> VerifyOnLoad:
+                   image: str | None = None, registry_secret: str | None = None) -> VerifyOnLoad:
     """The validated :class:`VerifyOnLoad` for the served model ``name``. Raises :class:`InvalidTargetError`
     for a reference that is not ``oci://...@sha256:...``: a tag can be moved, a digest cannot."""
     try:
@@ -208,7 +212,21 @@ def verify_on_load(ref: str, *, name: str, require_signature: bool = True, key_s
     if not parsed.digest:
         raise InvalidTargetError(f"--verify-from {ref!r} names a tag; a pod must pull by digest", fix=_FIX_VERIFY)
     secret = (key_secret or f"{k8s_name(name)}-signing-key") if require_signature else None
-    return VerifyOnLoad(str(parsed), secret, image or VERIFIER_IMAGE)
+    return VerifyOnLoad(str(parsed), secret, image or VERIFIER_IMAGE, registry_secret)
+
+
+#: the environment the init container reads registry credentials from, by key of a basic-auth Secret
+REGISTRY_ENV = (("MODELYARD_REGISTRY_USER", "username"), ("MODELYARD_REGISTRY_PASSWORD", "password"))
+
+
+def verify_env(v: VerifyOnLoad) -> list[dict[str, Any]]:
+    """The init container's environment: ``MODELYARD_HOME`` in the pod's volume and, with a registry Secret,
+    the credentials :mod:`modelyard.transport.oci` reads, each a ``secretKeyRef`` (never a literal value)."""
+    env: list[dict[str, Any]] = [{"name": "MODELYARD_HOME", "value": f"{VERIFIED_MOUNT}/.modelyard"}]
+    if v.registry_secret:
+        env += [{"name": var, "valueFrom": {"secretKeyRef": {"name": v.registry_secret, "key": key}}}
+                for var, key in REGISTRY_ENV]
+    return env
 
 
 def verify_command(v: VerifyOnLoad) -> list[str]:
@@ -246,7 +264,7 @@ def manifests(plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int, s
         container["args"][0] = f"{VERIFIED_MOUNT}/artifact/model"
         container["volumeMounts"][0] = {"name": "verified", "mountPath": VERIFIED_MOUNT, "readOnly": True}
         init = [{"name": "verify", "image": verify.image, "command": verify_command(verify),
-                 "env": [{"name": "MODELYARD_HOME", "value": f"{VERIFIED_MOUNT}/.modelyard"}],
+                 "env": verify_env(verify),
                  "volumeMounts": [{"name": "verified", "mountPath": VERIFIED_MOUNT}]
                  + ([{"name": "signing-key", "mountPath": KEY_MOUNT, "readOnly": True}] if verify.key_secret else [])}]
         volumes = [{"name": "verified", "emptyDir": {"sizeLimit": f"{pvc_gib(max(model_bytes, plan.weight_bytes))}Gi"}}]
@@ -289,6 +307,9 @@ def manifests(plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int, s
 def _verify_section(name: str, verify: VerifyOnLoad) -> str:
     key = (f"kubectl create secret generic {verify.key_secret} --from-file={KEY_FILE}=public.pem   # the signer's public key\n"
            if verify.key_secret else "")
+    if verify.registry_secret:
+        key += (f"kubectl create secret generic {verify.registry_secret} --type=kubernetes.io/basic-auth "
+                "--from-literal=username=USER --from-literal=password=PASSWORD   # the registry's pull credentials\n")
     signed = ("requires the artifact's signature (a `model.sig` layer or a signature referrer of the manifest) and "
               f"checks it with the public key in the Secret `{verify.key_secret}`" if verify.key_secret
               else "does not require a signature (`--allow-unsigned`)")

@@ -61,6 +61,9 @@ class VerifyOnLoadFlags(BaseModel):
     signing_key_secret: Annotated[Optional[str], Flag("--signing-key-secret")] = Field(
         None, description="the Secret holding the public key (key model.pub) for --verify-from (default: "
                           "NAME-signing-key)")
+    registry_secret: Annotated[Optional[str], Flag("--registry-secret")] = Field(
+        None, description="with --verify-from: a kubernetes.io/basic-auth Secret (keys username, password) with the "
+                          "registry's pull credentials for the init container (default: an anonymous pull)")
     verifier_image: Annotated[Optional[str], Flag("--verifier-image")] = Field(
         None, description="the image of the init container: one with modelyard installed (default: modelyard's "
                           "Dockerfile image, modelyard:VERSION)")
