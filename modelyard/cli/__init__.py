@@ -24,7 +24,8 @@ from modelyard.version import __version__
 
 __all__ = ["app", "demo_gguf_path", "main"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["--help", "-h"]},
                   help="Turn an LLM checkpoint into a verified, servable artifact for vLLM.")
 
 

@@ -109,6 +109,13 @@ def serve_option() -> Any:
 STORE_HELP = "store: a folder or s3://BUCKET/PREFIX (default: MODELYARD_STORE, else MODELYARD_HOME or ./artifacts)"
 
 
+def revision_option() -> Any:
+    """``--revision REV``: the hub revision (branch, tag or commit) of an ``hf://`` source, as ``hf download``
+    takes it; the same as ``hf://org/name@REV``."""
+    return typer.Option(None, "--revision", help="the hub revision (branch, tag or commit sha) of an hf:// SOURCE; "
+                                                 "the same as hf://org/name@REV")
+
+
 def store_option(help: str = STORE_HELP) -> Any:
     """``--store STORE``: the store, in every command that reads or writes one: a folder or an object
     store ``s3://bucket/prefix`` (declare it ``Optional[str]``: a ``Path`` would fold ``s3://`` into
@@ -310,22 +317,57 @@ def stage_line(description: str, done: float, total: float | None, unit: str, se
     return f"{description}: {amount} in {seconds:.1f} s"
 
 
+#: a stage running this long without a line prints a heartbeat line when stderr is not a terminal (seconds)
+HEARTBEAT_SECONDS = 30.0
+
+
+def heartbeat_line(description: str, done: float, total: float | None, unit: str, seconds: float) -> str:
+    """The line a stage still running prints every :data:`HEARTBEAT_SECONDS` when stderr is not a terminal:
+    ``"{description}: still running, {amount} after {seconds:.0f} s"``, the amount as ``272.6 MB/1.2 GB``
+    for bytes, ``3/10 {unit}`` for counts, and left out for work of unknown size."""
+    if total is None:
+        amount = ""
+    elif unit == "B":
+        amount = f", {decimal(int(done))}/{decimal(int(total))}"
+    else:
+        amount = f", {int(done)}/{int(total)} {unit}"
+    return f"{description}: still running{amount} after {seconds:.0f} s"
+
+
 class _LineReporter:
     """progress.Reporter for a stderr that is not a terminal (CI logs, pipes): no bars, one plain line per
-    finished stage (:func:`stage_line`), never wrapped. A stage that fails prints nothing: the error
-    follows."""
+    finished stage (:func:`stage_line`), never wrapped, and a :func:`heartbeat_line` for a stage that has
+    run ``heartbeat`` seconds (default :data:`HEARTBEAT_SECONDS`) since its start or its last line, so that a
+    log shows a long quantize or download is alive. A stage that fails prints nothing: the error follows."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, heartbeat: float = HEARTBEAT_SECONDS) -> None:
         self.console = console
         self.lock = threading.Lock()  # Prefect runs stages in worker threads
         self.tasks: dict[int, list[Any]] = {}
         self.next = 0
+        self.heartbeat = heartbeat
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def start(self, description: str, total: float | None, unit: str) -> object:
         with self.lock:
             self.next += 1
-            self.tasks[self.next] = [description, total, unit, 0.0, time.monotonic()]
+            now = time.monotonic()
+            self.tasks[self.next] = [description, total, unit, 0.0, now, now]
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._beat, name="modelyard-heartbeat", daemon=True)
+                self._thread.start()
             return self.next
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(self.heartbeat, 1.0)):
+            now = time.monotonic()
+            with self.lock:
+                due = [t for t in self.tasks.values() if now - t[5] >= self.heartbeat]
+                for t in due:
+                    t[5] = now
+                    self.console.print(escape(heartbeat_line(t[0], t[3], t[1], t[2], now - t[4])), highlight=False,
+                                       soft_wrap=True)
 
     def advance(self, handle: object, amount: float) -> None:
         with self.lock:
@@ -334,14 +376,14 @@ class _LineReporter:
     def finish(self, handle: object) -> None:
         failed = sys.exc_info()[0] is not None  # finish runs in progress.task's finally, also on failure
         with self.lock:
-            description, total, unit, done, t0 = self.tasks.pop(handle)  # type: ignore[call-overload]
+            description, total, unit, done, t0, _ = self.tasks.pop(handle)  # type: ignore[call-overload]
             if not failed:
                 line = stage_line(description, total if total is not None else done, total, unit,
                                   time.monotonic() - t0)
                 self.console.print(escape(line), highlight=False, soft_wrap=True)
 
     def close(self) -> None:
-        pass
+        self._stop.set()
 
 
 _reporter: _RichReporter | _LineReporter | None = None  # the progress display of the running command, if any
@@ -417,6 +459,30 @@ def quiet_libraries(verbose: bool) -> None:
     # Prefect's ephemeral API server gets 20 s to start; a first run (database migrations) on a busy
     # 2-core host took longer and failed with "Timed out while attempting to connect".
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+
+#: the exit code when stdout's reader went away (``| head``): 128 + SIGPIPE, what a shell reports for a
+#: program that SIGPIPE ended (``yes | head`` under ``set -o pipefail``)
+EXIT_BROKEN_PIPE = 141
+
+
+def broken_pipe(exc: BaseException) -> bool:
+    """True when ``exc`` is a write to a closed pipe: a ``BrokenPipeError``, or the ``SystemExit(1)`` that rich
+    raises after one (``Console.on_broken_pipe``), anywhere in its ``__context__`` chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, BrokenPipeError):
+            return True
+        seen = seen.__context__
+    return False
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush does not fail on the closed pipe
+    again (Python's documented handling of SIGPIPE, ``signal`` module notes)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _internal_message(exc: BaseException) -> str:
@@ -501,6 +567,9 @@ class Command(TyperCommand):
         except typer.Exit:
             raise
         except BaseException as exc:  # noqa: BLE001 - every failure becomes one line and an exit code
+            if broken_pipe(exc):  # `modelyard ... | head`: the reader has all it wanted
+                _silence_stdout()
+                raise typer.Exit(EXIT_BROKEN_PIPE) from None
             if ctx.params.get("verbose"):
                 _print_traceback(exc)
             raise typer.Exit(_render_failure(exc, bool(ctx.params.get("as_json")))) from exc

@@ -27,6 +27,7 @@ from modelyard.cli._common import (
     out,
     output_option,
     quiet_libraries,
+    revision_option,
     store_option,
     stored_path,
     verbose_option,
@@ -34,7 +35,7 @@ from modelyard.cli._common import (
 )
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.errors import InvalidTargetError, ModelyardError, QualityGateError, VerificationFailedError
-from modelyard.model.source import parse_source
+from modelyard.model.source import parse_source, with_revision
 from modelyard.runtime.prefect_server import use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages import quantize as q
@@ -51,6 +52,7 @@ def verify(
                                           "hf://org/name@revision: judged from its small files and safetensors "
                                           "headers (HTTP range), before any weight byte is downloaded"),
     options: dict[str, Any] = STAGE_OPTIONS,
+    revision: Optional[str] = revision_option(),
     runtime: VerifyRuntime = typer.Option("none", "--runtime",
                                           help="none: hand-written rules only; local: also ask the installed vLLM (the "
                                                "runtime venv) what it decides at startup (runtime.* findings, ~10-15 s)"),
@@ -79,6 +81,8 @@ def verify(
     target = Target.create(**options)
     # the kept server's warm facts worker, when one runs: transformers' answers without importing it here
     use_facts_worker(Settings().local_store(store))
+    if revision is not None:
+        path = with_revision(path, revision)
     src = parse_source(path) if "://" in path else None
     folder = None
     if src is not None and src.kind == "hf":

@@ -19,6 +19,7 @@ from modelyard.cli._common import (
     json_option,
     out,
     quiet_libraries,
+    revision_option,
     store_option,
     verbose_option,
     working,
@@ -26,7 +27,7 @@ from modelyard.cli._common import (
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.cli.serving import print_server_smoke
 from modelyard.errors import SourceNotFoundError
-from modelyard.model.source import parse_source, sanitize_name
+from modelyard.model.source import parse_source, sanitize_name, with_revision
 from modelyard.runtime.prefect_server import connect, use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages.fetch import check_local
@@ -124,6 +125,7 @@ def ingest(
     source: str = typer.Argument(..., help="hf://org/name@revision (or https://huggingface.co/org/name/tree/REV), "
                                            "file:///path, gguf:///path/model.gguf, or tar:///path/bundle.tar.zst"),
     name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),
+    revision: Optional[str] = revision_option(),
     store: Optional[str] = store_option(),
     out_dir: Optional[str] = alias_option("--out"),
     options: dict[str, Any] = STAGE_OPTIONS,
@@ -136,6 +138,8 @@ def ingest(
     """Fetch, verify, patch, quantize, smoke-test in vLLM and store SOURCE as a servable artifact.
 
     Judged and smoke-tested for chat serving unless --serve says otherwise, as `modelyard verify` judges it."""
+    with working(as_json):
+        source = with_revision(source, revision)
     d = _run_ingest(source, {**options, "name": name, "publish": tuple(publish)}, out_dir=either(store, out_dir, "--store"),
                     as_json=as_json, verbose=verbose)
     _print_result(d, as_json)

@@ -12,6 +12,7 @@ from modelyard.runtime import prefect_server as server
 from modelyard.settings import Settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["--help", "-h"]},
                   help="Keep a local Prefect server: ingests of the same store use it instead of starting "
                        "Prefect's ephemeral API each time (seconds per command).",
                   # click shortens a group's help to 45 characters in the parent's list; the command list shows

@@ -83,6 +83,23 @@ def parse_source(uri: str) -> Source:
     raise InvalidSourceError(f"unsupported source scheme {scheme!r} in {uri!r}", fix=f"Use one of: {forms}.")
 
 
+def with_revision(uri: str, revision: str | None) -> str:
+    """``uri`` with ``--revision`` applied, as the hub's own CLI takes it (``hf download REPO --revision REV``):
+    ``hf://org/name`` and ``--revision v1`` is ``hf://org/name@v1``. None returns ``uri`` unchanged. Raises
+    :class:`InvalidSourceError` when ``uri`` is not a hub source, or already names another revision."""
+    if revision is None:
+        return uri
+    src = parse_source(uri)
+    if src.kind != "hf":
+        raise InvalidSourceError(f"--revision {revision!r} applies to hub sources; {uri!r} is a {src.kind} source",
+                                 fix="Drop --revision, or pass hf://org/name.")
+    named = "@" in (uri if uri.startswith("hf://") else hub_url_to_source(uri))
+    if named and src.revision != revision:
+        raise InvalidSourceError(f"{uri!r} names revision {src.revision!r} and --revision says {revision!r}",
+                                 fix="Pass the revision once: hf://org/name@REV or --revision REV.")
+    return parse_source(f"hf://{src.repo_id}@{revision}").uri
+
+
 #: hosts whose model page URLs are accepted as ``hf://`` sources
 HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
 

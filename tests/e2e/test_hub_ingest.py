@@ -30,6 +30,8 @@ def hub(tmp_path_factory):
         {"README.md": b"# tiny, second commit\n"},
     ])
     make_lfs_repo(mirrors, "org", "pickled", [only_pickle])
+    make_lfs_repo(mirrors, "org", "licensed", [{**files, "LICENSE": b"Apache License 2.0\n", "NOTICE": b"tiny, by org\n",
+                                                 "README.md": b"# licensed\n", "trainer_state.json": b"{}"}])
     broken = _broken_header(files["model.safetensors"])
     make_lfs_repo(mirrors, "org", "broken", [{**files, "model.safetensors": broken}])
     # one 24 MB shard (hidden 1024, one layer): more than huggingface_hub's 10 MiB download chunk, so a
@@ -140,9 +142,27 @@ def test_unknown_revision_and_pickle_only(hub, tmp_path):
     assert store_artifacts(tmp_path) == []
 
 
+def test_include_adds_to_the_files_a_model_needs_and_licenses_are_kept(hub, tmp_path):
+    """As the hub's own CLI users expect: --include adds files to what a runtime reads (a narrow --include
+    no longer ends in "no config.json"); LICENSE and NOTICE are kept by default; --exclude still removes."""
+    def files_of(r):
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        out = json_result(r.stdout, "ingest")
+        return sorted(f["path"] for f in json.loads((Path(out["artifact"]) / "manifest.json").read_text())["files"]), out
+    model = sorted(f"model/{n}" for n in hub["files"])
+    got, out = files_of(run_cli("ingest", "hf://org/licensed@main", "--no-smoke", "--json", env=_env(hub, tmp_path / "a")))
+    assert got == sorted(model + ["model/LICENSE", "model/NOTICE"])
+    assert out["left_out"] == [".gitattributes", "README.md", "trainer_state.json"]
+    got, out = files_of(run_cli("ingest", "hf://org/licensed@main", "--include", "*.md", "--no-smoke", "--json",
+                                env=_env(hub, tmp_path / "b")))
+    assert got == sorted(model + ["model/LICENSE", "model/NOTICE", "model/README.md"])
+    assert out["left_out"] == [".gitattributes", "trainer_state.json"]
+    bad = run_cli("ingest", "hf://org/licensed@main", "--exclude", "config.json", "--no-smoke", env=_env(hub, tmp_path / "c"))
+    assert bad.returncode == 2 and "has no config.json" in bad.stderr
+
+
 def test_include_and_exclude_patterns_on_the_command_line(hub, tmp_path):
-    """--exclude drops README.md from the download; --include '*.md' alone fetches no config.json
-    and is refused before a weight byte is downloaded."""
+    """--exclude drops README.md from the download; --include '*.md' adds README.md to model/."""
     head = hub["shas"][-1]
     r = run_cli("ingest", "https://huggingface.co/org/tiny", "--exclude", "README.md", "--no-smoke", "--json",
                 env=_env(hub, tmp_path))
@@ -150,9 +170,10 @@ def test_include_and_exclude_patterns_on_the_command_line(hub, tmp_path):
     out = json_result(r.stdout, "ingest")
     files = {f["path"] for f in json.loads((Path(out["artifact"]) / "manifest.json").read_text())["files"]}
     assert (out["revision"], sorted(files)) == (head, sorted(f"model/{n}" for n in hub["files"]))
-    bad = run_cli("ingest", "hf://org/tiny@main", "--include", "*.md", "--no-smoke", env=_env(hub, tmp_path / "b"))
-    assert bad.returncode == 2
-    assert "has no config.json" in bad.stderr
+    more = run_cli("ingest", "hf://org/tiny@main", "--include", "*.md", "--no-smoke", "--json", env=_env(hub, tmp_path / "b"))
+    assert more.returncode == 0, more.stderr
+    files = {f["path"] for f in json.loads((Path(json_result(more.stdout, "ingest")["artifact"]) / "manifest.json").read_text())["files"]}
+    assert sorted(files) == sorted([f"model/{n}" for n in hub["files"]] + ["model/README.md"])
 
 
 def test_offline_ingest_uses_the_local_hub_cache(hub, tmp_path):

@@ -356,6 +356,33 @@ def test_a_failed_stage_prints_no_line(stderr):
     assert _lines(stderr.getvalue()) == ["packaging model/: 10 bytes in X s"]
 
 
+def test_a_long_stage_prints_a_heartbeat_when_stderr_is_not_a_terminal():
+    """A stage that runs past the heartbeat interval prints "still running" lines with its progress (a 623 s
+    quantize printed nothing in a CI log); a finished stage prints its one line and no more heartbeats."""
+    import time
+
+    buf = io.StringIO()
+    reporter = _common._LineReporter(Console(file=buf, width=80), heartbeat=0.3)
+    progress.set_reporter(reporter)
+    try:
+        with progress.task("downloading weights", total=2_000_000_000) as adv:
+            adv(500_000_000)
+            time.sleep(1.45)
+        with progress.task("quantizing (w4a16)") as adv:
+            time.sleep(1.45)
+        time.sleep(0.8)
+    finally:
+        progress.set_reporter(None)
+        reporter.close()
+    lines = [re.sub(r"\d+ s$", "N s", re.sub(r"in [0-9.]+ s", "in X s", ln)) for ln in buf.getvalue().splitlines()]
+    beats = [ln for ln in lines if "still running" in ln]
+    assert set(beats) == {"downloading weights: still running, 500.0 MB/2.0 GB after N s",
+                          "quantizing (w4a16): still running after N s"}
+    assert 3 <= sum("downloading" in b for b in beats) <= 5 and 3 <= sum("quantizing" in b for b in beats) <= 5
+    assert lines[-1] == "quantizing (w4a16): done in X s"
+    assert "downloading weights: 2.0 GB in X s" in lines
+
+
 def test_library_output_on_stderr_is_dropped_while_a_command_works(store_artifact, tmp_path):
     """What a library writes on file descriptor 2 (a tqdm bar, a warning) while a command works never reaches the
     user's stderr, unless --verbose; modelyard's own line does. (transformers' GGUF conversion bar printed there.)"""
@@ -390,3 +417,55 @@ def _run_noisy(bar: str, argv: list[str]):
              "    return bundle_artifact(*x, **k)\n"
              "a.bundle_artifact = noisy\nsys.argv = ['modelyard', *sys.argv[1:]]\nmain()\n")
     return subprocess.run([sys.executable, "-c", child, *argv], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"], ["--format", "sarif"]], ids=["table", "json", "sarif"])
+def test_a_closed_stdout_is_not_an_internal_error(tiny_llama_dir, fmt):
+    """`modelyard verify ... | head`: the reader closing the pipe ends the command quietly with 141 (128 + SIGPIPE,
+    what a shell reports for `yes | head`), not exit 3 "internal error: SystemExit" or BrokenPipeError."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    p = subprocess.Popen([sys.executable, "-m", "modelyard", "verify", str(tiny_llama_dir), *fmt], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the first line
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert (p.returncode, err) == (141, "")
+
+
+def test_help_has_a_short_flag_and_shells_complete_commands():
+    """-h as --help, for every command (the hub CLI's habit); shell completion through click's protocol."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    for args in ([], ["verify"], ["server", "start"]):
+        r = CliRunner().invoke(app, [*args, "-h"], prog_name="modelyard")
+        assert r.exit_code == 0 and r.stdout.startswith(f"Usage: modelyard {' '.join(args)}".rstrip() + " "), r.stdout
+        assert r.stdout == CliRunner().invoke(app, [*args, "--help"], prog_name="modelyard").stdout
+    env = {**os.environ, "_MODELYARD_COMPLETE": "complete_bash", "COMP_WORDS": "modelyard veri", "COMP_CWORD": "1"}
+    script = Path(sys.executable).parent / "modelyard"  # the console script the package installs, as a shell runs it
+    r = subprocess.run([str(script)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout.split()) == (0, ["verify", "verify-signature"])
+    r = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="modelyard")
+    assert r.exit_code == 0 and "_MODELYARD_COMPLETE=complete_bash" in r.stdout
+
+
+def test_revision_is_an_alias_of_at_rev():
+    from modelyard.errors import InvalidSourceError
+    from modelyard.model.source import with_revision
+
+    assert [with_revision(u, r) for u, r in (("hf://org/m", "v1"), ("hf://org/m@v1", "v1"),
+                                              ("https://huggingface.co/org/m", "abc"), ("hf://org/m@x", None))] == [
+        "hf://org/m@v1", "hf://org/m@v1", "hf://org/m@abc", "hf://org/m@x"]
+    with pytest.raises(InvalidSourceError) as ei:
+        with_revision("hf://org/m@v2", "v1")
+    assert ei.value.message == "'hf://org/m@v2' names revision 'v2' and --revision says 'v1'"
+    r = CliRunner().invoke(app, ["ingest", "/nonexistent-model", "--revision", "v1", "--json"])
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["message"] == (
+        "--revision 'v1' applies to hub sources; '/nonexistent-model' is a file source")

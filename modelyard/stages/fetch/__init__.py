@@ -72,9 +72,25 @@ RUNTIME_FILE_PATTERNS: tuple[str, ...] = (
     # Pooling and Dense modules' config.json)
     "modules.json", "sentence_*_config.json", "*_Pooling/config.json", "*_Dense/config.json",
 )
-DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = RUNTIME_FILE_PATTERNS
+#: The files a model's license asks to travel with every copy (Apache-2.0 section 4: LICENSE and NOTICE; the
+#: Llama community licenses' USE_POLICY.md): kept in ``model/`` by default, although no runtime reads them.
+LICENSE_FILE_PATTERNS: tuple[str, ...] = ("LICENSE", "LICENSE.*", "LICENSE-*", "LICENCE", "LICENCE.*", "NOTICE",
+                                          "NOTICE.*", "COPYING", "USE_POLICY.md")
+DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = RUNTIME_FILE_PATTERNS + LICENSE_FILE_PATTERNS
 T = TypeVar("T")
 DEFAULT_IGNORE_PATTERNS: tuple[str, ...] = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.gguf", ".git/*", "*.incomplete")
+
+
+def select_patterns(allow_patterns: Sequence[str] | None = None,
+                    ignore_patterns: Sequence[str] | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(allow, ignore)`` for the user's ``--include`` (``allow_patterns``) and ``--exclude``
+    (``ignore_patterns``): both ADD to the defaults, as the files a model needs are never optional
+    (:data:`DEFAULT_ALLOW_PATTERNS`: what a runtime reads, and the license files). A default ignore pattern
+    that the user includes word for word is dropped (``--include '*.gguf'`` fetches the GGUF files)."""
+    include = tuple(allow_patterns or ())
+    allow = DEFAULT_ALLOW_PATTERNS + tuple(p for p in include if p not in DEFAULT_ALLOW_PATTERNS)
+    ignore = tuple(p for p in DEFAULT_IGNORE_PATTERNS if p not in include) + tuple(ignore_patterns or ())
+    return allow, ignore
 
 
 def _filter(paths: Sequence[str], allow: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
@@ -111,8 +127,7 @@ def fetch(source: Source, settings: Settings, *, allow_patterns: Sequence[str] |
     Raises :class:`SourceNotFoundError`, :class:`MissingConfigError`, :class:`UnsupportedWeightsError`,
     :class:`EndpointUnreachableError`, :class:`InvalidSourceError` (all exit code 2).
     """
-    allow = DEFAULT_ALLOW_PATTERNS if allow_patterns is None else tuple(allow_patterns)
-    ignore = DEFAULT_IGNORE_PATTERNS if ignore_patterns is None else tuple(ignore_patterns)
+    allow, ignore = select_patterns(allow_patterns, ignore_patterns)
     if source.kind == "file":
         return _fetch_folder(source, allow, ignore)
     if source.kind == "gguf":
@@ -155,8 +170,7 @@ def check_local(source: Source, *, allow_patterns: Sequence[str] | None = None,
     weights, all regular files (after the allow/ignore patterns); ``gguf://``: the file exists and starts
     with the GGUF magic; ``tar://``: the bundle exists and its zstd frames are whole
     (:func:`~modelyard.transport.zstream.check_frames`). ``hf://`` needs the hub: nothing is checked."""
-    allow = DEFAULT_ALLOW_PATTERNS if allow_patterns is None else tuple(allow_patterns)
-    ignore = DEFAULT_IGNORE_PATTERNS if ignore_patterns is None else tuple(ignore_patterns)
+    allow, ignore = select_patterns(allow_patterns, ignore_patterns)
     if source.kind == "file":
         _fetch_folder(source, allow, ignore)
     elif source.kind == "gguf" and source.path is not None:
@@ -244,8 +258,7 @@ def preview(source: Source, settings: Settings, judge: Callable[[Snapshot], T], 
         raise InvalidSourceError(f"{source.uri} is not a hub source; only hf:// sources are judged before download",
                                  fix="Pass hf://org/name@revision, or the local folder itself.")
     out: list[T] = []
-    allow = DEFAULT_ALLOW_PATTERNS if allow_patterns is None else tuple(allow_patterns)
-    ignore = DEFAULT_IGNORE_PATTERNS if ignore_patterns is None else tuple(ignore_patterns)
+    allow, ignore = select_patterns(allow_patterns, ignore_patterns)
     if hub_offline():
         snap = _fetch_hf_cached(source, settings, allow, ignore, settings.endpoint() or "https://huggingface.co")
         return judge(snap)

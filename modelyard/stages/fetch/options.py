@@ -11,11 +11,13 @@ from modelyard.model.options import Flag
 
 
 class FetchFlags(BaseModel):
-    """Hub allow/ignore patterns, globs (None: the fetch stage's defaults, the files a runtime reads)."""
+    """Hub allow/ignore patterns, globs, added to the fetch stage's defaults (the files a runtime reads and the
+    license files; pickle weights, GGUF files and partial downloads are ignored unless included by name)."""
 
     model_config = ConfigDict(frozen=True)
 
     allow_patterns: Annotated[Optional[tuple[str, ...]], Flag("--include", empty_none=True)] = Field(
-        None, description="source files to take into model/, a glob (repeatable; default: the files a runtime reads)")
+        None, description="more source files to take into model/, a glob (repeatable), beside the files a runtime reads "
+                          "and the license files, which are always taken")
     ignore_patterns: Annotated[Optional[tuple[str, ...]], Flag("--exclude", empty_none=True)] = Field(
         None, description="source files not to take, a glob (repeatable)")
