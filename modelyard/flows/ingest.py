@@ -498,14 +498,16 @@ def _reuse(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest, pl
     smoke stands: it is reported as the stored one). An object store's artifact is downloaded to the
     local cache only when its model/ must be read (a variant's re-judging, explicit serve options)."""
     _check_serve_plan(r, store, existing, prev)
-    prev_smoke = ReportRecord.from_bytes(store.read(existing, REPORT_JSON)).smoke
+    prev_record = ReportRecord.from_bytes(store.read(existing, REPORT_JSON))
     if not plan.empty or r.options.quantize:
         report = r.stages(verify_task, store.local(existing) / MODEL_DIR, r.target,
                           existing.content_digest.removeprefix("sha256:"))
         if prev.quantization:
             report = report.with_quantization(prev.quantization.to_dict())
+    if prev_record.source is not None:  # the stored origin, as signed (a cached verify's report has none)
+        report = report.with_source(prev_record.source.to_dict())
     _attach(store, existing, report)
-    return (existing, report.with_smoke(prev_smoke.to_dict()) if prev_smoke else report,
+    return (existing, report.with_smoke(prev_record.smoke.to_dict()) if prev_record.smoke else report,
             prev.smoke.to_dict() if prev.smoke else None)
 
 

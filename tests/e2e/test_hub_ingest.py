@@ -354,3 +354,35 @@ def test_a_partial_file_that_is_not_a_prefix_is_refused_and_removed(hub, tmp_pat
         assert again.returncode == 0, again.stderr
     finally:
         proxy.ranges = False
+
+
+def test_the_users_own_hub_cache_is_reused_not_downloaded_again(hub, tmp_path):
+    """A model the user already has in ~/.cache/huggingface (HF_HUB_CACHE) is copied from there and hashed on
+    the way against the hub's listing: no file body is downloaded again, the user's cache is left as it was,
+    and a blob there with other bytes is refused like a corrupt download."""
+    from huggingface_hub import snapshot_download
+
+    proxy, head = hub["proxy"], hub["shas"][-1]
+    user = tmp_path / "user-hf-cache"
+    snapshot_download("org/tiny", revision=head, cache_dir=str(user), endpoint=hub["endpoint"], token=False)
+    before = {p: p.stat().st_mtime_ns for p in user.rglob("*") if p.is_file()}
+    env = {"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(tmp_path / "store"), "HF_HUB_CACHE": str(user)}
+    first = len(proxy.requests)
+    r = run_cli("ingest", "hf://org/tiny@main", "--no-smoke", "--json", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = json_result(r.stdout, "ingest")
+    assert [p for m, p, _ in proxy.requests[first:] if "/resolve/" in p] == []  # neither a HEAD nor a GET of a file
+    assert out["hashed_bytes"] == 0  # every file was hashed while it was copied, none read back
+    w = hub["files"]["model.safetensors"]
+    assert (Path(out["artifact"]) / "model" / "model.safetensors").read_bytes() == w
+    assert {p: p.stat().st_mtime_ns for p in user.rglob("*") if p.is_file()} == before
+    # a user's blob with a flipped byte: the hub's sha256 refuses it, nothing is stored
+    blob = (user / "models--org--tiny" / "snapshots" / head / "model.safetensors").resolve()
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(data))
+    env["MODELYARD_HOME"] = str(tmp_path / "store2")
+    bad = run_cli("ingest", "hf://org/tiny@main", "--no-smoke", env=env)
+    assert bad.returncode == 1 and f"model.safetensors: expected sha256 {hashlib.sha256(w).hexdigest()}" in bad.stderr
+    assert store_artifacts(tmp_path / "store2") == []

@@ -28,8 +28,9 @@ from modelyard import progress
 from modelyard.artifact.schemas import REPORT_SCHEMA
 from modelyard.checks.base import VLLM_DTYPES
 from modelyard.checks.report import counted
-from modelyard.cli import _common, app
-from modelyard.cli._common import first_sentence, stage_line
+from modelyard.cli import _common, _reporters, app
+from modelyard.cli._common import first_sentence
+from modelyard.cli._reporters import stage_line
 from modelyard.model.modes import SERVE_MODES
 from modelyard.stages.quantize import ALL_SCHEMES
 from modelyard.stages.quantize.compat import RUNTIMES
@@ -321,15 +322,15 @@ def test_piped_progress_is_one_plain_line_per_finished_stage(store_artifact, tmp
     r = CliRunner().invoke(app, ["unbundle", str(b), "-o", str(tmp_path / "u")])
     assert r.exit_code == 0, r.output
     assert _lines(stderr.getvalue()) == [
-        f"bundling {store_artifact.name}: {_common.decimal(_bundled_bytes(store_artifact))} in X s",
-        f"unbundling {b.name}: {_common.decimal(bytes_in)} in X s"]
+        f"bundling {store_artifact.name}: {_reporters.decimal(_bundled_bytes(store_artifact))} in X s",
+        f"unbundling {b.name}: {_reporters.decimal(bytes_in)} in X s"]
 
 
 @pytest.mark.parametrize("width", [60, 80])
 def test_bars_on_a_narrow_terminal_keep_one_line_per_stage(width):
     """On a terminal the bars stay, one line per stage however narrow: a long description is cut, never wrapped."""
     buf = io.StringIO()
-    reporter = _common._RichReporter(Console(file=buf, width=width, force_terminal=True))
+    reporter = _reporters.RichReporter(Console(file=buf, width=width, force_terminal=True))
     for description, total in (("converting SmolLM2-135M-Instruct.Q4_1.gguf to safetensors", 98_400_000),
                                ("hashing (sha256)", 272_600_000), ("vLLM smoke load + chat", None)):
         h = reporter.start(description, total, "B")
@@ -343,7 +344,7 @@ def test_bars_on_a_narrow_terminal_keep_one_line_per_stage(width):
 
 
 def test_a_failed_stage_prints_no_line(stderr):
-    reporter = _common._LineReporter(_common.err)
+    reporter = _reporters.LineReporter(_common.err)
     progress.set_reporter(reporter)
     try:
         with pytest.raises(RuntimeError), progress.task("hashing (sha256)", total=10) as adv:
@@ -362,7 +363,7 @@ def test_a_long_stage_prints_a_heartbeat_when_stderr_is_not_a_terminal():
     import time
 
     buf = io.StringIO()
-    reporter = _common._LineReporter(Console(file=buf, width=80), heartbeat=0.3)
+    reporter = _reporters.LineReporter(Console(file=buf, width=80), heartbeat=0.3)
     progress.set_reporter(reporter)
     try:
         with progress.task("downloading weights", total=2_000_000_000) as adv:
@@ -391,7 +392,7 @@ def test_library_output_on_stderr_is_dropped_while_a_command_works(store_artifac
         out = tmp_path / f"b{verbose}.tar.zst"
         r = _run_noisy(bar, ["bundle", str(store_artifact), "-o", str(out), *(["-v"] if verbose else [])])
         assert r.returncode == 0, r.stderr
-        own = f"bundling {store_artifact.name}: {_common.decimal(_bundled_bytes(store_artifact))} in X s"
+        own = f"bundling {store_artifact.name}: {_reporters.decimal(_bundled_bytes(store_artifact))} in X s"
         if verbose:
             assert bar in _lines(r.stderr) and "a library's warning" in r.stderr and _lines(r.stderr)[-1] == own
         else:

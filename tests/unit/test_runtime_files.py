@@ -18,7 +18,7 @@ from modelyard.stages.fetch import fetch
 #: what a fine-tuning run leaves beside a model, none of which vLLM or transformers reads to serve it
 TRAINING_LEFTOVERS = {
     "trainer_state.json": '{"global_step": 500}\n', "eval_results.json": '{"eval_loss": 1.25}\n',
-    "all_results.json": "{}\n", "training_args.bin": "pickle", "README.md": "# card\n", "LICENSE": "apache-2.0\n",
+    "all_results.json": "{}\n", "training_args.bin": "pickle", "README.md": "# card\n",
     "requirements.txt": "torch\n", "checkpoint-500/trainer_state.json": "{}\n", "runs/events.out.tfevents.1": "x",
     "original/params.json": "{}\n", "original/consolidated.00.pth": "pickle", "notes.jinja": "{{ x }}\n",
 }
@@ -28,6 +28,8 @@ RUNTIME_EXTRAS = {
     "special_tokens_map.json": "{}\n", "added_tokens.json": "{}\n", "vocab.json": "{}\n", "merges.txt": "#v\n",
     "preprocessor_config.json": "{}\n", "quantize_config.json": "{}\n", "recipe.yaml": "stage: {}\n",
     "additional_chat_templates/tool_use.jinja": "{{ x }}\n",
+    # no runtime reads these, but the license asks that they travel with every copy (Apache-2.0 section 4)
+    "LICENSE": "apache-2.0\n", "NOTICE": "Copyright the authors\n", "USE_POLICY.md": "# policy\n",
 }
 
 

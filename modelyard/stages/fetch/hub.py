@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from modelyard import progress
 from modelyard.errors import EndpointUnreachableError, ModelyardError, SourceNotFoundError, StoreError
@@ -184,13 +184,41 @@ class HubSession:
             headers.pop("authorization", None)
         return meta.etag, meta.location, headers
 
+    def _user_copy(self, f: HubFile) -> Located | None:
+        """``(etag, file:// URL of the blob, {})`` when the user's own huggingface_hub cache (``HF_HUB_CACHE``,
+        else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``, as huggingface_hub resolves it) holds ``f`` at
+        this commit with the hub's size: :meth:`download` then copies it from there, hashing it on the way, and
+        nothing is downloaded. The user's cache is only read."""
+        from huggingface_hub import constants  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+        user = Path(constants.HF_HUB_CACHE).expanduser()
+        if user.resolve() == self.cache_dir.resolve():
+            return None
+        pointer = user / self.storage.name / "snapshots" / str(self.commit) / f.path
+        try:
+            blob = pointer.resolve(strict=True)
+            if not blob.is_file() or blob.stat().st_size != f.size:
+                return None
+        except OSError:
+            return None
+        return blob.name, blob.as_uri(), {}
+
     def locate(self, f: HubFile) -> Located | None:
         """None when ``f`` is in the cache already (its blob is remembered, its pointer made); else
-        ``(etag, download URL, headers)`` from a HEAD request."""
+        ``(etag, download URL, headers)``: a ``file://`` URL when the user's own hub cache has it
+        (:meth:`_user_copy`), else from a HEAD request."""
         pointer = self._pointer(f.path)
         if pointer.exists():
             self._blob[f.path] = pointer.resolve()
             return None
+        found = self._user_copy(f)
+        if found is not None:
+            blob = self.storage / "blobs" / found[0]
+            if blob.exists():
+                self._blob[f.path] = blob
+                self._link(pointer, blob)
+                return None
+            return found
         etag, url, headers = self._meta(f.path)
         blob = self.storage / "blobs" / etag
         if blob.exists():
@@ -217,11 +245,16 @@ class HubSession:
                 if not blob.exists():  # else another process downloaded it meanwhile
                     if tmp.exists() and tmp.stat().st_size > f.size:
                         tmp.unlink()  # longer than the file: not a prefix of it
-                    with open(tmp, "r+b" if tmp.exists() else "xb") as fh:
+                    with open(tmp, "r+b" if tmp.exists() else "x+b") as fh:
                         w = DigestWriter(fh, git_size=None if f.lfs else f.size, advance=advance)
                         resumed = w.absorb()  # the digests of what a killed run received, from the partial file
-                        http_get(url, w, resume_size=resumed, expected_size=f.size, headers=headers,
-                                 displayed_filename=f.path, tqdm_class=silent_tqdm)  # type: ignore[arg-type]
+                        if url.startswith("file://"):  # the user's own hub cache: copied, hashed on the way
+                            with open(url_to_path(url), "rb") as src:
+                                src.seek(resumed)
+                                shutil.copyfileobj(src, w, 8 << 20)  # type: ignore[misc]
+                        else:
+                            http_get(url, w, resume_size=resumed, expected_size=f.size, headers=headers,
+                                     displayed_filename=f.path, tqdm_class=silent_tqdm)  # type: ignore[arg-type]
                     got = w.digest()
                     problems = differences(f.entry(), got)
                     if problems:
@@ -257,6 +290,9 @@ class HubSession:
             with open(self._blob[f.path], "rb") as fh:
                 return header_prefix(lambda a, b: os.pread(fh.fileno(), b - a, a), f.size)
         _, url, headers = located
+        if url.startswith("file://"):
+            with open(url_to_path(url), "rb") as fh:
+                return header_prefix(lambda a, b: os.pread(fh.fileno(), b - a, a), f.size)
         return header_prefix(lambda a, b: ranged_get(url, headers, a, b), f.size)
 
     def entries(self, selected: Sequence[HubFile]) -> tuple[FileEntry, ...]:
@@ -267,6 +303,11 @@ class HubSession:
             size = d.size if d is not None else self._pointer(f.path).stat().st_size
             out.append(replace(f.entry(), size=size, sha256=d.sha256 if d else None, received=d is not None))
         return tuple(out)
+
+
+def url_to_path(url: str) -> Path:
+    """The local path of a ``file://`` URL (:meth:`Path.as_uri`'s inverse)."""
+    return Path(unquote(urlparse(url).path))
 
 
 def partial_path(blob: Path) -> Path:
