@@ -121,6 +121,12 @@ def build_bom(artifact_dir: Path) -> dict[str, Any]:
     model = Component(type=ComponentType.MACHINE_LEARNING_MODEL, name=m.name or root.name, version=m.revision,
                       bom_ref=ref, properties=props,
                       purl=None if m.modified else hf_purl(src.repo_id, src.commit))
+    card = src.to_dict()
+    if card.get("license"):  # the model card's license, as the fetch recorded it (an SPDX id when it is one)
+        from cyclonedx.contrib.license.factories import LicenseFactory  # noqa: PLC0415
+
+        named = card["license_name"] if card["license"] == "other" and card.get("license_name") else card["license"]
+        model.licenses.add(LicenseFactory().make_from_string(str(named)))
     if src.uri and src.uri.startswith(("https://", "http://", "hf://")):
         model.external_references.add(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(src.uri)))
     for f in m.files:

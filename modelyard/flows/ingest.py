@@ -52,6 +52,7 @@ from modelyard.errors import (
     ServePlanError,
 )
 from modelyard.flows.options import FetchOptions, IngestOptions, PatchOptions, QuantizeOptions, ServeOptions, SmokeOptions
+from modelyard.flows.preflight import GateBeforeWeights, plan_patches
 from modelyard.model import digest as hashing
 from modelyard.model.digest import tree_digest
 from modelyard.model.patchplan import PatchPlan
@@ -60,7 +61,8 @@ from modelyard.model.source import Source, parse_source, sanitize_name
 from modelyard.settings import Settings
 from modelyard.stages import cache as stage_cache
 from modelyard.stages import fetch as fetch_stage
-from modelyard.stages import patch, quantize, serve, smoke, verify
+from modelyard.stages import quantize, serve, smoke, verify
+from modelyard.stages.fetch.preflight import refuse_license
 from modelyard.stages.serve.files import vllm_config, write_serve_files
 from modelyard.stages.smoke import bench, warmup
 from modelyard.stages.smoke import server as serve_smoke
@@ -135,24 +137,6 @@ def _fetch_key(context: Any, params: dict[str, Any]) -> str | None:
                                  cache=str(settings.cache_dir().resolve()))
 
 
-@dataclass(frozen=True)
-class GateBeforeWeights:
-    """The ingest's first gate for a hub source, called by the fetch before any weight byte is
-    downloaded: verify the folder of small files and shard headers against ``target``, plan the
-    repairs (as :func:`plan_task`), and raise :class:`VerificationFailedError` (exit 1) for errors the
-    plan does not repair. Hand rules only (the runtime oracle, when on, runs in the full verify)."""
-
-    target: Target
-    patching: PatchOptions
-
-    def __call__(self, snapshot: Snapshot) -> None:
-        warmup.wait()
-        report = verify.verify_folder(snapshot.root, self.target)
-        plan = plan_patches(snapshot.root, report, self.patching)
-        verify.gate(report, f"{snapshot.source} before its weights were downloaded (config, tokenizer, safetensors "
-                    "headers)", ignore=plan.fixes)
-
-
 @task(name="fetch", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_on_network,
       cache_key_fn=_fetch_key, persist_result=True, result_serializer="pickle")
 def fetch_task(source: Source, settings: Settings, options: FetchOptions,
@@ -188,14 +172,6 @@ def verify_task(root: Path, target: Target, tree: str) -> Report:
     warmup.wait()
     settings = Settings()
     return verify.verify_folder(root, target, runtime=settings.ingest_runtime(), settings=settings)
-
-
-def plan_patches(root: Path, report: Report, options: PatchOptions) -> PatchPlan:
-    """The repairs of ``root`` judged by ``report`` (empty when patching is off)."""
-    if not options.enabled:
-        return PatchPlan()
-    return patch.plan_patches(root, report, add_special_tokens=options.add_special_tokens,
-                              chat_template=Path(options.chat_template) if options.chat_template else None)
 
 
 @task(name="plan-patches", cache_policy=NO_CACHE)
@@ -396,7 +372,8 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
     store = open_store(settings=settings)
     _start_attempt(source, store, settings)
     stages = _Stages(settings)
-    snap = stages.fetch(src, settings, options.fetching, GateBeforeWeights(options.target(), options.patching))
+    snap = stages.fetch(src, settings, options.fetching, GateBeforeWeights.of(options, settings))
+    refuse_license(snap.provenance, options.refuse_licenses or (), snap.source)  # also a cached or local fetch
     r = _Run(options, settings, options.target(), _artifact_name(options, src, snap), stages, gpu_pool)
     precopy = store.new_staging() if src.kind == "file" else None  # a user's folder is copied while hashed
     before = fingerprints(snap) if src.kind == "file" else None  # a user's folder may change under the run

@@ -4,6 +4,8 @@ OpenAI server on its artifact per session."""
 from __future__ import annotations
 
 import os
+import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,20 @@ def s3_settings(s3_endpoint):
     from modelyard.settings import Settings
 
     return Settings(s3_endpoint_url=s3_endpoint)
+
+
+@pytest.fixture(scope="module")
+def small_fs(tmp_path_factory):
+    """A real 8 MiB tmpfs, mounted for the module (mounting needs root, CAP_SYS_ADMIN, which this project's
+    machines and CI have; skipped elsewhere)."""
+    mnt = Path(f"/tmp/modelyard-full-{uuid.uuid4().hex[:8]}")
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        mnt.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+        mnt.rmdir()

@@ -11,6 +11,8 @@ modelyard talks HTTP to it through huggingface_hub exactly as to the hub.
   ``(method, url path, Range header or None)`` in arrival order.
 * ``ranges = True``: a ``GET`` with ``Range: bytes=a-`` or ``bytes=a-b`` is answered ``206`` with that slice
   of the hub's body (``Content-Range``), as the Hub's CDN does; olah itself ignores ``Range``.
+* ``gated = {repo, ...}``: every request of the repo (its API and its files) is answered ``401`` with
+  ``X-Error-Code: GatedRepo``, as the Hub answers a gated repo to a client without access.
 * ``stall[path] = n``: a ``GET .../resolve/<rev>/<path>`` sends its first ``n`` body bytes, then holds the
   connection open without sending more (until the client goes away): a download to kill mid-file.
 
@@ -44,6 +46,7 @@ class HubProxy:
         self.requests: list[tuple[str, str, str | None]] = []
         self.ranges = False
         self.stall: dict[str, int] = {}
+        self.gated: set[str] = set()
         self._lock = threading.Lock()
         proxy = self
 
@@ -86,6 +89,16 @@ class HubProxy:
         asked = h.headers.get("Range")
         with self._lock:
             self.requests.append((method, unquote(urlparse(h.path).path), asked))
+        if any(f"/{repo}/" in unquote(urlparse(h.path).path) + "/" for repo in self.gated):
+            body = json.dumps({"error": "Access to this model is restricted. You must have access to it."}).encode()
+            h.send_response(401)
+            for k, v in (("X-Error-Code", "GatedRepo"), ("X-Error-Message", "Access to this model is restricted."),
+                         ("Content-Type", "application/json"), ("Content-Length", str(len(body)))):
+                h.send_header(k, v)
+            h.end_headers()
+            if method == "GET":
+                h.wfile.write(body)
+            return
         headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP and k.lower() not in ("host", "range")}
         conn.request(method, h.path, headers=headers)
         resp = conn.getresponse()

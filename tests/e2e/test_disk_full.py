@@ -6,8 +6,6 @@ Mounting a tmpfs needs root (CAP_SYS_ADMIN), which this project's machines and C
 from __future__ import annotations
 
 import os
-import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,21 +15,6 @@ from tests.fixtures import make_tiny_llama
 from tests.unit.test_bundle import _build_artifact
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def small_fs(tmp_path_factory):
-    mnt = Path(f"/tmp/modelyard-full-{uuid.uuid4().hex[:8]}")
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        mnt.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
-        mnt.rmdir()
 
 
 @pytest.fixture(scope="module")

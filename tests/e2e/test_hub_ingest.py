@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import json_result, run_cli, store_artifacts
+from tests.conftest import json_error, json_result, run_cli, store_artifacts
 from tests.e2e.hub_proxy import HubProxy
 from tests.e2e.olah_hub import OlahServer, make_lfs_repo
 from tests.fixtures import make_tiny_llama
@@ -32,6 +32,7 @@ def hub(tmp_path_factory):
     make_lfs_repo(mirrors, "org", "pickled", [only_pickle])
     make_lfs_repo(mirrors, "org", "licensed", [{**files, "LICENSE": b"Apache License 2.0\n", "NOTICE": b"tiny, by org\n",
                                                  "README.md": b"# licensed\n", "trainer_state.json": b"{}"}])
+    make_lfs_repo(mirrors, "org", "carded", [{**files, "README.md": b"---\nlicense: cc-by-nc-4.0\n---\n# carded\n"}])
     broken = _broken_header(files["model.safetensors"])
     make_lfs_repo(mirrors, "org", "broken", [{**files, "model.safetensors": broken}])
     # one 24 MB shard (hidden 1024, one layer): more than huggingface_hub's 10 MiB download chunk, so a
@@ -132,9 +133,13 @@ def test_flipped_byte_in_downloaded_shard_is_refused(hub, tmp_path):
 
 
 def test_unknown_revision_and_pickle_only(hub, tmp_path):
-    r = run_cli("ingest", "hf://org/tiny@no-such-branch", "--no-smoke", env=_env(hub, tmp_path))
+    proxy = hub["proxy"]
+    first = len(proxy.requests)
+    r = run_cli("ingest", "hf://org/tiny@no-such-branch", "--no-smoke", env={**_env(hub, tmp_path), "HF_ENDPOINT": proxy.endpoint})
     assert r.returncode == 2
-    assert "repository org/tiny at revision 'no-such-branch' was not found on " + hub["endpoint"] in r.stderr
+    assert "repository org/tiny at revision 'no-such-branch' was not found on " + proxy.endpoint in r.stderr
+    # answered by the first request, with no retry and nothing else asked: well under a second
+    assert proxy.requests[first:] == [("GET", "/api/models/org/tiny/revision/no-such-branch", None)]
     p = run_cli("ingest", "hf://org/pickled@main", "--no-smoke", env=_env(hub, tmp_path))
     assert p.returncode == 2
     assert "has only pickle weights (pytorch_model.bin); modelyard never unpickles" in p.stderr
@@ -386,3 +391,79 @@ def test_the_users_own_hub_cache_is_reused_not_downloaded_again(hub, tmp_path):
     bad = run_cli("ingest", "hf://org/tiny@main", "--no-smoke", env=env)
     assert bad.returncode == 1 and f"model.safetensors: expected sha256 {hashlib.sha256(w).hexdigest()}" in bad.stderr
     assert store_artifacts(tmp_path / "store2") == []
+
+
+def test_a_gated_repo_without_access_is_named_so_at_the_first_request(hub, tmp_path):
+    proxy = hub["proxy"]
+    proxy.gated = {"org/tiny"}
+    try:
+        first = len(proxy.requests)
+        r = run_cli("verify", "hf://org/tiny@main", "--json", env={**_env(hub, tmp_path), "HF_ENDPOINT": proxy.endpoint})
+        err = json_error(r.stdout, "verify", 2)
+        assert err["type"] == "SourceNotFoundError"
+        assert err["message"] == f"repository org/tiny on {proxy.endpoint} is gated and this token has no access to it"
+        assert err["fix"] == (f"Accept its conditions on the repo's page ({proxy.endpoint}/org/tiny) with your account, "
+                              "then set MODELYARD_HF_TOKEN to a token of that account.")
+        assert proxy.requests[first:] == [("GET", "/api/models/org/tiny/revision/main", None)]
+    finally:
+        proxy.gated = set()
+
+
+def _weight_gets(proxy, first: int, repo: str) -> list[str | None]:
+    """The Range header of every GET of ``repo``'s model.safetensors since request ``first`` (None: no Range)."""
+    return [rng for m, p, rng in proxy.requests[first:] if m == "GET" and p.startswith(f"/{repo}/")
+            and p.endswith("/model.safetensors")]
+
+
+def _header_ranges(shard: bytes) -> list[str]:
+    """The two reads of a safetensors header: its 8-byte length, then the JSON header."""
+    return ["bytes=0-7", f"bytes=8-{8 + int.from_bytes(shard[:8], 'little') - 1}"]
+
+
+def test_a_refused_card_license_stops_before_any_weight_byte_and_an_accepted_one_is_signed_in(hub, tmp_path):
+    """--refuse-license reads the card's front matter (README.md, not taken into model/) before the weights: the
+    only reads of the shard are its header's ranges. Accepted, the license is in the manifest's and the signed
+    report's source record."""
+    proxy = hub["proxy"]
+    proxy.ranges = True
+    try:
+        env = {"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(tmp_path)}
+        first = len(proxy.requests)
+        r = run_cli("ingest", "hf://org/carded@main", "--no-smoke", "--json", "--refuse-license", "unknown",
+                    "--refuse-license", "CC-BY-NC-4.0", env=env)
+        err = json_error(r.stdout, "ingest", 1)
+        assert err["type"] == "VerificationFailedError"
+        assert err["message"].endswith(": the model card (README.md) says license: cc-by-nc-4.0, which "
+                                       "--refuse-license refuses")
+        assert _weight_gets(proxy, first, "org/carded") == _header_ranges(hub["files"]["model.safetensors"])
+        assert store_artifacts(tmp_path) == []
+        r = run_cli("ingest", "hf://org/carded@main", "--no-smoke", "--json", "--refuse-license", "unknown", env=env)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        (art,) = store_artifacts(tmp_path)
+        manifest = json.loads((art / "manifest.json").read_text())
+        assert manifest["source"]["license"] == "cc-by-nc-4.0"
+        assert json.loads((art / "report.json").read_text())["source"]["license"] == "cc-by-nc-4.0"
+        assert "README.md" not in {f["path"] for f in manifest["files"]}
+    finally:
+        proxy.ranges = False
+
+
+def test_a_download_the_disk_cannot_hold_is_refused_before_the_first_weight_byte(hub, tmp_path, small_fs):
+    """A 24 MB shard into an 8 MiB store: refused after the headers were judged, naming the folder and the bytes,
+    with no weight request and nothing left in the hub cache's blobs/ but the small files."""
+    proxy = hub["proxy"]
+    home = small_fs / "store"
+    first = len(proxy.requests)
+    r = run_cli("ingest", "hf://org/big@main", "--no-smoke", "--json",
+                env={"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(home)})
+    err = json_error(r.stdout, "ingest", 2)
+    size = len(hub["big"]["model.safetensors"])
+    blobs = home / ".cache" / "hf" / "models--org--big" / "blobs"
+    assert err["type"] == "InsufficientResourcesError"
+    assert err["message"].startswith(f"{blobs} has ")
+    assert err["message"].endswith(f" bytes free; this run needs {size:,} there "
+                                   f"(downloading 1 weight file(s) of org/big {size:,} bytes)")
+    assert err["fix"].startswith("Free ") and "point MODELYARD_HOME (or --out) at a larger one" in err["fix"]
+    assert _weight_gets(proxy, first, "org/big") == _header_ranges(hub["big"]["model.safetensors"])
+    assert sorted(p.stat().st_size for p in blobs.iterdir()) == sorted(
+        len(v) for k, v in hub["big"].items() if k != "model.safetensors")

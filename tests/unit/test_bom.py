@@ -79,3 +79,23 @@ def test_a_bom_that_breaks_the_schema_is_refused(artifact):
     with pytest.raises(ManifestError) as e:
         validate_bom(doc)
     assert e.value.message.startswith("the AI-BOM does not follow the CycloneDX 1.6 schema: ")
+
+
+@pytest.mark.parametrize(("card", "licenses"), [
+    ({"license": "apache-2.0"}, [{"license": {"id": "Apache-2.0"}}]),  # an SPDX id is given as one
+    ({"license": "other", "license_name": "llama3.1", "license_link": "https://example.org/LICENSE"},
+     [{"license": {"name": "llama3.1"}}]),
+    ({}, None),
+])
+def test_the_cards_license_recorded_by_the_fetch_is_the_models_license(artifact, tmp_path, card, licenses):
+    import shutil
+
+    copy = tmp_path / "a"
+    shutil.copytree(artifact, copy)
+    doc = json.loads((copy / "manifest.json").read_text())
+    doc["source"].update(card)
+    (copy / "manifest.json").chmod(0o644)
+    (copy / "manifest.json").write_text(json.dumps(doc))
+    bom = build_bom(copy)
+    validate_bom(bom)
+    assert bom["metadata"]["component"].get("licenses") == licenses

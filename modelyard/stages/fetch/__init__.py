@@ -41,6 +41,7 @@ from modelyard.model.source import Source
 from modelyard.settings import Settings
 from modelyard.stages.fetch.gguf import check_gguf, fetch_gguf
 from modelyard.stages.fetch.hub import fetch_hub
+from modelyard.stages.fetch.preflight import LICENSE_KEYS, BeforeWeights, folder_license
 from modelyard.transport.signing import verify_signature
 from modelyard.transport.unbundle import read_manifest, unbundle
 from modelyard.transport.zstream import check_frames
@@ -115,14 +116,19 @@ def _require_model_files(where: str, selected: Sequence[str], everything: Sequen
 
 def fetch(source: Source, settings: Settings, *, allow_patterns: Sequence[str] | None = None,
           ignore_patterns: Sequence[str] | None = None,
-          before_weights: Callable[[Snapshot], None] | None = None) -> Snapshot:
+          before_weights: BeforeWeights | None = None) -> Snapshot:
     """Fetch ``source``; returns a Snapshot whose ``files`` carry sizes and expected digests
     (``sha256`` is filled later by :func:`modelyard.model.digest.hash_snapshot`, or now for a file
     hashed while it was downloaded: ``received``).
 
     ``before_weights(snapshot)`` (``hf://`` online only) is called before any ``*.safetensors`` byte
     is downloaded, with a Snapshot of a temporary folder holding the other files and each shard's
-    header (:mod:`modelyard.stages.fetch.hub`); an exception from it ends the fetch.
+    header (:mod:`modelyard.stages.fetch.hub`); an exception from it ends the fetch. What it returns,
+    ``(folder, bytes, what)`` needs, is added to the weights still to download, and the fetch raises
+    :class:`InsufficientResourcesError` (exit 2) before the first weight byte when a filesystem has less free
+    (:func:`~modelyard.stages.fetch.preflight.require_space`). The card's license (README.md front matter,
+    :func:`~modelyard.stages.fetch.preflight.card_license`) is recorded in the provenance of ``hf://`` and
+    ``file://`` snapshots and carried from a signed bundle's manifest.
 
     Raises :class:`SourceNotFoundError`, :class:`MissingConfigError`, :class:`UnsupportedWeightsError`,
     :class:`EndpointUnreachableError`, :class:`InvalidSourceError` (all exit code 2).
@@ -196,7 +202,8 @@ def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -
                                  fix="Replace it with the real file or remove it; modelyard reads regular files only.")
     _require_model_files(f"folder {root}", selected, everything)
     files = tuple(FileEntry(path=p, size=(root / p).stat().st_size) for p in selected)
-    return Snapshot(root=root, source=source.uri, kind="file", files=files, left_out=left_out(everything, selected))
+    return Snapshot(root=root, source=source.uri, kind="file", files=files, left_out=left_out(everything, selected),
+                    provenance=folder_license(root))
 
 
 def left_out(everything: Sequence[str], selected: Sequence[str]) -> tuple[str, ...]:
@@ -231,7 +238,7 @@ def sweep_incomplete(cache_dir: Path, repo_id: str) -> int:
 
 
 def _fetch_hf(source: Source, settings: Settings, allow: Sequence[str], ignore: Sequence[str],
-              before_weights: Callable[[Snapshot], None] | None = None, *, weights: bool = True) -> Snapshot:
+              before_weights: BeforeWeights | None = None, *, weights: bool = True) -> Snapshot:
     """``hf://``: :func:`modelyard.stages.fetch.hub.fetch_hub` (online) or the local hub cache
     (``HF_HUB_OFFLINE``, where ``before_weights`` is not called: nothing is downloaded)."""
     where = settings.endpoint() or "https://huggingface.co"
@@ -364,7 +371,8 @@ def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
                     provenance={"bundle_of": f"{manifest.name}@{manifest.revision}",
                                 "bundle_source": src.uri, "bundle_content_digest": manifest.content_digest,
                                 "bundle_signature": "verified" if trusted else "none",
-                                **({} if keep else {"bundle_claimed_commit": src.commit})})
+                                **({k: v for k, v in src.to_dict().items() if k in LICENSE_KEYS and v} if keep else
+                                   {"bundle_claimed_commit": src.commit})})
 
 
 def _bundle_signed(root: Path, settings: Settings, source: Source) -> bool:

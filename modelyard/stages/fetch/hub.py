@@ -54,10 +54,11 @@ from urllib.parse import unquote, urlparse
 from modelyard import progress
 from modelyard.errors import EndpointUnreachableError, ModelyardError, SourceNotFoundError, StoreError
 from modelyard.model.checkpoint import MAX_HEADER_BYTES
-from modelyard.model.digest import DigestWriter, FileDigest, differences, mismatch_error
+from modelyard.model.digest import DigestWriter, FileDigest, differences, git_blob_id, mismatch_error
 from modelyard.model.snapshot import FileEntry, Snapshot
 from modelyard.model.source import Source
 from modelyard.settings import Settings
+from modelyard.stages.fetch.preflight import CARD_FILE, CARD_MAX_BYTES, BeforeWeights, Need, card_license, require_space
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")
@@ -106,8 +107,10 @@ def hub_file(e: Any) -> HubFile:
 
 @contextlib.contextmanager
 def hub_errors(repo: str, rev: str, where: str) -> Iterator[None]:
-    """Turn huggingface_hub and httpx errors into modelyard's: a missing repo or revision (or one the
-    token cannot see) is :class:`SourceNotFoundError`; no connection, or an HTTP error status, is
+    """Turn huggingface_hub and httpx errors into modelyard's: a gated repo the token has no access to, a
+    missing revision, a missing repo (or one the token cannot see) are :class:`SourceNotFoundError`, each
+    with its own message (huggingface_hub's ``GatedRepoError``, ``RevisionNotFoundError``,
+    ``RepositoryNotFoundError``, from the Hub's ``X-Error-Code``), never retried; no connection, or an HTTP error status, is
     :class:`EndpointUnreachableError` (both exit 2; the ingest flow retries the latter)."""
     import httpx  # noqa: PLC0415 - heavy: httpx, imported on first use
     from huggingface_hub.errors import (  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
@@ -120,7 +123,14 @@ def hub_errors(repo: str, rev: str, where: str) -> Iterator[None]:
 
     try:
         yield
-    except (RevisionNotFoundError, RepositoryNotFoundError, GatedRepoError) as exc:
+    except GatedRepoError as exc:  # before RepositoryNotFoundError, its base class
+        raise SourceNotFoundError(f"repository {repo} on {where} is gated and this token has no access to it",
+                                  fix=f"Accept its conditions on the repo's page ({where.rstrip('/')}/{repo}) with your "
+                                      "account, then set MODELYARD_HF_TOKEN to a token of that account.") from exc
+    except RevisionNotFoundError as exc:
+        raise SourceNotFoundError(f"repository {repo} on {where} has no revision {rev!r}",
+                                  fix="Use a branch, tag or commit the repo has (e.g. @main).") from exc
+    except RepositoryNotFoundError as exc:
         raise SourceNotFoundError(f"repository {repo} at revision {rev!r} was not found on {where} (or needs a token)",
                                   fix="Check the repo id and revision, and set MODELYARD_HF_TOKEN for private repos.") from exc
     except (httpx.TransportError, LocalEntryNotFoundError, ConnectionError) as exc:
@@ -295,6 +305,25 @@ class HubSession:
                 return header_prefix(lambda a, b: os.pread(fh.fileno(), b - a, a), f.size)
         return header_prefix(lambda a, b: ranged_get(url, headers, a, b), f.size)
 
+    def card(self, tree: Sequence[HubFile]) -> dict[str, str]:
+        """The license fields of the repo's model card at the commit (:func:`~.preflight.card_license`): its
+        first :data:`~.preflight.CARD_MAX_BYTES` read from the cache, else with one ranged GET, and not stored
+        (no runtime reads it). A card read whole must be the git blob the tree lists; one that is not gives
+        no license. Empty without a card."""
+        f = next((f for f in tree if f.path == CARD_FILE), None)
+        if f is None:
+            return {}
+        pointer = self._pointer(f.path)
+        if pointer.exists():
+            with open(pointer, "rb") as fh:
+                data = fh.read(CARD_MAX_BYTES)
+        else:
+            _, url, headers = self._meta(f.path)
+            data = ranged_get(url, headers, 0, min(f.size, CARD_MAX_BYTES)) if f.size else b""
+        if len(data) == f.size and not f.lfs and f.git_oid and git_blob_id(data) != f.git_oid:
+            return {}
+        return card_license(data.decode("utf-8", "replace"))
+
     def entries(self, selected: Sequence[HubFile]) -> tuple[FileEntry, ...]:
         """The snapshot entries: sizes on disk; a file downloaded now carries the sha256 of the bytes received."""
         out = []
@@ -379,7 +408,7 @@ def skeleton(folder: Path, blobs: dict[str, Path], headers: dict[str, bytes], si
 
 def fetch_hub(source: Source, settings: Settings, where: str, select: Callable[[list[str]], list[str]],
               require: Callable[[str, list[str], list[str]], None],
-              before_weights: Callable[[Snapshot], None] | None = None, *, weights: bool = True) -> Snapshot:
+              before_weights: BeforeWeights | None = None, *, weights: bool = True) -> Snapshot:
     """Fetch ``source`` (``hf://``) into the hub cache, as the module doc says; returns its Snapshot.
 
     ``select(paths)`` picks the files to fetch (the allow/ignore patterns), ``require(where, selected,
@@ -398,19 +427,34 @@ def fetch_hub(source: Source, settings: Settings, where: str, select: Callable[[
         require(f"hf://{hub.repo}@{hub.commit}", [f.path for f in selected], everything)
         small = [f for f in selected if not is_weight(f.path)]
         shards = [f for f in selected if is_weight(f.path)]
+        provenance: dict[str, Any] = {"endpoint": where, **hub.card(tree)}
         with ThreadPoolExecutor(max_workers=WORKERS) as pool:
             located = dict(zip([f.path for f in selected], pool.map(hub.locate, selected)))
             _download(hub, pool, [f for f in small if located[f.path] is not None], located, "downloading config and tokenizer")
+            needs: Sequence[Need] = ()
             if before_weights is not None:
                 heads = dict(zip([f.path for f in shards], pool.map(lambda f: hub.header(f, located[f.path]), shards)))
-                _before(hub, settings, source, small, shards, heads, before_weights)
+                needs = _before(hub, settings, source, small, shards, heads, before_weights, provenance) or ()
             if weights:
-                _download(hub, pool, [f for f in shards if located[f.path] is not None], located, "downloading weights")
+                pending = [f for f in shards if located[f.path] is not None]
+                require_space([(hub.storage / "blobs", sum(f.size - _partial_bytes(hub, f, located[f.path]) for f in pending),
+                                f"downloading {len(pending)} weight file(s) of {hub.repo}"), *needs])
+                _download(hub, pool, pending, located, "downloading weights")
     if not weights:
         selected = small
     return Snapshot(root=hub.storage / "snapshots" / str(hub.commit), source=source.uri, kind="hf",
                     files=hub.entries(selected), repo_id=hub.repo, revision=hub.rev, commit=hub.commit,
-                    provenance={"endpoint": where}, left_out=tuple(sorted(p for p in everything if p not in chosen)))
+                    provenance=provenance, left_out=tuple(sorted(p for p in everything if p not in chosen)))
+
+
+def _partial_bytes(hub: HubSession, f: HubFile, located: Located | None) -> int:
+    """Bytes of ``f`` a killed run already left in ``blobs/<etag>.incomplete`` (resumed, not downloaded again)."""
+    if located is None:
+        return 0
+    try:
+        return min(partial_path(hub.storage / "blobs" / located[0]).stat().st_size, f.size)
+    except OSError:
+        return 0
 
 
 def _download(hub: HubSession, pool: ThreadPoolExecutor, files: list[HubFile], located: dict[str, Located | None],
@@ -423,16 +467,16 @@ def _download(hub: HubSession, pool: ThreadPoolExecutor, files: list[HubFile], l
 
 
 def _before(hub: HubSession, settings: Settings, source: Source, small: list[HubFile], shards: list[HubFile],
-            heads: dict[str, bytes], before_weights: Callable[[Snapshot], None]) -> None:
-    """Build the header-only folder in the cache, call ``before_weights`` on it, remove it."""
+            heads: dict[str, bytes], before_weights: BeforeWeights, provenance: dict[str, Any]) -> Sequence[Need] | None:
+    """Build the header-only folder in the cache, call ``before_weights`` on it (its provenance: the fetch's,
+    the card's license included, plus ``headers_only``), remove it."""
     base = settings.cache_dir() / "preverify"
     base.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{hub.repo.replace('/', '--')}-", dir=base))
     try:
         skeleton(folder, {f.path: hub._blob[f.path] for f in small}, heads, {f.path: f.size for f in shards})
         files = tuple(f.entry() for f in [*small, *shards])
-        before_weights(Snapshot(root=folder, source=source.uri, kind="hf", files=files, repo_id=hub.repo,
-                                revision=hub.rev, commit=hub.commit, provenance={"endpoint": hub.where,
-                                                                                 "headers_only": True}))
+        return before_weights(Snapshot(root=folder, source=source.uri, kind="hf", files=files, repo_id=hub.repo,
+                                revision=hub.rev, commit=hub.commit, provenance={**provenance, "headers_only": True}))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
