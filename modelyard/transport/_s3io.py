@@ -3,7 +3,8 @@ the URI, the client (s3fs), error messages, and the checked uploads and download
 
 Every upload carries its sha256: as ``ChecksumSHA256`` (S3 refuses bytes that do not match) and as
 metadata (``x-amz-meta-sha256``); a multipart upload sends one ``ChecksumSHA256`` per part and hashes
-the whole file on the way, completing it only when that matches. The bytes sent are hashed here too,
+the whole file on the way, completing it only when that matches. Big files go up and come down in parts,
+several at once (:data:`DEFAULT_CONCURRENCY`), and an unfinished multipart upload is resumed. The bytes sent are hashed here too,
 since not every S3-compatible server verifies.
 """
 
@@ -11,13 +12,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from modelyard.errors import HashMismatchError, PublishError
 from modelyard.settings import Settings
-from modelyard.transport._transfer import CHUNK, LocalFile
+from modelyard.transport._transfer import CHUNK, RANGE_CONCURRENCY, RANGE_PART, LocalFile, ordered_parts
 
-DEFAULT_MULTIPART = 64 * 1024 * 1024  # bytes: bigger files go up in parts of this size
+DEFAULT_MULTIPART = 16 * 1024 * 1024  # bytes: bigger files go up (and come down) in parts of this size
+#: parts in flight at once, each way: boto3's TransferConfig default ``max_concurrency``
+DEFAULT_CONCURRENCY = 10
+MAX_PARTS = 10_000  # S3's most parts of one upload
 MIN_PART = 5 * 1024 * 1024  # S3's smallest part (all but the last)
 _FIX_URI = "Write it as s3://BUCKET/PREFIX, e.g. s3://models/tiny/v1."
 
@@ -90,48 +96,140 @@ def put_bytes(fs, bucket: str, key: str, data: bytes, sha: str, uri: str, rel: s
         fs.invalidate_cache()
 
 
-def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str) -> None:  # noqa: ANN001
-    """Parts of ``part`` bytes, each byte hashed once into the whole-file sha256; completed only if it
-    matches ``f.sha256`` (aborted otherwise, leaving nothing behind)."""
-    try:
-        mpu = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
-                         ChecksumAlgorithm="SHA256")
-    except Exception as exc:  # noqa: BLE001
-        raise s3_error(exc, f"starting the upload of {f.rel}", uri) from exc
-    upload_id = mpu["UploadId"]
+def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str,  # noqa: ANN001
+                  concurrency: int = DEFAULT_CONCURRENCY) -> int:
+    """Upload ``f`` to ``key`` in parts of ``part`` bytes (more when the file would need over
+    :data:`MAX_PARTS`), up to ``concurrency`` parts in flight (the file is read once, in order, so that every
+    byte goes into the whole-file sha256; memory: at most ``concurrency`` + 1 parts). Each part carries its
+    ``ChecksumSHA256`` (S3 refuses a part whose bytes differ). Completed only when the whole file's sha256 is
+    ``f.sha256``; else aborted (:class:`HashMismatchError`), leaving nothing behind.
+
+    Resumable across a crash when ``key`` is content-addressed (it ends with ``f.sha256``: the object store's
+    ``blobs/sha256/<sha>``, so an unfinished upload of it, and the sha256 metadata it was started with, can only
+    be of these bytes): an unfinished upload of ``key`` (``ListMultipartUploads``) is continued, and a part it
+    already holds is not sent again when its ``ChecksumSHA256`` (S3), else its ``ETag`` (the part's MD5, as S3
+    and moto give it for unencrypted objects) matches the local part. A failure then keeps the upload for the
+    next run; a bucket lifecycle rule (``AbortIncompleteMultipartUpload``) removes one never resumed. Any other
+    key's upload is aborted on any failure. Returns the bytes sent. Raises :class:`PublishError` naming the part
+    on a failure."""
+    part = max(part, -(-f.size // MAX_PARTS))
+    resumable = key.endswith(f.sha256)
+    upload_id, held = _unfinished(fs, bucket, key, uri) if resumable else (None, {})
+    if upload_id is None:
+        try:
+            upload_id = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
+                                   ChecksumAlgorithm="SHA256")["UploadId"]
+        except Exception as exc:  # noqa: BLE001
+            raise s3_error(exc, f"starting the upload of {f.rel}", uri) from exc
+
+    def send(n: int, chunk: bytes, part_sha: str | None) -> dict[str, Any]:
+        part_sha = part_sha or checksum(hashlib.sha256(chunk).hexdigest())  # in the worker: hashlib frees the GIL
+        try:
+            out = fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk,
+                             ChecksumSHA256=part_sha)
+        except Exception as exc:  # noqa: BLE001
+            raise s3_error(exc, f"uploading part {n} of {f.rel}", uri) from exc
+        return {"PartNumber": n, "ETag": out["ETag"], "ChecksumSHA256": part_sha}
+
     h = hashlib.sha256()
-    parts = []
+    parts: list[dict[str, Any]] = []
+    sent = 0
     try:
-        with open(f.path, "rb") as fh:
+        with open(f.path, "rb") as fh, ThreadPoolExecutor(max_workers=concurrency,
+                                                          thread_name_prefix="modelyard-s3-part") as pool:
+            window: deque[Future[dict[str, Any]]] = deque()
             n = 1
             while chunk := fh.read(part):
                 h.update(chunk)
-                part_sha = checksum(hashlib.sha256(chunk).hexdigest())  # S3 refuses a part whose bytes differ
-                try:
-                    out = fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=chunk,
-                                     ChecksumSHA256=part_sha)
-                except Exception as exc:  # noqa: BLE001
-                    raise s3_error(exc, f"uploading part {n} of {f.rel}", uri) from exc
-                parts.append({"PartNumber": n, "ETag": out["ETag"], "ChecksumSHA256": part_sha})
+                old = held.get(n)
+                part_sha = checksum(hashlib.sha256(chunk).hexdigest()) if old is not None else None
+                if old is not None and old.get("Size") == len(chunk) and _same_part(old, chunk, str(part_sha)):
+                    parts.append({"PartNumber": n, "ETag": old["ETag"], "ChecksumSHA256": part_sha})
+                else:
+                    window.append(pool.submit(send, n, chunk, part_sha))
+                    sent += len(chunk)
+                    while len(window) >= concurrency:
+                        parts.append(window.popleft().result())
                 n += 1
+                del chunk
+            while window:
+                parts.append(window.popleft().result())
         if h.hexdigest() != f.sha256:
+            _abort(fs, bucket, key, upload_id)
             raise HashMismatchError(f"{f.path}: sha256 {h.hexdigest()} differs from {f.sha256}, the digest the artifact "
                                     "records; the upload was aborted",
                                     fix="The artifact changed after it was made: run `modelyard verify` on it and "
                                         "re-ingest the model.")
         try:
             fs.call_s3("complete_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id,
-                       MultipartUpload={"Parts": parts})
+                       MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])})
         except Exception as exc:  # noqa: BLE001
             raise s3_error(exc, f"completing the upload of {f.rel}", uri) from exc
     except BaseException:
-        try:
-            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
-        except Exception:  # noqa: BLE001, S110 - best effort; the original error matters
-            pass
+        if not resumable:
+            _abort(fs, bucket, key, upload_id)
         raise
     finally:
         fs.invalidate_cache()
+    return sent
+
+
+def _same_part(old: dict[str, Any], chunk: bytes, part_sha: str) -> bool:
+    """Whether a part an unfinished upload holds (``ListParts`` entry) has ``chunk``'s bytes."""
+    if old.get("ChecksumSHA256"):
+        return bool(old["ChecksumSHA256"] == part_sha)
+    return str(old.get("ETag", "")).strip('"') == hashlib.md5(chunk, usedforsecurity=False).hexdigest()
+
+
+def _unfinished(fs, bucket: str, key: str, uri: str) -> tuple[str | None, dict[int, dict[str, Any]]]:  # noqa: ANN001
+    """The newest unfinished multipart upload of ``key`` and its parts by number, or ``(None, {})``."""
+    try:
+        ups = [u for u in fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key).get("Uploads", [])
+               if u.get("Key") == key]
+        if not ups:
+            return None, {}
+        upload_id = max(ups, key=lambda u: str(u.get("Initiated", "")))["UploadId"]
+        held: dict[int, dict[str, Any]] = {}
+        marker = 0
+        while True:
+            page = fs.call_s3("list_parts", Bucket=bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker)
+            held.update({int(p["PartNumber"]): p for p in page.get("Parts", [])})
+            if not page.get("IsTruncated"):
+                return upload_id, held
+            marker = int(page["NextPartNumberMarker"])
+    except Exception as exc:  # noqa: BLE001
+        raise s3_error(exc, f"listing unfinished uploads of {key}", uri) from exc
+
+
+def _abort(fs, bucket: str, key: str, upload_id: str) -> None:  # noqa: ANN001
+    try:
+        fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+    except Exception:  # noqa: BLE001, S110 - best effort; the original error matters
+        pass
+
+
+def read_ranges(fs, path: str, size: int, rel: str, uri: str, adv,  # noqa: ANN001, ANN202
+                part: int = RANGE_PART, concurrency: int = RANGE_CONCURRENCY):
+    """The bytes of the object ``path`` (``size`` bytes, as the artifact records), in order, fetched as
+    ranged GETs of ``part`` bytes, up to ``concurrency`` in flight (:func:`~._transfer.ordered_parts`), so
+    that the caller hashes and writes them in one pass. An object up to one part is one GET
+    (:func:`read_chunks`). Raises :class:`PublishError` as :func:`read_chunks` does."""
+    if size <= part:
+        yield from read_chunks(fs, path, rel, uri, adv)
+        return
+
+    def get(start: int, end: int) -> bytes:
+        try:
+            return bytes(fs.cat_file(path, start=start, end=end))
+        except FileNotFoundError as exc:
+            raise PublishError(f"{uri}: {rel} is listed in the artifact but missing from the bucket",
+                               fix="The publish was incomplete or the object was deleted: publish again.") from exc
+        except Exception as exc:  # noqa: BLE001
+            raise s3_error(exc, f"downloading bytes {start}-{end - 1} of {rel}", uri) from exc
+
+    for chunk in ordered_parts(get, 0, size, part, concurrency):
+        adv(len(chunk))
+        yield chunk
 
 
 def read_chunks(fs, path: str, rel: str, uri: str, adv):  # noqa: ANN001, ANN202

@@ -11,6 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable
@@ -28,7 +31,36 @@ from modelyard.transport.unbundle import (
 )
 
 CHUNK = 4 * 1024 * 1024
+#: the size of one ranged GET of a big file, and how many are in flight at once (boto3's TransferConfig default
+#: ``max_concurrency``); memory: at most that many parts
+RANGE_PART = 16 * 1024 * 1024
+RANGE_CONCURRENCY = 10
 INDEX_NAME = INDEX  # the artifact's index (modelyard.artifact.index), in a bundle and beside the manifest on s3://
+
+
+def ordered_parts(get: Callable[[int, int], bytes], start: int, size: int, part: int = RANGE_PART,
+                  concurrency: int = RANGE_CONCURRENCY) -> Iterator[bytes]:
+    """Bytes ``[start, size)`` of a remote file as ``get(a, b)`` returns ``[a, b)`` (a ranged GET), in parts of
+    ``part`` bytes with up to ``concurrency`` fetched at once, yielded in order, so that the caller hashes and
+    writes the whole file in one pass while the network is kept busy. A part shorter than asked ends the
+    stream (the caller's size check names the file)."""
+    starts = iter(range(start, size, part))
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="modelyard-range") as pool:
+        window: deque[Future[bytes]] = deque()
+        for a in starts:
+            window.append(pool.submit(get, a, min(a + part, size)))
+            if len(window) >= concurrency:
+                break
+        while window:
+            chunk = window.popleft().result()
+            nxt = next(starts, None)
+            if nxt is not None:
+                window.append(pool.submit(get, nxt, min(nxt + part, size)))
+            yield chunk
+            if len(chunk) < part and window:
+                for fut in window:
+                    fut.cancel()
+                return
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from modelyard.transport._s3io import (
     parse_s3_uri,
     put_bytes,
     put_multipart,
-    read_chunks,
+    read_ranges,
     s3_error,
     s3_filesystem,
 )
@@ -300,7 +300,7 @@ class S3Store(Store):
                 st.put(MANIFEST, manifest_bytes)
                 for rel in sorted(contents.files):
                     exp = contents.files[rel]
-                    st.write(rel, read_chunks(self.fs, f"{self.bucket}/{self._blob_key(exp.sha256)}", rel, where, adv),
+                    st.write(rel, read_ranges(self.fs, f"{self.bucket}/{self._blob_key(exp.sha256)}", exp.size, rel, where, adv),
                              exp.size, exp.sha256, where)
                 done = st.commit()
             return self._into_cache(done, name, revision, manifest_bytes)

@@ -17,9 +17,10 @@ hashed is refused there, and each byte is read once (never hashed again here).
   ``dev.modelyard.{content-digest,source.commit,quantization}``.
 
 Files over ``chunk_size`` (16 MiB) go up in chunks (POST, PATCH per chunk, PUT), the rest in one
-PUT. Pull fetches the manifest, checks every layer title (no ``..``, no absolute path) and that the
-layers are exactly manifest.json's files (same sha256) plus the others, streams each blob to a temp
-folder while hashing it and renames the folder into place when everything matched.
+PUT; :data:`LAYER_CONCURRENCY` layers at once. Pull fetches the manifest, checks every layer title (no ``..``,
+no absolute path) and that the layers are exactly manifest.json's files (same sha256) plus the others, streams
+each blob to a temp folder while hashing it (a big blob as ranged GETs, several in flight, when the registry
+answers ``Range``) and renames the folder into place when everything matched.
 
 Registries on 127.0.0.1/localhost are spoken to in plain HTTP (``insecure``); others over HTTPS.
 Credentials come from ``MODELYARD_REGISTRY_USER``/``MODELYARD_REGISTRY_PASSWORD`` and never appear
@@ -32,6 +33,7 @@ import hashlib
 import json
 import re
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +46,13 @@ from modelyard.model.checkpoint import read_safetensors_header
 from modelyard.settings import Settings
 from modelyard.transport import referrers
 from modelyard.transport._transfer import (
+    RANGE_PART,
     LocalArtifact,
     PublishResult,
     PullResult,
     Staging,
     check_rel,
+    ordered_parts,
     parse_listing,
 )
 from modelyard.transport.refs import load_artifact
@@ -63,6 +67,8 @@ MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 TITLE = "org.opencontainers.image.title"
 FILEPATH = "org.cncf.model.filepath"
 DEFAULT_CHUNK = 16 * 1024 * 1024
+#: layers (files) pushed at once; each layer's chunks go up in order, as the OCI distribution spec asks
+LAYER_CONCURRENCY = 4
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _REPO_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
@@ -300,9 +306,15 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
             skipped += upload_layer(client, container, small / "config.json", config_layer, "the ModelPack config blob",
                                target, chunk_size)
             adv(len(config_bytes))
-            for (rel, size, _sha256, path), layer in zip(entries, layers):
-                skipped += upload_layer(client, container, path or small / MANIFEST, layer, rel, target, chunk_size)
-                adv(size)
+            pool = ThreadPoolExecutor(max_workers=LAYER_CONCURRENCY, thread_name_prefix="modelyard-oci-layer")
+            try:  # layers go up side by side (each one's chunks in order, as the protocol asks)
+                futures = [pool.submit(upload_layer, client, container, path or small / MANIFEST, layer, rel, target,
+                                       chunk_size) for (rel, _size, _sha256, path), layer in zip(entries, layers)]
+                for fut, (_rel, size, _sha256, _path) in zip(futures, entries):
+                    skipped += fut.result()
+                    adv(size)
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
         manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE, "artifactType": ARTIFACT_TYPE,
                     "config": config_layer, "layers": layers, "annotations": annotations_of(art)}
         r = client.upload_manifest(manifest, container)
@@ -509,13 +521,42 @@ def _check_layers(manifest: dict[str, Any], src: OciRef) -> list[dict[str, Any]]
 
 
 def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef):  # noqa: ANN001, ANN202
+    """The blob's bytes in order. A blob over one part (:data:`~._transfer.RANGE_PART`) is fetched as ranged
+    GETs, several at once (:func:`~._transfer.ordered_parts`), when the registry answers ``Range`` (206, as
+    distribution does); else, and for small blobs, as one streamed GET."""
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
 
+    size = int(layer["size"])
+    url = f"{client.prefix}://{container.get_blob_url(layer['digest'])}"
+
+    def missing(status: int) -> PublishError:
+        return PublishError(f"{src}: the registry has no blob for {rel} ({layer['digest']}): HTTP {status}",
+                            fix="The push was incomplete or the blob was deleted: publish the artifact again.")
+
+    def get(start: int, end: int) -> bytes:
+        r = client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes={start}-{end - 1}"})
+        if r.status_code != 206:
+            raise missing(r.status_code)
+        return bytes(r.content)
+
     try:
+        if size > RANGE_PART:
+            with client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes=0-{RANGE_PART - 1}"},
+                                   stream=True) as first:
+                if first.status_code == 206:
+                    head = first.content
+                elif first.status_code == 200:  # Range ignored: this answer is the whole blob
+                    yield from first.iter_content(chunk_size=1 << 20)
+                    return
+                else:
+                    raise missing(first.status_code)
+            yield head
+            if len(head) == RANGE_PART:
+                yield from ordered_parts(get, RANGE_PART, size)
+            return
         with client.get_blob(container, layer["digest"], stream=True) as r:
             if r.status_code != 200:
-                raise PublishError(f"{src}: the registry has no blob for {rel} ({layer['digest']}): HTTP {r.status_code}",
-                                   fix="The push was incomplete or the blob was deleted: publish the artifact again.")
+                raise missing(r.status_code)
             yield from r.iter_content(chunk_size=1 << 20)
     except requests.exceptions.RequestException as exc:
         raise PublishError(f"{src}: downloading {rel} failed ({type(exc).__name__})",

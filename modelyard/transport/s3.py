@@ -35,7 +35,7 @@ from modelyard.transport._s3io import (  # noqa: F401 - parse_s3_uri and the def
     parse_s3_uri,
     put_bytes,
     put_multipart,
-    read_chunks,
+    read_ranges,
     s3_error,
     s3_filesystem,
     s3_settings,
@@ -132,7 +132,7 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
         st.put(MANIFEST, manifest_bytes)
         for rel in sorted(contents.files):
             exp = contents.files[rel]
-            st.write(rel, read_chunks(fs, f"{base}/{rel}", rel, uri, adv), exp.size, exp.sha256, uri)
+            st.write(rel, read_ranges(fs, f"{base}/{rel}", exp.size, rel, uri, adv), exp.size, exp.sha256, uri)
         verified = None
         if public_key is not None:
 

@@ -188,6 +188,43 @@ def test_multipart_blobs(tiny, s3_settings, client, tmp_path):
     assert hashlib.sha256((local / "serve" / "big.bin").read_bytes()).hexdigest() == sha
 
 
+def test_an_unfinished_blob_upload_is_resumed_and_big_blobs_come_down_in_ranges(tiny, s3_settings, client, tmp_path,
+                                                                                 tmp_path_factory):
+    """What a killed publish leaves (a multipart upload of the blob with its first part, and a second part whose
+    bytes are not the file's) is resumed: only parts 2-9 are sent, the object is whole, nothing is left unfinished;
+    a 40 MiB blob comes back down in 16 MiB ranges, hashed whole."""
+    import base64
+    import os
+    import re
+    import shutil
+
+    big = tmp_path / "big"
+    shutil.copytree(tiny, big)
+    data = os.urandom(40 * 1024 * 1024 + 17)
+    (big / "serve" / "big.bin").write_bytes(data)
+    sha, part = hashlib.sha256(data).hexdigest(), 5 * 1024 * 1024
+    key = f"mp2/blobs/sha256/{sha}"
+    up = client.create_multipart_upload(Bucket="models", Key=key, Metadata={"sha256": sha}, ChecksumAlgorithm="SHA256")
+    for n, body in ((1, data[:part]), (2, os.urandom(part))):
+        client.upload_part(Bucket="models", Key=key, UploadId=up["UploadId"], PartNumber=n, Body=body,
+                           ChecksumSHA256=base64.b64encode(hashlib.sha256(body).digest()).decode())
+    log = Path(tmp_path_factory.getbasetemp()) / "moto0" / "moto.log"
+    before = len(log.read_text().splitlines())
+    store = S3Store("s3://models/mp2", tmp_path / "cache", s3_settings, multipart_threshold=part)
+    store.publish(_staged(store, big), "tiny", COMMIT, _digest(big))
+    sent = sorted(int(m[1]) for line in log.read_text().splitlines()[before:]
+                  if f"/models/{key}?" in line and (m := re.search(r"partNumber=(\d+)", line)))
+    assert sent == list(range(2, 10))  # 9 parts of 5 MiB; the first was there
+    assert client.list_multipart_uploads(Bucket="models", Prefix=key).get("Uploads", []) == []
+    assert client.head_object(Bucket="models", Key=key)["ETag"].strip('"').endswith("-9")
+    before = len(log.read_text().splitlines())
+    fresh = S3Store("s3://models/mp2", tmp_path / "fresh", s3_settings)
+    local = fresh.local(fresh.get("tiny", COMMIT))
+    assert hashlib.sha256((local / "serve" / "big.bin").read_bytes()).hexdigest() == sha
+    gets = [line for line in log.read_text().splitlines()[before:] if f'"GET /models/{key} ' in line]
+    assert len(gets) == 3  # bytes 0-16 MiB, 16-32 MiB, 32 MiB-end
+
+
 def _env(s3_endpoint: str, cache: Path, **extra: str) -> dict[str, str]:
     return {**AWS_ENV, "MODELYARD_S3_ENDPOINT_URL": s3_endpoint, "MODELYARD_HOME": str(cache), **extra}
 

@@ -1,0 +1,179 @@
+"""Publish and pull of a big artifact to an object store and to an OCI registry, against the transfer the
+ecosystem's own tools make of the same files, in one run.
+
+Run: ``.venv/bin/python benchmarks/transfer.py [--size 2GiB] [--only s3|oci]`` (about 8 min for 2 GiB on
+2 cores; the numbers are in benchmarks/README.md). Each side runs twice, alternating, and the best of each
+is compared.
+
+- **S3**: ``S3Store.publish`` (every byte hashed on the way, a ``ChecksumSHA256`` per part, parts of 16 MiB,
+  10 in flight), then ``S3Store.local`` from a fresh cache (ranged GETs of 16 MiB, 10 in flight, hashed whole),
+  against a real ``moto_server`` on 127.0.0.1. Baseline: boto3's ``upload_file`` / ``download_file`` (the
+  TransferManager ``aws s3 cp`` uses) with ``TransferConfig(max_concurrency=10, multipart_chunksize=16 MiB,
+  multipart_threshold=16 MiB)``, the same concurrency and part size, and no checksums.
+- **OCI**: ``publish_oci`` then ``pull_oci`` (layers hashed on the way and checked against the manifest)
+  against the Debian ``docker-registry`` on 127.0.0.1. Baseline: oras-py's own ``OrasClient.push`` and
+  ``pull`` of the same files (the library modelyard speaks OCI through; the ``oras`` CLI is not packaged here).
+
+The artifact: random bytes in 512 MiB files (a checkpoint's shards) plus a manifest.
+"""
+
+# ruff: noqa: B023 - each lambda is timed (called) in the iteration that makes it
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+MiB = 1 << 20
+
+
+def _size(text: str) -> int:
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for u, m in units.items():
+        if text.endswith(u):
+            return int(float(text[: -len(u)]) * m)
+    return int(text)
+
+
+def artifact(root: Path, size: int, file_bytes: int = 512 * MiB) -> tuple[Path, str]:
+    """An artifact folder (model/ of random files + manifest.json + report.json) of ``size`` bytes."""
+    import hashlib
+
+    from modelyard.artifact.manifest import Manifest
+    from modelyard.checks import Report
+    from modelyard.model.digest import tree_digest
+    from modelyard.model.snapshot import FileEntry
+
+    art = root / "artifact"
+    (art / "model").mkdir(parents=True)
+    entries, left, k = [], size, 0
+    while left:
+        n = min(file_bytes, left)
+        name = f"model-{k:05d}-of-99999.safetensors"
+        h = hashlib.sha256()
+        with open(art / "model" / name, "wb") as fh:
+            for off in range(0, n, 64 * MiB):
+                block = os.urandom(min(64 * MiB, n - off))
+                h.update(block)
+                fh.write(block)
+        entries.append(FileEntry(path=name, size=n, sha256=h.hexdigest()))
+        left, k = left - n, k + 1
+    digest = "sha256:" + tree_digest(tuple(entries))
+    Manifest.from_dict({"schema_version": "1", "name": "bench", "revision": "r1", "content_digest": digest,
+                        "files": [{"path": f"model/{e.path}", "size": e.size, "sha256": e.sha256} for e in entries]}
+                       ).save(art)
+    (art / "report.json").write_text(json.dumps(Report(findings=()).to_dict()) + "\n")
+    return art, digest
+
+
+def timed(fn) -> float:  # noqa: ANN001
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def bench_s3(root: Path, art: Path, digest: str, size: int) -> dict:
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+
+    from modelyard.settings import Settings
+    from modelyard.transport.objectstore import S3Store
+    from tests.e2e.publish_servers import AWS_ENV, moto_s3
+
+    os.environ.update(AWS_ENV)
+    files = sorted((art / "model").iterdir())
+    with moto_s3(root / "moto") as url:
+        client = boto3.client("s3", endpoint_url=url)
+        client.create_bucket(Bucket="bench")
+        cfg = TransferConfig(max_concurrency=10, multipart_chunksize=16 * MiB, multipart_threshold=16 * MiB)
+        settings = Settings(s3_endpoint_url=url)
+        ups, base_ups, pulls, base_downs = [], [], [], []
+        for k in range(2):  # A B A B, best of each: neither side pays for a fuller moto or a warmer page cache
+            base_ups.append(timed(lambda: [client.upload_file(str(f), "bench", f"baseline{k}/{f.name}", Config=cfg)
+                                           for f in files]))
+            store = S3Store(f"s3://bench/store{k}", root / f"cache-a{k}", settings)
+            staged = store.new_staging()
+            shutil.copytree(art, staged, dirs_exist_ok=True, copy_function=os.link)
+            ups.append(timed(lambda: store.publish(staged, "bench", "r1", digest)))
+        for k in range(2):
+            down = root / f"boto3-down{k}"
+            down.mkdir()
+            base_downs.append(timed(lambda: [client.download_file("bench", f"baseline{k}/{f.name}", str(down / f.name),
+                                                                  Config=cfg) for f in files]))
+            shutil.rmtree(down)
+            fresh = S3Store(f"s3://bench/store{k}", root / f"cache-b{k}", settings)
+            pulls.append(timed(lambda: fresh.local(fresh.get("bench", "r1"))))
+            shutil.rmtree(root / f"cache-b{k}")
+        up, base_up, pull, base_down = min(ups), min(base_ups), min(pulls), min(base_downs)
+    mb = size / 1e6
+    return {"publish_mb_s": mb / up, "boto3_upload_mb_s": mb / base_up, "publish_ratio": base_up / up,
+            "pull_mb_s": mb / pull, "boto3_download_mb_s": mb / base_down, "pull_ratio": base_down / pull}
+
+
+def bench_oci(root: Path, art: Path, size: int) -> dict:
+    import oras.client
+
+    from modelyard.transport.oci import publish_oci, pull_oci
+    from tests.e2e.publish_servers import docker_registry
+
+    files = sorted((art / "model").iterdir())
+    with docker_registry(root / "registry") as host:
+        client = oras.client.OrasClient(hostname=host, insecure=True)
+        ups, base_ups, pulls, base_downs = [], [], [], []
+        for k in range(2):  # A B A B, best of each
+            cwd = os.getcwd()
+            os.chdir(art / "model")  # oras-py names layers by the paths given
+            try:
+                base_ups.append(timed(lambda: client.push(target=f"{host}/baseline{k}/bench:r1",
+                                                          files=[f.name for f in files], disable_path_validation=True)))
+            finally:
+                os.chdir(cwd)
+            ups.append(timed(lambda: publish_oci(art, f"oci://{host}/models{k}/bench:r1")))
+        for k in range(2):
+            base_downs.append(timed(lambda: client.pull(target=f"{host}/baseline{k}/bench:r1",
+                                                        outdir=str(root / f"oras-down{k}"))))
+            shutil.rmtree(root / f"oras-down{k}")
+            pulls.append(timed(lambda: pull_oci(f"oci://{host}/models{k}/bench:r1", root / f"pulled{k}")))
+            shutil.rmtree(root / f"pulled{k}")
+        up, base_up, pull, base_down = min(ups), min(base_ups), min(pulls), min(base_downs)
+    mb = size / 1e6
+    return {"publish_mb_s": mb / up, "oras_push_mb_s": mb / base_up, "publish_ratio": base_up / up,
+            "pull_mb_s": mb / pull, "oras_pull_mb_s": mb / base_down, "pull_ratio": base_down / pull}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="2GiB", help="artifact bytes (KiB/MiB/GiB suffixes)")
+    ap.add_argument("--only", choices=("s3", "oci"), default=None)
+    args = ap.parse_args()
+    size = _size(args.size)
+    with tempfile.TemporaryDirectory(prefix="modelyard-transfer-", dir=os.environ.get("TMPDIR", "/tmp")) as tmp:
+        root = Path(tmp)
+        art, digest = artifact(root, size)
+        print(f"artifact: {size / 1e9:.2f} GB in {len(list((art / 'model').iterdir()))} files, {os.cpu_count()} CPUs")
+        rows = []
+        if args.only in (None, "s3"):
+            rows.append(("S3 (moto_server)", "boto3 TransferConfig(10 threads, 16 MiB parts)", bench_s3(root, art, digest, size)))
+        if args.only in (None, "oci"):
+            rows.append(("OCI (docker-registry)", "oras-py push/pull", bench_oci(root, art, size)))
+    for where, base, r in rows:
+        keys = [k for k in r if k.endswith("_mb_s")]
+        print(f"{where}, baseline {base}:")
+        print("  " + ", ".join(f"{k.removesuffix('_mb_s')} {r[k]:.0f} MB/s" for k in keys))
+        print(f"  publish {r['publish_ratio']:.2f}x the baseline's speed, pull {r['pull_ratio']:.2f}x")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
