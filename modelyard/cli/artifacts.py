@@ -109,6 +109,9 @@ def publish_cmd(
     to: str = typer.Option(..., "--to", help="oci://HOST[:PORT]/REPO[:TAG] or s3://BUCKET/PREFIX"),
     flavour: str = typer.Option("modelpack", "--flavour", help="OCI only: modelpack (the whole artifact, one raw layer "
                                 "per file) or modelcar (model/ as a runnable image for KServe's oci:// storage)"),
+    referrers_only: bool = typer.Option(False, "--referrers-only", help="OCI only: push no layer, only the "
+                                        "signature and attestations as referrers of the manifest already at --to "
+                                        "(a tag or @sha256:...; it must be this artifact's): sign after publishing"),
     as_json: bool = json_option("{uri, files, bytes, skipped, digest, content_digest, referrers, flavour, storage_uri}"),
     verbose: bool = verbose_option(),
 ) -> None:
@@ -118,7 +121,7 @@ def publish_cmd(
     the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
 
     with working(as_json):
-        res = publish(artifact, to, flavour=flavour)
+        res = publish(artifact, to, flavour=flavour, referrers_only=referrers_only)
     storage = _storage_uri(res.uri, res.digest, flavour)
     if as_json:
         emit_json(asdict(res) | {"flavour": flavour if to.startswith("oci://") else None, "storage_uri": storage})

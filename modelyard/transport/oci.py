@@ -326,6 +326,31 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
                          digest=digest or None, skipped=skipped, referrers=pushed)
 
 
+def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, home: Path | None = None) -> PublishResult:
+    """Push the artifact's signature and attestations (:func:`push_evidence`) as OCI 1.1 referrers of the
+    manifest already at ``ref`` (a tag or ``@sha256:`` digest), pushing no layer: for an artifact signed after
+    it was published. That manifest must be this artifact's (its ``dev.modelyard.content-digest`` annotation and
+    its manifest.json layer, the same bytes), else :class:`PublishError` (exit 2) names both."""
+    src = parse_oci_ref(ref)
+    if src.reference is None:
+        raise PublishError(f"{ref}: say which pushed manifest to attach to (a tag or @sha256:...)", fix=_FIX_REF)
+    art = load_artifact(artifact_dir, home)
+    client = _client(src, None, Settings() if settings is None else settings)
+    container = client.get_container(f"{src.repo}@{src.digest}" if src.digest else f"{src.repo}:{src.tag}")
+    manifest, digest = _get_manifest(client, container, src)
+    theirs = (manifest.get("annotations") or {}).get("dev.modelyard.content-digest")
+    layer = next((lay for lay in manifest.get("layers", []) if (lay.get("annotations") or {}).get(TITLE) == MANIFEST), {})
+    ours = art.manifest.content_digest
+    if theirs != ours or layer.get("digest") != f"sha256:{_sha(art.manifest_bytes)}":
+        said = (f"holds content {theirs or 'not from modelyard'}, not this artifact's {ours}" if theirs != ours else
+                f"holds the same content ({ours}) under another manifest.json (another revision or origin)")
+        raise PublishError(f"{src} {said}; nothing was attached",
+                           fix="Attach to the manifest this artifact was published as (`modelyard publish` prints it).")
+    pushed = push_evidence(client, container, art, digest)
+    return PublishResult(uri=f"oci://{src.host}/{src.repo}@{digest}", files=0, bytes=0,
+                         content_digest=art.manifest.content_digest, digest=digest, referrers=pushed)
+
+
 def push_evidence(client, container, art: LocalArtifact, digest: str) -> tuple[str, ...]:  # noqa: ANN001
     """Push the artifact's signature (``model.sig``), its verification report and its smoke evidence as OCI 1.1
     referrers of the manifest ``digest`` (:mod:`modelyard.transport.referrers`); returns their kinds."""
@@ -563,6 +588,6 @@ def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef
                            fix="Check the registry and the network, then pull again.") from exc
 
 
-__all__ = ["publish_oci", "pull_oci", "parse_oci_ref", "media_type", "model_config", "OciRef",
+__all__ = ["publish_oci", "pull_oci", "attach_oci", "parse_oci_ref", "media_type", "model_config", "OciRef",
            "ARTIFACT_TYPE", "CONFIG_MEDIA_TYPE", "WEIGHT_RAW", "WEIGHT_CONFIG_RAW", "DOC_RAW"]
 

@@ -15,7 +15,7 @@ from typing import Any
 from modelyard.errors import BundleError, PublishError
 from modelyard.transport._transfer import PublishResult, PullResult
 from modelyard.transport.modelcar import FLAVOURS, publish_modelcar
-from modelyard.transport.oci import parse_oci_ref, publish_oci, pull_oci
+from modelyard.transport.oci import attach_oci, parse_oci_ref, publish_oci, pull_oci
 from modelyard.transport.s3 import parse_s3_uri, publish_s3, pull_s3
 
 SCHEMES = ("oci://", "s3://")
@@ -37,7 +37,7 @@ def check_target(to: str) -> None:
 
 
 def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path | None = None,
-            flavour: str = "modelpack") -> PublishResult:
+            flavour: str = "modelpack", referrers_only: bool = False) -> PublishResult:
     """Publish the artifact (folder or store reference ``NAME[@REV]``) to ``to`` (``oci://`` or ``s3://``).
 
     ``flavour`` (OCI only): ``modelpack`` (default) pushes the whole artifact as a ModelPack artifact, one raw
@@ -45,13 +45,19 @@ def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path |
     ``oci://`` storage (:mod:`.modelcar`). Raises :class:`PublishError` (exit 2) for an unknown flavour or
     ``modelcar`` with ``s3://``; :class:`~modelyard.errors.SignatureError` (exit 1) when the artifact's
     ``model.sig`` was not made over its files (or, with ``MODELYARD_SIGNING_PUBLIC_KEY`` set, does not verify
-    with that key): nothing is pushed."""
+    with that key): nothing is pushed. ``referrers_only`` (``oci://`` only): push no layer, only the signature
+    and attestations as referrers of the manifest already at ``to`` (:func:`~.oci.attach_oci`)."""
     if flavour not in FLAVOURS:
         raise PublishError(f"--flavour {flavour!r} is not a publish flavour", fix=f"Use one of: {', '.join(FLAVOURS)}.")
     if flavour == "modelcar" and not to.startswith("oci://"):
         raise PublishError(f"--flavour modelcar is an OCI image; {to!r} is not an oci:// reference",
                            fix="Publish the ModelCar to oci://HOST[:PORT]/REPO[:TAG] (S3 takes the artifact as files).")
+    if referrers_only and not to.startswith("oci://"):
+        raise PublishError(f"--referrers-only attaches OCI 1.1 referrers; {to!r} is not an oci:// reference",
+                           fix="Give the oci://HOST/REPO:TAG (or @sha256:...) the artifact was published as.")
     artifact = _signature_checked(artifact, settings, home)
+    if referrers_only:
+        return attach_oci(artifact, to, settings=settings, home=home)
     if to.startswith("oci://"):
         if flavour == "modelcar":
             return publish_modelcar(artifact, to, settings=settings, home=home)

@@ -17,6 +17,7 @@ from modelyard.errors import SignatureError
 from modelyard.transport import oci, referrers
 from modelyard.transport.oci import publish_oci, pull_oci
 from modelyard.transport.signing import sign_artifact
+from tests.conftest import json_error, json_result, run_cli
 from tests.unit.test_bundle import _build_artifact
 from tests.unit.test_signing import _keypair
 
@@ -245,3 +246,30 @@ def test_verify_on_load_pulls_from_a_registry_that_needs_a_login(artifact, tmp_p
         assert ok.returncode == 0, ok.stdout + ok.stderr
         assert (tmp_path / "pod-ok" / "model" / "config.json").read_bytes() == (artifact / "model" / "config.json").read_bytes()
         assert "pa55-w0rd-xyz" not in refused.stdout + refused.stderr + ok.stdout + ok.stderr
+
+
+def test_publish_referrers_only_attaches_a_later_signature_to_the_pushed_manifest(artifact, registry, tmp_path,
+                                                                                 tiny_llama_dir):
+    """Published unsigned, signed afterwards: `publish --referrers-only` pushes the signature (and attestations)
+    onto the manifest already there, no layer; `pull --key` then verifies it. Another artifact is refused."""
+    res = publish_oci(artifact, f"oci://{registry}/models/attach:v1")
+    signed = tmp_path / "signed"
+    shutil.copytree(artifact, signed)
+    priv, pub = _keypair(tmp_path)
+    sign_artifact(signed, private_key=priv)
+    r = run_cli("publish", str(signed), "--to", f"oci://{registry}/models/attach:v1", "--referrers-only", "--json")
+    out = json_result(r.stdout, "publish")
+    assert (out["digest"], out["files"], out["bytes"], out["skipped"]) == (res.digest, 0, 0, 0)
+    assert out["uri"] == f"oci://{registry}/models/attach@{res.digest}"
+    assert out["referrers"] == ["signature", "verification"]
+    got = pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / "ok", public_key=pub)
+    assert (got.signature_verified, got.signature_from) == (True, "referrer")
+    other = _build_artifact(tiny_llama_dir, tmp_path / "other-store", hub=False)
+    r = run_cli("publish", str(other), "--to", f"oci://{registry}/models/attach:v1", "--referrers-only", "--json")
+    content = json.loads((other / "manifest.json").read_text())["content_digest"]  # the same weights, another origin
+    assert json_error(r.stdout, "publish", 2)["message"] == (
+        f"oci://{registry}/models/attach:v1 holds the same content ({content}) under another manifest.json (another "
+        "revision or origin); nothing was attached")
+    r = run_cli("publish", str(signed), "--to", "s3://models/x", "--referrers-only", "--json")
+    assert json_error(r.stdout, "publish", 2)["message"] == ("--referrers-only attaches OCI 1.1 referrers; 's3://models/x' "
+                                                            "is not an oci:// reference")
