@@ -39,6 +39,7 @@ def test_card_license(card, expected):
     ({"license": "cc-by-nc-4.0"}, ["CC-BY-NC-4.0"], "cc-by-nc-4.0"),
     ({"license": "other", "license_name": "llama3.1"}, ["llama3.1"], "llama3.1"),
     ({}, ["unknown"], "unknown"),
+    ({"license": "apache-2.0 AND mit"}, ["MIT"], "mit"),  # any id of a card's list refuses it
     ({"license": "apache-2.0"}, ["unknown", "cc-by-nc-4.0"], None),
     ({"license": "cc-by-nc-4.0"}, [], None),
 ])

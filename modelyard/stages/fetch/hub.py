@@ -307,15 +307,17 @@ class HubSession:
 
     def card(self, tree: Sequence[HubFile]) -> dict[str, str]:
         """The license fields of the repo's model card at the commit (:func:`~.preflight.card_license`): its
-        first :data:`~.preflight.CARD_MAX_BYTES` read from the cache, else with one ranged GET, and not stored
+        first :data:`~.preflight.CARD_MAX_BYTES` read from the cache (or the user's own hub cache), else with one ranged GET, and not stored
         (no runtime reads it). A card read whole must be the git blob the tree lists; one that is not gives
         no license. Empty without a card."""
         f = next((f for f in tree if f.path == CARD_FILE), None)
         if f is None:
             return {}
         pointer = self._pointer(f.path)
-        if pointer.exists():
-            with open(pointer, "rb") as fh:
+        mine = self._user_copy(f)  # the user's own hub cache holds it: read there, nothing asked of the hub
+        local = pointer if pointer.exists() else url_to_path(mine[1]) if mine is not None else None
+        if local is not None:
+            with open(local, "rb") as fh:
                 data = fh.read(CARD_MAX_BYTES)
         else:
             _, url, headers = self._meta(f.path)

@@ -64,12 +64,13 @@ def folder_license(root: Path) -> dict[str, str]:
 
 def refuse_license(provenance: Mapping[str, Any], refused: Iterable[str], where: str) -> None:
     """Raise :class:`VerificationFailedError` (exit 1) when the card's license recorded in ``provenance``
-    (``license``, and for ``other`` its ``license_name``) is one of ``refused`` (case-insensitive; the
+    (``license``, each id of a list, and for ``other`` its ``license_name``) is one of ``refused`` (case-insensitive; the
     value :data:`NO_LICENSE` refuses a model whose card names none). ``where`` names the source."""
     refused = {r.strip().lower() for r in refused if r.strip()}
     if not refused:
         return
-    names = [str(provenance[k]) for k in ("license", "license_name") if provenance.get(k)]
+    names = [n for k in ("license", "license_name") if provenance.get(k)
+             for n in str(provenance[k]).split(" AND ")]  # a card's list of ids, as card_license joins it
     hit = next((n for n in names if n.lower() in refused), None)
     if hit is None and not names and NO_LICENSE in refused:
         hit = NO_LICENSE
