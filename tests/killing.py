@@ -53,6 +53,19 @@ def nth(task_prefix: str, event: str, n: int):
     return hit
 
 
+def first_of(*hits):
+    """A hit: the first of ``hits`` that hits (with its label). A later stage's event as a fallback keeps a kill
+    point from being skipped when the run's progress makes it unreachable (a resumed download that ends in fewer
+    advances than the point waits for), so the run is still killed, not finished."""
+    def hit(evs, t):
+        for h in hits:
+            label = h(evs, t)
+            if label:
+                return label
+        return None
+    return hit
+
+
 def outlived(pid: int, seconds: float = 30.0) -> bool:
     """True when process ``pid`` is still alive after ``seconds`` (it is then SIGKILLed); False as soon as it is gone."""
     deadline = time.monotonic() + seconds

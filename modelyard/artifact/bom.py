@@ -125,8 +125,10 @@ def build_bom(artifact_dir: Path) -> dict[str, Any]:
     if card.get("license"):  # the model card's license, as the fetch recorded it (an SPDX id when it is one)
         from cyclonedx.contrib.license.factories import LicenseFactory  # noqa: PLC0415
 
-        named = card["license_name"] if card["license"] == "other" and card.get("license_name") else card["license"]
-        model.licenses.add(LicenseFactory().make_from_string(str(named)))
+        named = str(card["license_name"] if card["license"] == "other" and card.get("license_name") else card["license"])
+        link = card.get("license_link")  # the card's link to the license text (an "other" license's terms)
+        url = XsUri(str(link)) if link and " AND " not in named and str(link).startswith(("https://", "http://")) else None
+        model.licenses.add(LicenseFactory().make_from_string(named, license_url=url))
     if src.uri and src.uri.startswith(("https://", "http://", "hf://")):
         model.external_references.add(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(src.uri)))
     for f in m.files:

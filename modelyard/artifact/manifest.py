@@ -5,6 +5,10 @@ Keys: ``name``, ``revision``, ``content_digest`` (SHA256 over sorted ``path\\0si
 ``source`` (uri, kind, repo_id, revision, commit, provenance), ``files`` (path, size in bytes,
 sha256, origin of the trusted digest), ``target``, ``verification`` (summary + report sha256),
 ``smoke`` (vLLM result or null), ``tools`` (versions).
+
+A LoRA adapter artifact (:mod:`modelyard.flows.adapter`) adds ``kind: "lora"`` (absent: ``"model"``) and
+``base`` (``name``, ``revision``, ``digest``: the base artifact it applies to); its ``model/`` holds the
+adapter's files. Both keys are optional: a reader of schema_version 1 that ignores them still reads it.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ import os
 import platform
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.records import (
+    BaseRecord,
     FileRecord,
     PatchesRecord,
     PromotionRecord,
@@ -79,12 +84,19 @@ class Manifest(Record):
     tools: dict[str, str | None] = Field({}, description="versions of modelyard, Python and the libraries used")
     promotion: PromotionRecord | None = None
     promotions: tuple[PromotionRecord, ...] = ()
+    kind: Literal["model", "lora"] = Field("model", description="what model/ holds: a model, or a LoRA adapter")
+    base: BaseRecord | None = Field(None, description="for kind lora: the base artifact, by name, revision and digest")
 
     # --- reading -------------------------------------------------------------------------------
     @property
     def scheme(self) -> str | None:
         """The quantization scheme (``w4a16``, ...), or None when not quantized."""
         return self.quantization.scheme if self.quantization else None
+
+    @property
+    def is_lora(self) -> bool:
+        """True for a LoRA adapter artifact (``kind`` "lora"): model/ holds an adapter of ``base``."""
+        return self.kind == "lora"
 
     @property
     def model_bytes(self) -> int:

@@ -252,6 +252,15 @@ class SmokeRecord(Record):
 
 
 # --- serving and promotion -----------------------------------------------------------------------
+class BaseRecord(Record):
+    """The base artifact a LoRA artifact applies to: its ``name``, ``revision`` and ``content_digest``
+    (``sha256:<hex>`` over its ``model/``), the identity the adapter was verified and smoked against."""
+
+    name: str
+    revision: str
+    digest: str = Field(description="the base artifact's content_digest, sha256:<hex>")
+
+
 class ServePlanRecord(Record):
     """The serve plan ``serve/`` was written for (:class:`~modelyard.stages.serve.plan.ServePlan`): bytes
     per rank unless named otherwise, lengths in tokens."""

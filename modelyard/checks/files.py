@@ -318,9 +318,9 @@ def lora_adapter(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                                "not a model: it has no config.json and no base weights, so vLLM cannot read a model "
                                "config"),
                       file="adapter_config.json", field="base_model_name_or_path", value=base,
-                      fix=("Merge the adapter into the base model (peft merge_and_unload, then save_pretrained) and "
-                           "ingest the merged folder, or serve the base model and pass this folder with "
-                           "--enable-lora --lora-modules name=PATH."),
+                      fix=("Ingest it as a LoRA artifact on its base (`modelyard ingest file:///PATH --base "
+                           "NAME@REVISION`), or merge the adapter into the base model (peft merge_and_unload, then "
+                           "save_pretrained) and ingest the merged folder."),
                       source=src)
     else:
         yield Finding(code="files.lora_adapter_beside_model", severity=Severity.INFO,

@@ -7,17 +7,18 @@ weights, store conflict); 3 an internal error; 130 interrupted.
 Every command is a :class:`~modelyard.cli._common.Command`: a command raises, and that one handler prints
 the failure (one line, or one JSON object with --json) and picks the exit code.
 
-One module a concern: ``_common`` (consoles, progress, the failure handler, shared options), ``ingest``, ``checks`` (verify, patch,
-quantize), ``serving`` (smoke, serve-plan, doctor), ``artifacts`` (bundle ... show), ``orchestration``
-(watch ... deploy) and ``server`` (server start, stop, status). Commands are registered here, in the order
-``--help`` lists them. Heavy modules are imported inside the commands, so that ``modelyard --help`` stays fast.
+One module a concern: ``_common`` (consoles, progress, the failure handler, shared options), ``ingest``, ``checks``
+(verify, patch, quantize), ``serving`` (smoke, serve-plan, doctor), ``upgrade`` (upgrade-check), ``rollout``,
+``artifacts`` (bundle ... show), ``orchestration`` (watch ... deploy) and ``server`` (server start, stop, status).
+Commands are registered here, in the order ``--help`` lists them. Heavy modules are imported inside the commands, so
+that ``modelyard --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import typer
 
-from modelyard.cli import artifacts, checks, ingest, orchestration, server, serving
+from modelyard.cli import artifacts, checks, ingest, orchestration, rollout, server, serving, upgrade
 from modelyard.cli._common import Command
 from modelyard.cli.ingest import demo_gguf_path
 from modelyard.version import __version__
@@ -49,10 +50,12 @@ for _name, _command in (
     ("patch", checks.patch_cmd),
     ("quantize", checks.quantize_cmd),
     ("smoke", serving.smoke_cmd),
+    ("upgrade-check", upgrade.upgrade_check_cmd),
     ("serve-plan", serving.serve_plan_cmd),
     ("bundle", artifacts.bundle_cmd),
     ("unbundle", artifacts.unbundle_cmd),
     ("doctor", serving.doctor),
+    ("rollout", rollout.rollout_cmd),
     ("publish", artifacts.publish_cmd),
     ("pull", artifacts.pull_cmd),
     ("sign", artifacts.sign_cmd),

@@ -112,7 +112,8 @@ def publish_cmd(
     referrers_only: bool = typer.Option(False, "--referrers-only", help="OCI only: push no layer, only the "
                                         "signature and attestations as referrers of the manifest already at --to "
                                         "(a tag or @sha256:...; it must be this artifact's): sign after publishing"),
-    as_json: bool = json_option("{uri, files, bytes, skipped, digest, content_digest, referrers, flavour, storage_uri}"),
+    as_json: bool = json_option("{uri, files, bytes, skipped, sent, digest, content_digest, referrers, flavour, "
+                                "storage_uri}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
@@ -127,7 +128,9 @@ def publish_cmd(
         emit_json(asdict(res) | {"flavour": flavour if to.startswith("oci://") else None, "storage_uri": storage})
         return
     out.print(f"published: {res.uri}  ({res.files} files, {res.bytes} bytes"
-              + (f", {res.skipped} blobs already there" if res.skipped else "") + ")", highlight=False, soft_wrap=True)
+              + (f", {res.skipped} {'files' if to.startswith('s3://') else 'blobs'} already there" if res.skipped else "")
+              + (f", {res.sent} bytes sent" if res.sent is not None and res.sent != res.bytes else "") + ")",
+              highlight=False, soft_wrap=True)
     if res.digest:
         out.print(f"manifest digest: {res.digest}", highlight=False, soft_wrap=True)
     if res.referrers:
@@ -150,7 +153,8 @@ def _storage_uri(uri: str, digest: str | None, flavour: str) -> str | None:
 
 
 def pull_cmd(
-    ref: str = typer.Argument(..., help="oci://HOST[:PORT]/REPO:TAG (or @sha256:...) or s3://BUCKET/PREFIX"),
+    ref: str = typer.Argument(..., help="oci://HOST[:PORT]/REPO:TAG (or @sha256:...), s3://BUCKET/PREFIX, or an S3 store's "
+                                        "s3://BUCKET/PREFIX/artifacts/NAME/REVISION (as ingest prints it)"),
     output: Optional[Path] = output_option("new artifact folder to create (required)"),
     into: Optional[Path] = alias_option("--into"),
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): require a signature (model.sig, or for "

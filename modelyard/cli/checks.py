@@ -35,17 +35,21 @@ from modelyard.cli._common import (
 )
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.errors import InvalidTargetError, ModelyardError, QualityGateError, VerificationFailedError
+from modelyard.flows.preflight import verify_before_download, verify_local
 from modelyard.model.source import parse_source, with_revision
 from modelyard.runtime.prefect_server import use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages import quantize as q
+from modelyard.stages.fetch.options import FetchFlags
 from modelyard.stages.patch import patch_folder
 from modelyard.stages.quantize.options import QuantizeFlags
-from modelyard.stages.verify import verify_folder, verify_source
+from modelyard.stages.serve import DEFAULT_GPU, ServeTarget
+from modelyard.stages.serve.options import ServeFlags
+from modelyard.stages.verify import verify_folder
 from modelyard.stages.verify.options import TargetFlags
 
 
-@stage_flags(TargetFlags)
+@stage_flags(TargetFlags, FetchFlags, ServeFlags, exclude=("allow_patterns", "ignore_patterns"))
 def verify(
     path: str = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/), NAME[@REVISION] "
                                           "of an artifact in the store (re-hashed against its manifest), or "
@@ -78,7 +82,10 @@ def verify(
                                  "the report on stdout", fix="Pass one of --json, --markdown and --format.")
     fmt = asked.pop() if asked else "table"
     as_json, markdown = fmt == "json", fmt == "markdown"
+    refused, gpu, gpus = options.pop("refuse_licenses") or (), options.pop("gpu"), options.pop("gpus")
     target = Target.create(**options)
+    serving = ServeTarget(gpu=gpu or DEFAULT_GPU, gpus=gpus or 1, max_model_len=target.max_model_len) \
+        if gpu or gpus else None
     # the kept server's warm facts worker, when one runs: transformers' answers without importing it here
     use_facts_worker(Settings().local_store(store))
     if revision is not None:
@@ -86,10 +93,10 @@ def verify(
     src = parse_source(path) if "://" in path else None
     folder = None
     if src is not None and src.kind == "hf":
-        report = verify_source(src, target, runtime=runtime)
+        report = verify_before_download(src, target, runtime=runtime, refuse_licenses=refused, serving=serving)
     else:
         folder = stored_path(src.path if src is not None and src.path else Path(path), store)
-        report = verify_folder(folder, target, runtime=runtime)
+        report = verify_local(folder, target, runtime=runtime, refuse_licenses=refused, serving=serving)
     counts = (f"{counted(len(report.errors), 'error')}, "
               f"{counted(sum(1 for f in report.findings if f.severity.value == 'warning'), 'warning')}")
     if as_json:

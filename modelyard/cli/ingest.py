@@ -78,7 +78,8 @@ def _precheck(source: str, opts: Any) -> None:
     src = parse_source(source)
     if opts.name:
         sanitize_name(opts.name)
-    check_local(src, allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns)
+    if not opts.base:  # an adapter folder has no config.json: the adapter ingest judges it
+        check_local(src, allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns)
     opts.check()  # the target's values, --gpu and --quantize
 
 
@@ -131,6 +132,11 @@ def ingest(
     options: dict[str, Any] = STAGE_OPTIONS,
     publish: list[str] = typer.Option([], "--publish", help="also push to oci://host/repo[:tag] or s3://bucket/prefix "
                                                             "(repeatable)"),
+    base: Optional[str] = typer.Option(None, "--base", help="SOURCE is a PEFT LoRA adapter folder: store it as a LoRA "
+                                       "artifact on this base artifact (NAME@REVISION in the store, or its folder)"),
+    max_lora_rank: Optional[int] = typer.Option(None, "--max-lora-rank", help="vLLM --max-lora-rank for the adapter "
+                                                "(1, 8, 16, 32, 64, 128, 256, 320, 512; default: the smallest that "
+                                                "holds its rank, at least 16)"),
     as_json: bool = json_option("the stored artifact: path, name, revision, content digest, verification summary, "
                                 "smoke, published, left_out"),
     verbose: bool = verbose_option(VERBOSE_HELP),
@@ -140,7 +146,8 @@ def ingest(
     Judged and smoke-tested for chat serving unless --serve says otherwise, as `modelyard verify` judges it."""
     with working(as_json):
         source = with_revision(source, revision)
-    d = _run_ingest(source, {**options, "name": name, "publish": tuple(publish)}, out_dir=either(store, out_dir, "--store"),
+    d = _run_ingest(source, {**options, "name": name, "publish": tuple(publish), "base": base,
+                                  "max_lora_rank": max_lora_rank}, out_dir=either(store, out_dir, "--store"),
                     as_json=as_json, verbose=verbose)
     _print_result(d, as_json)
 

@@ -36,15 +36,18 @@ from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
 from modelyard.stages import smoke
+from modelyard.stages.adapter import ADAPTERS_DIR, lora_serving
 from modelyard.stages.serve import DEFAULT_GPU, ServeTarget, plan_serve
-from modelyard.stages.serve.files import vllm_config, write_serve_files
+from modelyard.stages.serve.canary import write_canary_files
+from modelyard.stages.serve.files import ADAPTERS_DIR_MOUNT, MODEL_DIR_MOUNT, vllm_config, write_serve_files
 from modelyard.stages.serve.k8s import manifests as k8s_manifests
 from modelyard.stages.serve.k8s import verify_on_load, write_k8s_files
-from modelyard.stages.serve.monitoring import DASHBOARD_FILE
-from modelyard.stages.serve.options import ServePlanFlags, VerifyOnLoadFlags
-from modelyard.stages.smoke import bench
+from modelyard.stages.serve.monitoring import ALERTS_FILE, DASHBOARD_FILE
+from modelyard.stages.serve.options import CanaryFlags, LoraFlags, ServePlanFlags, VerifyOnLoadFlags
+from modelyard.stages.smoke import bench, sweep
 from modelyard.stages.smoke import server as serve_smoke
-from modelyard.stages.smoke.options import SmokeFlags
+from modelyard.stages.smoke.bench_out import write_bench_out
+from modelyard.stages.smoke.options import BenchLoadFlags, SmokeFlags
 
 
 def _slo_targets(level: str, slo: str | None, cls: str | None) -> tuple[dict[str, float], str | None]:
@@ -81,7 +84,8 @@ def print_server_smoke(s: dict[str, Any]) -> None:
     b = s.get("bench")
     if b:
         sp = b.get("spec") or {}
-        out.print(f"bench ({sp.get('num_prompts')} requests, {sp.get('max_concurrency')} concurrent): "
+        out.print(f"bench ({sp.get('num_prompts')} requests, {sp.get('max_concurrency')} concurrent"
+                  + (f", headline of {len(b.get('levels') or [])} levels" if len(b.get("levels") or []) > 1 else "") + "): "
                   f"{b.get('completed')} completed, {b.get('failed')} failed; TTFT p50/p95/p99 {b.get('p50_ttft_ms')} / "
                   f"{b.get('p95_ttft_ms')} / {b.get('p99_ttft_ms')} ms; ITL p50/p95/p99 {b.get('p50_itl_ms')} / "
                   f"{b.get('p95_itl_ms')} / {b.get('p99_itl_ms')} ms; {b.get('output_throughput')} output tokens/s, "
@@ -91,9 +95,29 @@ def print_server_smoke(s: dict[str, Any]) -> None:
             op = "<=" if v["bound"] == "max" else ">="
             out.print(f"  {'ok ' if v['passed'] else 'FAIL'} SLO {v['target']}: {v['value']} {op} {v['limit']} "
                       f"({v['source']}, class {(b.get('slo') or {}).get('class')})", highlight=False)
+        print_sweep(b)
 
 
-@stage_flags(SmokeFlags, exclude=("smoke", "smoke_level"))
+def print_sweep(b: dict[str, Any]) -> None:
+    """The bench's levels, one line each, the sizing answer and the files of --bench-out."""
+    levels = b.get("levels") or []
+    for x in levels if len(levels) > 1 or (b.get("spec") or {}).get("duration") else []:
+        out.print(f"  {'ok ' if x['passed'] else 'FAIL'} concurrency {x['concurrency']}: {x.get('completed')}/"
+                  f"{x.get('num_prompts')} completed, {x.get('failed')} failed in {x.get('duration')} s; TTFT p50/p95/p99 "
+                  f"{x.get('p50_ttft_ms')} / {x.get('p95_ttft_ms')} / {x.get('p99_ttft_ms')} ms; ITL {x.get('p50_itl_ms')} / "
+                  f"{x.get('p95_itl_ms')} / {x.get('p99_itl_ms')} ms; E2E {x.get('p50_e2el_ms')} / {x.get('p95_e2el_ms')} / "
+                  f"{x.get('p99_e2el_ms')} ms; {x.get('request_throughput')} requests/s, {x.get('output_throughput')} "
+                  "output tokens/s" + "".join(f"; missed {v['target']} ({v['value']})"
+                                             for v in x["slo"]["verdicts"] if not v["passed"]), highlight=False)
+    if levels:
+        best = b.get("max_concurrency_meeting_slo")
+        out.print(f"highest concurrency meeting the SLO: {best if best is not None else 'none (the lowest level missed)'}",
+                  highlight=False)
+    for kind, f in (b.get("files") or {}).items():
+        out.print(f"wrote {kind}: {escape(f)}", highlight=False)
+
+
+@stage_flags(SmokeFlags, BenchLoadFlags, exclude=("smoke", "smoke_level"))
 def smoke_cmd(
     path: Path = typer.Argument(..., help="an artifact folder (manifest.json + model/ [+ serve/]) or a model folder"),
     smoke_level: Optional[SmokeLevel] = typer.Option(None, "--smoke", help="the smoke level (default: server)"),
@@ -123,6 +147,11 @@ def smoke_cmd(
     with working(as_json):
         level = either(smoke_level, level, "--smoke") or "server"
         targets, cls = _slo_targets(level, options["slo"], options["slo_class"])
+        load = {k: options.pop(k) for k in BenchLoadFlags.model_fields}
+        if level != "bench" and (given := [f"--{k.replace('_', '-')}" for k, v in load.items() if v is not None]):
+            raise InvalidTargetError(f"{', '.join(given)} shape the bench load, not --smoke {level}", fix="Add --smoke bench.")
+        bench_out = Path(out_dir) if (out_dir := load.pop("bench_out")) else None
+        spec = sweep.bench_spec(**{**load, "prompts": Path(load["prompts"]) if load["prompts"] else None})
         if url and level == "load":
             raise InvalidTargetError("--url needs --smoke server or bench (load runs vLLM in-process)",
                                      fix="Pass --smoke server or --smoke bench with --url.")
@@ -150,9 +179,11 @@ def smoke_cmd(
             prompts, src = serve_smoke.load_golden(Path(golden) if golden else None, mode)
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
-                                           bench=serve_smoke.BenchSpec() if level == "bench" else None, mode=mode,
+                                           bench=spec if level == "bench" else None, mode=mode,
                                            url=url, slo=targets, slo_class=cls)
     d = res.to_dict()
+    if bench_out is not None and d.get("bench") and d["bench"].get("levels"):
+        d["bench"]["files"] = write_bench_out(bench_out, d["bench"])
     if as_json:
         emit_json(d, exit_code=0 if res.passed else 1, error=smoke.gate_error(res))
         return
@@ -166,7 +197,7 @@ def smoke_cmd(
     raise typer.Exit(0 if res.passed else 1)
 
 
-@stage_flags(ServePlanFlags, VerifyOnLoadFlags)
+@stage_flags(ServePlanFlags, VerifyOnLoadFlags, CanaryFlags, LoraFlags)
 def serve_plan_cmd(
     path: Path = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/) or NAME[@REVISION] "
                                           "of an artifact in the store"),
@@ -188,18 +219,28 @@ def serve_plan_cmd(
 ) -> None:
     """Size PATH for vLLM on --gpus x --gpu (x --nodes): weights and KV cache per rank, tokens that fit, valid
     tensor-parallel sizes, the pipeline stages across nodes, max_model_len and max_num_seqs; with --output DIR,
-    write DIR/serve/ (vllm.yaml, compose.yaml, README.md, prometheus.yml, grafana-dashboard.json, nginx.conf with --proxy;
-    ray-head.sh, ray-worker.sh and serve.sh for several nodes; with --k8s
+    write DIR/serve/ (vllm.yaml, compose.yaml, README.md, prometheus.yml, alerts.yml, grafana-dashboard.json,
+    nginx.conf with --proxy; ray-head.sh, ray-worker.sh and serve.sh for several nodes; with --k8s
     or --storage-uri, serve/k8s/).
     Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
     quiet_libraries(verbose)
     path = stored_path(path, store)
     vol = VerifyOnLoadFlags(**{k: options.pop(k) for k in VerifyOnLoadFlags.model_fields})
-    plan = plan_serve(path, ServeTarget(**options), name=name)
+    canary, canary_percent = options.pop("canary"), options.pop("canary_percent")
+    # LoRA adapters (PATH one, or --lora): their base's plan, with the adapters' serve keys
+    lora = lora_serving(path, [stored_path(Path(a), store) for a in options.pop("lora")])
+    plan = plan_serve(lora.base_model if lora else path, ServeTarget(**options), name=name or (lora.base_name if lora else None))
     verify = None if vol.verify_from is None else verify_on_load(
         vol.verify_from, name=plan.served_model_name, require_signature=vol.require_signature,
         key_secret=vol.signing_key_secret, image=vol.verifier_image, registry_secret=vol.registry_secret)
     dest = either(output, write, "--output")
+    canary_path = None
+    if canary is not None:
+        if dest is None or no_write:
+            raise InvalidTargetError("--canary writes the canary form of serve/, which needs --output DIR",
+                                     fix="Add --output DIR.")
+        canary_path = stored_path(Path(canary), store)
+        proxy = True
     if dest is not None and not no_write and in_store(dest, store):
         raise InvalidTargetError(f"--output {dest} is inside the store, whose artifacts are never rewritten",
                                  fix="Pass --output a folder outside the store (its serve/ then points at the "
@@ -209,16 +250,43 @@ def serve_plan_cmd(
                                     "serve/ is the one it was ingested with); pass --output DIR to write this plan"))
     written = kube = None
     k8s = k8s or storage_uri is not None or verify is not None
+    if k8s and lora:
+        raise InvalidTargetError("serve/k8s does not carry LoRA adapters yet (the pod would not find them)",
+                                 fix="Drop --k8s/--storage-uri/--verify-from; serve/compose.yaml serves the adapters.")
     if k8s:  # refuse a bad location or a multi-node plan before anything is written
-        k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri, verify=verify)
+        k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri, verify=verify,
+                      canary_percent=canary_percent)
+    elif canary_percent is not None:
+        raise InvalidTargetError("--canary-percent splits the traffic of a KServe InferenceService, which needs "
+                                 "--storage-uri", fix="Add --storage-uri (where the artifact was published).")
+    cplan = None if canary_path is None else plan_serve(canary_path, ServeTarget(**options),
+                                                        name=plan.served_model_name)
     if dest is not None and not no_write:
-        model = "model" if (dest / "model").is_dir() else str(model_root(path).resolve())
-        written = write_serve_files(dest, plan, model=model, proxy=proxy)
+        # serve/ is copied to other hosts: it names the model relative to DIR, never this host's path
+        mount = "../model" if (dest / "model").is_dir() else MODEL_DIR_MOUNT
+        if lora:  # adapters: serve/ runs DIR/model (the base) with DIR/adapters/NAME
+            adapters = f"../{ADAPTERS_DIR}" if (dest / ADAPTERS_DIR).is_dir() else ADAPTERS_DIR_MOUNT
+            written = write_serve_files(dest, plan, model_mount=mount, proxy=proxy, overrides=lora.overrides,
+                                        adapters_mount=adapters)
+            links = [("model", lora.base_model), *((f"{ADAPTERS_DIR}/{n}", p) for n, p in lora.adapters)]
+            missing = [f"ln -s {p} {dest}/{d}" for d, p in links if not (dest / d).is_dir()]
+            if missing:
+                plan = replace(plan, notes=(*plan.notes, "serve/ runs the base at DIR/model with the adapters at "
+                                            f"DIR/{ADAPTERS_DIR}/NAME; link them there ({'; '.join(missing)}), or set "
+                                            "MODEL_DIR and ADAPTERS_DIR for compose"))
+        else:
+            written = write_serve_files(dest, plan, model="model", model_mount=mount, proxy=proxy)
+        if cplan is not None:
+            write_canary_files(written.dir, vllm_config(cplan, model="model"))
+        if mount != "../model" and not lora:  # said here, not in serve/README.md (which travels)
+            plan = replace(plan, notes=(*plan.notes, f"{dest}/model is missing: serve/ runs the model at DIR/model "
+                                        f"(vllm.yaml: model: model). Link or copy it there (ln -s "
+                                        f"{model_root(path).resolve()} {dest}/model), or set MODEL_DIR for compose"))
         if k8s:
             mdir = model_root(path)
             kube = write_k8s_files(dest, plan, yaml.safe_load(written.vllm_yaml.read_text()), storage=storage_uri,
                                    model_bytes=sum(p.stat().st_size for p in mdir.rglob("*") if p.is_file()),
-                                   verify=verify)
+                                   verify=verify, canary_percent=canary_percent)
     if as_json:
         emit_json(plan.to_dict() | {"serve_dir": str(written.dir) if written else None,
                                     "k8s_dir": str(kube.dir) if kube else None,
@@ -236,9 +304,11 @@ def serve_plan_cmd(
         out.print(f"note: {escape(n)}", highlight=False, soft_wrap=True)
     if written:
         out.print(f"wrote {escape(str(written.dir))}/: vllm.yaml, compose.yaml, README.md, prometheus.yml, "
-                  f"{DASHBOARD_FILE}"
+                  f"{ALERTS_FILE}, {DASHBOARD_FILE}"
                   + (", nginx.conf" if written.nginx_conf else "")
-                  + "".join(f", {p.name}" for p in written.ray_scripts), highlight=False)
+                  + "".join(f", {p.name}" for p in written.ray_scripts)
+                  + (", vllm-canary.yaml, canary/upstream.conf (0 % canary; `modelyard rollout` shifts it)"
+                     if cplan is not None else ""), highlight=False)
     if kube:
         out.print(f"wrote {escape(str(kube.dir))}/: {'pvc.yaml, ' if kube.pvc else ''}deployment.yaml, service.yaml, README.md"
                   + (f" (verify on load: {escape(verify.ref)})" if verify else "")

@@ -51,6 +51,7 @@ from modelyard.errors import (
     HashMismatchError,
     ServePlanError,
 )
+from modelyard.flows.adapter import ingest_adapter
 from modelyard.flows.options import FetchOptions, IngestOptions, PatchOptions, QuantizeOptions, ServeOptions, SmokeOptions
 from modelyard.flows.preflight import GateBeforeWeights, plan_patches
 from modelyard.model import digest as hashing
@@ -62,7 +63,6 @@ from modelyard.settings import Settings
 from modelyard.stages import cache as stage_cache
 from modelyard.stages import fetch as fetch_stage
 from modelyard.stages import quantize, serve, smoke, verify
-from modelyard.stages.fetch.preflight import refuse_license
 from modelyard.stages.serve.files import vllm_config, write_serve_files
 from modelyard.stages.smoke import bench, warmup
 from modelyard.stages.smoke import server as serve_smoke
@@ -363,17 +363,21 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
     package → (verify) → (quantize → verify) → serve plan → smoke → commit into the store → publish. Each
     arrow is one stage; the policies (revision names, reuse, the artifact's writes) live in
     :mod:`modelyard.artifact`. ``options`` may be a dict of :class:`IngestOptions` fields (a deployment's
-    JSON parameters); ``gpu_pool``: the build holds a slot of ``gpu-<pool>`` (:func:`gpu_slot`)."""
+    JSON parameters); ``gpu_pool``: the build holds a slot of ``gpu-<pool>`` (:func:`gpu_slot`). With
+    ``options.base`` the source is a LoRA adapter (:func:`modelyard.flows.adapter.ingest_adapter`)."""
     src = parse_source(source)
     warmup.start(src.path if src.kind == "file" else None)  # transformers' imports beside fetch and hash
     options = IngestOptions(**options) if isinstance(options, dict) else options or IngestOptions()
-    settings = Settings.for_store(home)
     options.check()
+    if options.base:  # a PEFT adapter on a base artifact: its own kind of artifact
+        a = ingest_adapter(source, options, home)
+        return IngestResult(a.artifact, a.report, a.smoke, a.source, None)
+    settings = Settings.for_store(home)
     store = open_store(settings=settings)
     _start_attempt(source, store, settings)
     stages = _Stages(settings)
-    snap = stages.fetch(src, settings, options.fetching, GateBeforeWeights.of(options, settings))
-    refuse_license(snap.provenance, options.refuse_licenses or (), snap.source)  # also a cached or local fetch
+    snap = stages.fetch(src, settings, options.fetching, gate := GateBeforeWeights.of(options, settings))
+    gate.after_fetch(snap, local=src.kind == "file")  # license (a cached or local fetch too), a local copy's disk
     r = _Run(options, settings, options.target(), _artifact_name(options, src, snap), stages, gpu_pool)
     precopy = store.new_staging() if src.kind == "file" else None  # a user's folder is copied while hashed
     before = fingerprints(snap) if src.kind == "file" else None  # a user's folder may change under the run

@@ -11,6 +11,7 @@ from typing import Optional
 from pydantic import ConfigDict, Field
 
 from modelyard.checks import Target
+from modelyard.checks.adapter import MAX_LORA_RANKS
 from modelyard.errors import InvalidTargetError
 from modelyard.model.modes import DEFAULT_SERVE, default_prompt
 from modelyard.stages.fetch.options import FetchFlags
@@ -93,6 +94,11 @@ class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFla
     publish: tuple[str, ...] = ()
     question: Optional[str] = None
     smoke_max_tokens: int = Field(default=64, gt=0)
+    #: a LoRA adapter's base artifact (NAME@REVISION or an artifact folder): the source is then a PEFT adapter
+    #: folder, stored as a LoRA artifact (modelyard.flows.adapter)
+    base: Optional[str] = None
+    #: vLLM --max-lora-rank for the adapter (None: the smallest allowed value holding its rank, at least 16)
+    max_lora_rank: Optional[int] = None
 
     def smoke_prompt(self) -> str:
         """The smoke's question (chat) or plain-text prompt (completion): ``question``, else the
@@ -103,7 +109,8 @@ class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFla
         """Refuse what no stage could do, before any work: the target's values, an unknown ``gpu``
         (:class:`~modelyard.errors.InvalidTargetError`) or quantization ``scheme``
         (:class:`~modelyard.errors.QuantizeError`), a bad ``slo``/``slo_class`` or one without the
-        bench smoke (InvalidTargetError), all exit 2 naming the accepted values."""
+        bench smoke (InvalidTargetError), a ``max_lora_rank`` vLLM does not allow or
+        ``base`` with quantization or a server smoke (InvalidTargetError), all exit 2 naming the accepted values."""
         self.target()
         if self.gpu:
             gpu_spec(self.gpu)
@@ -114,6 +121,12 @@ class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFla
         parse_slo(self.slo)
         if self.slo_class:
             slo_class(self.slo_class)
+        if self.max_lora_rank is not None and self.max_lora_rank not in MAX_LORA_RANKS:
+            raise InvalidTargetError(f"--max-lora-rank {self.max_lora_rank} is not a value vLLM accepts",
+                                     fix=f"Use one of {', '.join(map(str, MAX_LORA_RANKS))} (vLLM MaxLoRARanks).")
+        if self.base and (self.quantize or self.smoke_level in ("server", "bench") and self.smoke):
+            raise InvalidTargetError("--base ingests a LoRA adapter: it is not quantized, and its smoke is the load smoke",
+                                     fix="Drop --quantize and --smoke server/bench (quantize the base instead).")
 
     # --- per-stage groups ------------------------------------------------------------------------
     def target(self) -> Target:

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from modelyard.errors import HashMismatchError, PublishError
@@ -97,7 +100,7 @@ def put_bytes(fs, bucket: str, key: str, data: bytes, sha: str, uri: str, rel: s
 
 
 def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str,  # noqa: ANN001
-                  concurrency: int = DEFAULT_CONCURRENCY) -> int:
+                  concurrency: int = DEFAULT_CONCURRENCY, journal: Path | None = None) -> int:
     """Upload ``f`` to ``key`` in parts of ``part`` bytes (more when the file would need over
     :data:`MAX_PARTS`), up to ``concurrency`` parts in flight (the file is read once, in order, so that every
     byte goes into the whole-file sha256; memory: at most ``concurrency`` + 1 parts). Each part carries its
@@ -110,17 +113,27 @@ def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str, 
     already holds is not sent again when its ``ChecksumSHA256`` (S3), else its ``ETag`` (the part's MD5, as S3
     and moto give it for unencrypted objects) matches the local part. A failure then keeps the upload for the
     next run; a bucket lifecycle rule (``AbortIncompleteMultipartUpload``) removes one never resumed. Any other
-    key's upload is aborted on any failure. Returns the bytes sent. Raises :class:`PublishError` naming the part
-    on a failure."""
+    key's upload is resumable only through ``journal`` (a local folder): the upload id and the file's sha256 are
+    recorded there when the upload starts, so a run killed on this machine is continued by the next one for the
+    same bytes (the sha256 metadata it was started with is then this file's); every other unfinished upload of
+    that key (another version of the file, another machine's) is aborted before it starts, and a failure without
+    a journal aborts the upload. Returns the bytes sent. Raises :class:`PublishError` naming the part on a
+    failure."""
     part = max(part, -(-f.size // MAX_PARTS))
-    resumable = key.endswith(f.sha256)
-    upload_id, held = _unfinished(fs, bucket, key, uri) if resumable else (None, {})
+    content_addressed = key.endswith(f.sha256)
+    record = None if content_addressed or journal is None else \
+        journal / (hashlib.sha256(f"{bucket}/{key}".encode()).hexdigest()[:32] + ".json")
+    resumable = content_addressed or record is not None
+    upload_id, held = _unfinished(fs, bucket, key, uri) if content_addressed else _recorded(fs, bucket, key, f.sha256,
+                                                                                             record, uri)
     if upload_id is None:
         try:
             upload_id = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key, Metadata={"sha256": f.sha256},
                                    ChecksumAlgorithm="SHA256")["UploadId"]
         except Exception as exc:  # noqa: BLE001
             raise s3_error(exc, f"starting the upload of {f.rel}", uri) from exc
+        if record is not None:
+            _write_record(record, {"bucket": bucket, "key": key, "upload_id": upload_id, "sha256": f.sha256})
 
     def send(n: int, chunk: bytes, part_sha: str | None) -> dict[str, Any]:
         part_sha = part_sha or checksum(hashlib.sha256(chunk).hexdigest())  # in the worker: hashlib frees the GIL
@@ -165,13 +178,48 @@ def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str, 
                        MultipartUpload={"Parts": sorted(parts, key=lambda p: p["PartNumber"])})
         except Exception as exc:  # noqa: BLE001
             raise s3_error(exc, f"completing the upload of {f.rel}", uri) from exc
-    except BaseException:
-        if not resumable:
+    except BaseException as exc:
+        if not resumable or isinstance(exc, HashMismatchError):
             _abort(fs, bucket, key, upload_id)
+            if record is not None:
+                record.unlink(missing_ok=True)
         raise
     finally:
         fs.invalidate_cache()
+    if record is not None:
+        record.unlink(missing_ok=True)
     return sent
+
+
+def _recorded(fs, bucket: str, key: str, sha: str, record: Path | None,  # noqa: ANN001
+              uri: str) -> tuple[str | None, dict[int, dict[str, Any]]]:
+    """The unfinished upload of ``key`` that ``record`` (this machine's journal) says was started for the bytes
+    ``sha``, and its parts, or ``(None, {})``; every other unfinished upload of ``key`` is aborted."""
+    ids = _unfinished_ids(fs, bucket, key, uri)
+    mine = None
+    if record is not None and ids:
+        try:
+            rec = json.loads(record.read_text())
+        except (OSError, ValueError):
+            rec = {}
+        if isinstance(rec, dict) and rec.get("sha256") == sha and rec.get("upload_id") in ids:
+            mine = str(rec["upload_id"])
+    for stale in ids:
+        if stale != mine:
+            _abort(fs, bucket, key, stale)
+    return (mine, _parts(fs, bucket, key, mine, uri)) if mine else (None, {})
+
+
+def _write_record(record: Path, data: dict[str, str]) -> None:
+    """``data`` as ``record``, written to a temp name and renamed (best effort: without it the upload is only
+    not resumable)."""
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, record)
+    except OSError:
+        pass
 
 
 def _same_part(old: dict[str, Any], chunk: bytes, part_sha: str) -> bool:
@@ -181,24 +229,44 @@ def _same_part(old: dict[str, Any], chunk: bytes, part_sha: str) -> bool:
     return str(old.get("ETag", "")).strip('"') == hashlib.md5(chunk, usedforsecurity=False).hexdigest()
 
 
+def _uploads(fs, bucket: str, key: str) -> list[dict[str, Any]]:  # noqa: ANN001
+    return [u for u in fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key).get("Uploads", [])
+            if u.get("Key") == key]
+
+
+def _unfinished_ids(fs, bucket: str, key: str, uri: str) -> list[str]:  # noqa: ANN001
+    """The upload ids of every unfinished multipart upload of ``key``."""
+    try:
+        return [str(u["UploadId"]) for u in _uploads(fs, bucket, key)]
+    except Exception as exc:  # noqa: BLE001
+        raise s3_error(exc, f"listing unfinished uploads of {key}", uri) from exc
+
+
 def _unfinished(fs, bucket: str, key: str, uri: str) -> tuple[str | None, dict[int, dict[str, Any]]]:  # noqa: ANN001
     """The newest unfinished multipart upload of ``key`` and its parts by number, or ``(None, {})``."""
     try:
-        ups = [u for u in fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key).get("Uploads", [])
-               if u.get("Key") == key]
+        ups = _uploads(fs, bucket, key)
         if not ups:
             return None, {}
         upload_id = max(ups, key=lambda u: str(u.get("Initiated", "")))["UploadId"]
-        held: dict[int, dict[str, Any]] = {}
-        marker = 0
+    except Exception as exc:  # noqa: BLE001
+        raise s3_error(exc, f"listing unfinished uploads of {key}", uri) from exc
+    return upload_id, _parts(fs, bucket, key, upload_id, uri)
+
+
+def _parts(fs, bucket: str, key: str, upload_id: str, uri: str) -> dict[int, dict[str, Any]]:  # noqa: ANN001
+    """The parts an unfinished upload holds, by number (``ListParts``, every page)."""
+    held: dict[int, dict[str, Any]] = {}
+    marker = 0
+    try:
         while True:
             page = fs.call_s3("list_parts", Bucket=bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker)
             held.update({int(p["PartNumber"]): p for p in page.get("Parts", [])})
             if not page.get("IsTruncated"):
-                return upload_id, held
+                return held
             marker = int(page["NextPartNumberMarker"])
     except Exception as exc:  # noqa: BLE001
-        raise s3_error(exc, f"listing unfinished uploads of {key}", uri) from exc
+        raise s3_error(exc, f"listing the parts of the unfinished upload of {key}", uri) from exc
 
 
 def _abort(fs, bucket: str, key: str, upload_id: str) -> None:  # noqa: ANN001
@@ -209,12 +277,13 @@ def _abort(fs, bucket: str, key: str, upload_id: str) -> None:  # noqa: ANN001
 
 
 def read_ranges(fs, path: str, size: int, rel: str, uri: str, adv,  # noqa: ANN001, ANN202
-                part: int = RANGE_PART, concurrency: int = RANGE_CONCURRENCY):
-    """The bytes of the object ``path`` (``size`` bytes, as the artifact records), in order, fetched as
-    ranged GETs of ``part`` bytes, up to ``concurrency`` in flight (:func:`~._transfer.ordered_parts`), so
-    that the caller hashes and writes them in one pass. An object up to one part is one GET
-    (:func:`read_chunks`). Raises :class:`PublishError` as :func:`read_chunks` does."""
-    if size <= part:
+                part: int = RANGE_PART, concurrency: int = RANGE_CONCURRENCY, start: int = 0):
+    """The bytes ``[start, size)`` of the object ``path`` (``size`` bytes, as the artifact records), in order,
+    fetched as ranged GETs of ``part`` bytes, up to ``concurrency`` in flight (:func:`~._transfer.ordered_parts`),
+    so that the caller hashes and writes them in one pass. A whole object up to one part is one GET
+    (:func:`read_chunks`); ``start`` > 0 (a killed pull's partial file continued) is always ranged. Raises
+    :class:`PublishError` as :func:`read_chunks` does."""
+    if size <= part and not start:
         yield from read_chunks(fs, path, rel, uri, adv)
         return
 
@@ -227,7 +296,7 @@ def read_ranges(fs, path: str, size: int, rel: str, uri: str, adv,  # noqa: ANN0
         except Exception as exc:  # noqa: BLE001
             raise s3_error(exc, f"downloading bytes {start}-{end - 1} of {rel}", uri) from exc
 
-    for chunk in ordered_parts(get, 0, size, part, concurrency):
+    for chunk in ordered_parts(get, start, size, part, concurrency):
         adv(len(chunk))
         yield chunk
 

@@ -22,6 +22,7 @@ from modelyard.artifact.index import FORMAT, INDEX, VERSION, dump_index, index_f
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, HashMismatchError, ManifestError, PublishError
+from modelyard.paths import require_space
 from modelyard.transport.unbundle import (
     BundleContents,
     FolderSink,
@@ -63,6 +64,16 @@ def ordered_parts(get: Callable[[int, int], bytes], start: int, size: int, part:
                 return
 
 
+def skip_bytes(chunks: Iterable[bytes], n: int) -> Iterator[bytes]:
+    """``chunks`` without their first ``n`` bytes (a server that ignored ``Range`` sent the whole file)."""
+    for c in chunks:
+        if n >= len(c):
+            n -= len(c)
+            continue
+        yield c[n:]
+        n = 0
+
+
 @dataclass(frozen=True)
 class LocalFile:
     rel: str  # relative POSIX path inside the artifact
@@ -91,7 +102,8 @@ class PublishResult:
     bytes: int
     content_digest: str
     digest: str | None = None  # OCI: the image manifest's digest
-    skipped: int = 0  # blobs the registry already held
+    skipped: int = 0  # blobs the registry already held; S3: files the prefix already held (same size and sha256)
+    sent: int | None = None  # S3: bytes sent (a killed publish's files and parts are not sent again); None: not counted
     referrers: tuple[str, ...] = ()  # OCI: what was pushed as referrers of the manifest (signature, verification, smoke)
 
 
@@ -156,53 +168,132 @@ def check_rel(where: str, rel: str) -> str:
 
 class Staging:
     """A temp folder beside ``into`` (which must not exist), renamed to ``into`` by :meth:`commit`;
-    removed on any failure (use as a context manager)."""
+    removed on any failure (use as a context manager).
 
-    def __init__(self, into: Path) -> None:
+    With ``resume`` (an id of exactly what is pulled: the manifest's sha256, or the OCI manifest digest), the
+    folder is ``.<into's name>.pull-<resume[:16]>``, the same for the same pull: a pull that was killed, or
+    failed while downloading a file (the network, Ctrl-C), leaves it behind, and the next pull of the same
+    content into the same ``into`` continues from it. Files it already holds are hashed again and kept when they
+    match; a partial file is hashed and continued from its end (:meth:`write` with a ``chunks(start)``
+    callable: a ranged request), and its whole sha256 is still checked. A folder whose bytes do not match is
+    removed, so the next pull starts that content afresh. An exclusive lock (``.<name>.pull-<id>.lock``, flock)
+    keeps two pulls out of one folder. As ``huggingface_hub`` continues a ``.incomplete`` blob."""
+
+    def __init__(self, into: Path, resume: str | None = None, total: int = 0) -> None:
         self.into = Path(into).expanduser().absolute()
         if self.into.exists():
-            raise PublishError(f"{self.into} already exists", fix="Pass --into a folder that does not exist yet.")
+            raise PublishError(f"{self.into} already exists", fix="Pass -o/--output a folder that does not exist yet.")
+        self.resumable = resume is not None
+        self.keep = False  # a resumable pull failed while downloading: keep what it holds for the next one
+        self.reused = 0  # bytes found complete and matching in a resumed folder (not downloaded again)
+        self.continued = 0  # bytes of partial files continued (not downloaded again)
+        self.advance: Callable[[int], None] | None = None  # progress: told of the bytes a resumed folder holds
+        self._lock: BinaryIO | None = None
         try:
             self.into.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.into.name}.pull-", dir=self.into.parent))
+            if resume is None:
+                self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.into.name}.pull-", dir=self.into.parent))
+            else:
+                self.tmp = self.into.parent / f".{self.into.name}.pull-{resume.removeprefix('sha256:')[:16]}"
+                self._lock = _exclusive(self.tmp.with_name(self.tmp.name + ".lock"), self.into)
+                self.tmp.mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
+            self._unlock()
             raise PublishError(f"cannot create a folder beside {self.into}: {exc.strerror or exc}",
-                               fix="Check the permissions and free space of --into's parent.") from exc
-        self.sink = FolderSink(self.tmp)
+                               fix="Check the permissions and free space of -o/--output's parent.") from exc
+        self.sink = FolderSink(self.tmp, self.into)
+        self.total = total  # bytes the pull will write (0: not checked): see reserve()
 
     def __enter__(self) -> Staging:
+        if self.total:
+            try:
+                self.reserve(self.total)
+            except BaseException as exc:
+                self.keep = any(self.tmp.iterdir())  # what a killed pull left is kept for a pull with room enough
+                self.__exit__(type(exc), exc, exc.__traceback__)
+                raise
         return self
 
+    def reserve(self, total: int) -> None:
+        """Refuse (exit 2, :class:`InsufficientResourcesError`) a pull of ``total`` bytes the filesystem of
+        ``into`` cannot hold, counting what a resumed folder already holds, before the first byte is fetched."""
+        held = sum(p.stat().st_size for p in self.tmp.rglob("*") if p.is_file()) if self.resumable else 0
+        require_space([(self.into, total - held, "the pulled artifact")], elsewhere="pull into another -o/--output")
+
     def __exit__(self, et, ev, tb) -> None:  # noqa: ANN001
-        if et is not None and self.tmp.exists():
-            remove_tree(self.tmp)
+        try:
+            keep = self.resumable and (self.keep or (et is not None and issubclass(et, KeyboardInterrupt)))
+            if et is not None and self.tmp.exists() and not keep:
+                remove_tree(self.tmp)
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            Path(self._lock.name).unlink(missing_ok=True)
+            self._lock.close()
+            self._lock = None
 
     def put(self, rel: str, data: bytes) -> None:
         dst = self.tmp / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
+        if self.resumable:
+            dst.unlink(missing_ok=True)  # a resumed folder's copy: the small files are written again
         self.sink.put(rel, data)
 
-    def write(self, rel: str, chunks: Iterable[bytes], size: int, sha256: str, where: str) -> None:
-        """Stream ``chunks`` into ``rel``, hashing as it goes; the file is kept only when its size
-        and sha256 match (:class:`HashMismatchError` names the file otherwise)."""
+    def _resume_from(self, rel: str, size: int, sha256: str, ranged: bool) -> tuple[int, Any]:
+        """``(bytes to keep, their sha256 state)`` of a resumed folder's ``rel``: ``size`` when the whole file is
+        there and matches, the partial file's length when it can be continued (``ranged``), else 0 (removed)."""
+        dst = self.tmp / rel
         h = hashlib.sha256()
-        n = 0
-        fh: BinaryIO = self.sink.open(rel)
+        if not self.resumable or not dst.is_file():
+            return 0, h
+        n = dst.stat().st_size
+        if n <= size and (ranged or n == size):
+            with open(dst, "rb") as fh:
+                while block := fh.read(CHUNK):
+                    h.update(block)
+            if n < size or h.hexdigest() == sha256:
+                return n, h
+        dst.unlink()
+        return 0, hashlib.sha256()
+
+    def write(self, rel: str, chunks: Iterable[bytes] | Callable[[int], Iterable[bytes]], size: int, sha256: str,
+              where: str) -> None:
+        """Stream ``chunks`` into ``rel``, hashing as it goes; the file is kept only when its size
+        and sha256 match (:class:`HashMismatchError` names the file otherwise). ``chunks`` is the bytes in
+        order, or a callable giving them from a byte offset on (a resumed partial file continues there)."""
+        have, h = self._resume_from(rel, size, sha256, callable(chunks))
+        if have and self.advance is not None:
+            self.advance(have)
+        if have == size and have:
+            self.reused += size
+            self.sink.commit(rel, open(self.tmp / rel, "rb"), sha256, None)  # noqa: SIM115 - closed by commit
+            return
+        self.continued += have
+        n = have
+        if have:
+            os.chmod(self.tmp / rel, 0o644)
+            fh: BinaryIO = open(self.tmp / rel, "ab")  # noqa: SIM115 - closed below or by commit()
+        else:
+            fh = self.sink.open(rel)
         try:
-            for chunk in chunks:
+            for chunk in (chunks(have) if callable(chunks) else chunks):
                 h.update(chunk)
                 fh.write(chunk)
                 n += len(chunk)
                 if n > size:
                     break
-        except BaseException:
+        except BaseException as exc:
             fh.close()
+            self.keep = not isinstance(exc, HashMismatchError)
             raise
         if n != size or h.hexdigest() != sha256:
             fh.close()
             got = f"{n} bytes" if n != size else f"sha256 {h.hexdigest()}"
+            resumed = f" (continued from {have} bytes a killed pull left; they are removed)" if have else ""
             raise HashMismatchError(f"{where}: {rel} differs from what the artifact records: got {got}, expected "
-                                    f"{size} bytes with sha256 {sha256}; nothing was written to {self.into}",
+                                    f"{size} bytes with sha256 {sha256}{resumed}; nothing was written to {self.into}",
                                     fix="The remote copy is corrupt or was tampered with: publish the artifact again "
                                         "from a trusted store, then pull again.")
         self.sink.commit(rel, fh, sha256, None)
@@ -213,3 +304,16 @@ class Staging:
         return self.into
 
 
+def _exclusive(path: Path, into: Path) -> BinaryIO:
+    """``path`` opened and locked (flock, exclusive, not waiting). Raises :class:`PublishError` when another
+    process holds it."""
+    import fcntl  # noqa: PLC0415 - POSIX only, used by resumable pulls
+
+    fh = open(path, "ab")  # noqa: SIM115 - kept open while the lock is held; closed by Staging._unlock
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        fh.close()
+        raise PublishError(f"another pull into {into} is running (it holds {path})",
+                           fix="Wait for it to finish, or pull into another -o/--output.") from exc
+    return fh

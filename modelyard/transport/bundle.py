@@ -38,6 +38,7 @@ from modelyard.artifact.index import dump_index, index_folder
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, StoreError
+from modelyard.paths import require_space
 
 TAR_FORMAT = tarfile.PAX_FORMAT
 BLOCK = tarfile.BLOCKSIZE  # 512
@@ -89,6 +90,9 @@ def write_bundle(root: Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: 
     meta_bytes = dump_index(meta)
     members = sorted([(d, True) for d in dirs] + [(f, False) for f in expect])
 
+    # zstd may not shrink weights at all: the bundle can be as large as the files (plus tar headers)
+    require_space([(out.parent, meta["total_bytes"] + 1024 * (len(members) + 3), "the bundle")],
+                  elsewhere="pass another -o/--output")
     tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.partial"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ from typing import BinaryIO
 
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError
+from modelyard.paths import require_space
 from modelyard.transport.unbundle import (
     DEFAULT_MAX_RATIO,
     BundleContents,
@@ -98,6 +99,8 @@ class HFCacheSink(Sink):
 
     def start(self, contents: BundleContents) -> None:
         self._contents = contents
+        model = sum(e.size for rel, e in contents.files.items() if rel.startswith("model/"))
+        require_space([(self.blobs, model, "the model's blobs")], elsewhere="pass another --hf-cache")
 
     def _lfs(self, rel: str) -> bool:
         assert self._contents is not None

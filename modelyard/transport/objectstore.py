@@ -295,8 +295,9 @@ class S3Store(Store):
         where = self.artifact_uri(name, revision)
         staged = self.new_staging()
         try:
-            with Staging(staged / "artifact") as st, \
-                    progress.task(f"downloading {where}", total=sum(e.size for e in contents.files.values())) as adv:
+            total = sum(e.size for e in contents.files.values())
+            with Staging(staged / "artifact", total=total) as st, \
+                    progress.task(f"downloading {where}", total=total) as adv:
                 st.put(MANIFEST, manifest_bytes)
                 for rel in sorted(contents.files):
                     exp = contents.files[rel]

@@ -54,6 +54,7 @@ from modelyard.transport._transfer import (
     check_rel,
     ordered_parts,
     parse_listing,
+    skip_bytes,
 )
 from modelyard.transport.refs import load_artifact
 from modelyard.transport.signing import verify_signature
@@ -330,11 +331,16 @@ def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, home
     """Push the artifact's signature and attestations (:func:`push_evidence`) as OCI 1.1 referrers of the
     manifest already at ``ref`` (a tag or ``@sha256:`` digest), pushing no layer: for an artifact signed after
     it was published. That manifest must be this artifact's (its ``dev.modelyard.content-digest`` annotation and
-    its manifest.json layer, the same bytes), else :class:`PublishError` (exit 2) names both."""
+    its manifest.json layer, the same bytes), else :class:`PublishError` (exit 2) names both; an artifact
+    without ``model.sig`` is refused the same way, before any request."""
     src = parse_oci_ref(ref)
     if src.reference is None:
         raise PublishError(f"{ref}: say which pushed manifest to attach to (a tag or @sha256:...)", fix=_FIX_REF)
     art = load_artifact(artifact_dir, home)
+    if not (art.root / SIGNATURE).is_file():  # its attestations were pushed with it: only a signature is new
+        raise PublishError(f"{art.root} has no signature ({SIGNATURE}): --referrers-only attaches a signature made "
+                           "after publishing, and there is none; nothing was attached",
+                           fix=f"Sign it first (`modelyard sign {art.root}`), then publish --referrers-only again.")
     client = _client(src, None, Settings() if settings is None else settings)
     container = client.get_container(f"{src.repo}@{src.digest}" if src.digest else f"{src.repo}:{src.tag}")
     manifest, digest = _get_manifest(client, container, src)
@@ -404,14 +410,14 @@ def upload_layer(client, container, path: Path, layer: dict, what: str, ref: Oci
 
 
 def _sha(data: bytes) -> str:
-
     return hashlib.sha256(data).hexdigest()
 
 
 def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
              insecure: bool | None = None) -> PullResult:
     """Pull ``ref`` (``oci://host/repo:tag`` or ``@sha256:...``) into the new folder ``into``, checking
-    every blob's digest while streaming it; the folder appears only when everything matched.
+    every blob's digest while streaming it; the folder appears only when everything matched. A killed pull of
+    the same manifest into the same ``into`` continues where it stopped (:class:`~._transfer.Staging`).
 
     With ``public_key`` the artifact's ``model.sig`` is verified after the download (and required): a layer of
     the artifact, else the newest signature pushed as an OCI 1.1 referrer of its manifest
@@ -419,9 +425,7 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
     Raises :class:`PublishError` (exit 2) for an unreachable registry, a missing tag, a manifest that is
     not a modelyard ModelPack artifact or an unsafe layer title; :class:`HashMismatchError` (exit 1)
     naming the file whose blob differs; :class:`~modelyard.errors.SignatureError` (exit 1)."""
-    if settings is None:
-
-        settings = Settings()
+    settings = settings or Settings()
     src = parse_oci_ref(ref)
     if src.reference is None:
         raise PublishError(f"{ref}: say which version to pull", fix=_FIX_REF)
@@ -434,7 +438,8 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
         raise PublishError(f"{src}: no layer titled manifest.json; not a modelyard artifact",
                            fix="Pull an artifact pushed by `modelyard publish`.")
     total = sum(lay["size"] for lay in layers)
-    with Staging(into) as st, progress.task(f"pulling {src}", total=total) as adv:
+    with Staging(into, resume=manifest_digest, total=total) as st, progress.task(f"pulling {src}", total=total) as adv:
+        st.advance = adv
         mlay = by_rel[MANIFEST]
         manifest_bytes = b"".join(_blob_chunks(client, container, mlay, MANIFEST, src))
         if _sha(manifest_bytes) != mlay["digest"][7:] or len(manifest_bytes) != mlay["size"]:
@@ -462,41 +467,42 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
         for rel in sorted(expected):
             exp = expected[rel]
 
-            def chunks(rel: str = rel):  # noqa: ANN202
-                for c in _blob_chunks(client, container, by_rel[rel], rel, src):
+            def chunks(start: int, rel: str = rel):  # noqa: ANN202 - from ``start`` on: a killed pull's file continues
+                for c in _blob_chunks(client, container, by_rel[rel], rel, src, start):
                     adv(len(c))
                     yield c
 
-            st.write(rel, chunks(), exp.size, exp.sha256, str(src))
-        sig_from = None
-        if public_key is not None:
-            sig_from = "layer" if SIGNATURE in expected else None
-            if sig_from is None and (sig := _signature_referrer(client, container, manifest_digest)) is not None:
+            st.write(rel, chunks, exp.size, exp.sha256, str(src))
+        sig_from = None if public_key is None else "layer" if SIGNATURE in expected else "referrer"
+        sigs = _signature_referrers(client, container, manifest_digest) if sig_from == "referrer" else [None]
+        if not sigs:
+            raise SignatureError(f"{src} is unsigned: no model.sig layer and no signature referrer of its manifest "
+                                 f"{manifest_digest}; --key asks for a signed artifact, nothing was written",
+                                 fix="Sign the artifact (`modelyard sign`) and publish it again, or pull without --key.")
+        for i, sig in enumerate(sigs):  # newest referrer first: any one the key verifies (several may be attached)
+            if sig is not None:
+                (st.tmp / SIGNATURE).unlink(missing_ok=True)  # the one before did not verify
                 st.put(SIGNATURE, sig)
-                sig_from = "referrer"
-            if sig_from is None:
-                raise SignatureError(f"{src} is unsigned: no model.sig layer and no signature referrer of its manifest "
-                                     f"{manifest_digest}; --key asks for a signed artifact, nothing was written",
-                                     fix="Sign the artifact (`modelyard sign`) and publish it again, or pull without --key.")
-        verified = _verify_sig(st.tmp, public_key)
+            try:
+                if public_key is not None:
+                    verify_signature(st.tmp, public_key=public_key)
+                verified = None if public_key is None else True
+                break
+            except SignatureError:
+                if i == len(sigs) - 1:
+                    raise
         path = st.commit()
     return PullResult(path, len(expected) + 1, total, contents.manifest.content_digest, verified,
                       sig_from if verified else None)
 
 
-def _signature_referrer(client, container, digest: str) -> bytes | None:  # noqa: ANN001
-    """The model-signing bundle pushed as a referrer of the manifest ``digest`` (the newest), or None."""
+def _signature_referrers(client, container, digest: str) -> list[bytes]:  # noqa: ANN001
+    """The model-signing bundles pushed as referrers of the manifest ``digest``, the newest first (by their
+    ``org.opencontainers.image.created``, then the registry's order)."""
     found = [r for r in referrers.discover(client, container, digest)
              if r.artifact_type == referrers.SIGSTORE_BUNDLE and r.kind == "signature"]
-    return referrers.fetch_layer(client, container, found[-1]) if found else None
-
-
-def _verify_sig(root: Path, public_key: Path | str | None) -> bool | None:
-    if public_key is None:
-        return None
-
-    verify_signature(root, public_key=public_key)
-    return True
+    order = sorted(range(len(found)), key=lambda i: (found[i].annotations.get("org.opencontainers.image.created", ""), i))
+    return [referrers.fetch_layer(client, container, found[i]) for i in reversed(order)]
 
 
 def _get_manifest(client, container, src: OciRef) -> tuple[dict[str, Any], str]:  # noqa: ANN001
@@ -545,10 +551,10 @@ def _check_layers(manifest: dict[str, Any], src: OciRef) -> list[dict[str, Any]]
     return out
 
 
-def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef):  # noqa: ANN001, ANN202
-    """The blob's bytes in order. A blob over one part (:data:`~._transfer.RANGE_PART`) is fetched as ranged
-    GETs, several at once (:func:`~._transfer.ordered_parts`), when the registry answers ``Range`` (206, as
-    distribution does); else, and for small blobs, as one streamed GET."""
+def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef, start: int = 0):  # noqa: ANN001, ANN202
+    """The blob's bytes from ``start`` on (> 0: a killed pull's file continued), in order: ranged GETs, several at
+    once (:func:`~._transfer.ordered_parts`), past one part or from ``start``, when the registry answers ``Range``
+    (206, as distribution does); else, and for small blobs, one streamed GET (its first ``start`` bytes skipped)."""
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
 
     size = int(layer["size"])
@@ -559,25 +565,26 @@ def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef
                             fix="The push was incomplete or the blob was deleted: publish the artifact again.")
 
     def get(start: int, end: int) -> bytes:
-        r = client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes={start}-{end - 1}"})
-        if r.status_code != 206:
-            raise missing(r.status_code)
-        return bytes(r.content)
+        with client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes={start}-{end - 1}"}, stream=True) as r:
+            if r.status_code != 206:
+                raise missing(r.status_code)
+            return r.raw.read(end - start)  # one read of the range (requests' .content joins 10 KiB reads)
 
     try:
-        if size > RANGE_PART:
-            with client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes=0-{RANGE_PART - 1}"},
+        if size - start > RANGE_PART or start:
+            end = min(start + RANGE_PART, size)
+            with client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes={start}-{end - 1}"},
                                    stream=True) as first:
                 if first.status_code == 206:
-                    head = first.content
+                    head = first.raw.read(end - start)
                 elif first.status_code == 200:  # Range ignored: this answer is the whole blob
-                    yield from first.iter_content(chunk_size=1 << 20)
+                    yield from skip_bytes(first.iter_content(chunk_size=1 << 20), start)
                     return
                 else:
                     raise missing(first.status_code)
             yield head
-            if len(head) == RANGE_PART:
-                yield from ordered_parts(get, RANGE_PART, size)
+            if len(head) == end - start and end < size:
+                yield from ordered_parts(get, end, size)
             return
         with client.get_blob(container, layer["digest"], stream=True) as r:
             if r.status_code != 200:

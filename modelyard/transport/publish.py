@@ -9,6 +9,7 @@ when a public key is given. These are the functions the ingest flow calls for ``
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +97,55 @@ def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings
 
         return pull_oci(ref, into, public_key=public_key, settings=settings)
     if ref.startswith("s3://"):
-
+        stored = _STORE_REF.match(ref.rstrip("/"))
+        if stored is not None and (res := _pull_stored(ref, *stored.groups(), into, public_key, settings)) is not None:
+            return res
         return pull_s3(ref, into, public_key=public_key, settings=settings)
     raise PublishError(f"{ref!r} is not a source modelyard can pull from", fix=_FIX)
+
+
+#: an artifact's URI in an S3 store (what ingest prints for ``MODELYARD_STORE=s3://...``):
+#: ``s3://bucket/prefix/artifacts/<name>/<revision>`` (:meth:`S3Store.artifact_uri`)
+_STORE_REF = re.compile(r"^(s3://[^/]+/.+?)/artifacts/([^/]+)/([^/]+)$")
+
+
+def _pull_stored(ref: str, store_uri: str, name: str, revision: str, into: Path, public_key: Path | str | None,
+                 settings: Any) -> PullResult | None:
+    """Pull ``name@revision`` from the S3 store at ``store_uri`` into ``into``: through this worker's cache
+    (:meth:`S3Store.local`, every file checked against its sha256 on the way down), then copied and hashed
+    again into a temp folder beside ``into``, renamed into place; ``model.sig`` verified with ``public_key``
+    (required then). None when the store has no manifest there (``ref`` is then read as a published prefix)."""
+    from modelyard.artifact.layout import MANIFEST, SIGNATURE  # noqa: PLC0415
+    from modelyard.errors import SignatureError  # noqa: PLC0415
+    from modelyard.settings import Settings  # noqa: PLC0415
+    from modelyard.transport._transfer import Staging, read_artifact  # noqa: PLC0415
+    from modelyard.transport.objectstore import S3Store  # noqa: PLC0415
+    from modelyard.transport.signing import verify_signature  # noqa: PLC0415
+
+    settings = settings or Settings()
+    store = S3Store(store_uri, settings.store_dir(), settings)
+    loaded = store.load(name, revision)
+    if loaded is None:
+        return None
+    art = read_artifact(store.local(loaded[0]))
+    if public_key is not None and not any(f.rel == SIGNATURE for f in art.files):
+        raise SignatureError(f"{ref} is unsigned (no {SIGNATURE}); --key asks for a signed artifact, nothing was written",
+                             fix="Sign the artifact (`modelyard sign`) and store it again, or pull without --key.")
+    with Staging(into, total=art.total_bytes) as st:
+        st.put(MANIFEST, art.manifest_bytes)
+        for f in art.files:
+            st.write(f.rel, _chunks(f.path), f.size, f.sha256, ref)
+        if public_key is not None:
+            verify_signature(st.tmp, public_key=public_key)
+        path = st.commit()
+    return PullResult(path, len(art.files) + 1, sum(f.size for f in art.files), art.manifest.content_digest,
+                      True if public_key is not None else None, "layer" if public_key is not None else None)
+
+
+def _chunks(path: Path, size: int = 8 << 20):  # noqa: ANN202 - Iterator[bytes]
+    with open(path, "rb") as fh:
+        while block := fh.read(size):
+            yield block
 
 
 __all__ = ["publish", "pull", "PublishResult", "PullResult", "SCHEMES", "FLAVOURS"]

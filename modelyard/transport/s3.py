@@ -55,8 +55,10 @@ from modelyard.transport.signing import verify_signature
 def publish_s3(artifact_dir: str | Path, uri: str, *, settings: Any = None, home: Path | None = None,
                multipart_threshold: int = DEFAULT_MULTIPART) -> PublishResult:
     """Upload the artifact (folder or store reference) under ``uri`` (``s3://bucket/prefix``),
-    ``manifest.json`` last. Refuses a prefix that already holds a different artifact (same content:
-    uploads again, harmless). Raises :class:`PublishError` (exit 2), :class:`HashMismatchError` (exit 1)
+    ``manifest.json`` last. Refuses a prefix that already holds a different artifact (same content: sends only
+    what is missing). A killed publish continues: the files it sent (same size and sha256 metadata) are
+    not sent again, and the multipart upload it left is continued part by part (``put_multipart``'s journal under
+    ``<home>/.cache/s3-uploads``). Raises :class:`PublishError` (exit 2), :class:`HashMismatchError` (exit 1)
     when a file's bytes differ from the sha256 the artifact records."""
     settings = s3_settings(settings)
     bucket, prefix = parse_s3_uri(uri)
@@ -73,26 +75,46 @@ def publish_s3(artifact_dir: str | Path, uri: str, *, settings: Any = None, home
         raise PublishError(f"{uri} already holds another artifact ({other}); refusing to overwrite it",
                            fix="Publish under a new prefix (e.g. with the revision in it), or delete the old one first.")
     index_bytes = dump_index(art.index)
+    journal = settings.cache_dir() / "s3-uploads"
+    skipped = sent = 0
     with progress.task(f"uploading to {uri}", total=art.total_bytes + len(index_bytes)) as adv:
         for f in art.files:
-            _put_one(fs, bucket, f"{prefix}/{f.rel}", f, multipart_threshold, uri)
+            if _already_there(fs, bucket, f"{prefix}/{f.rel}", f, uri):
+                skipped += 1  # a killed publish of this artifact sent it, or this is a second publish
+            else:
+                sent += _put_one(fs, bucket, f"{prefix}/{f.rel}", f, multipart_threshold, uri, journal)
             adv(f.size)
         for name, data in ((INDEX_NAME, index_bytes), (MANIFEST, art.manifest_bytes)):
             sha = hashlib.sha256(data).hexdigest()
             put_bytes(fs, bucket, f"{prefix}/{name}", data, sha, uri, name)
+            sent += len(data)
             adv(len(data))
     return PublishResult(uri=f"s3://{base}", files=len(art.files) + 2, bytes=art.total_bytes + len(index_bytes),
-                         content_digest=art.manifest.content_digest)
+                         content_digest=art.manifest.content_digest, skipped=skipped, sent=sent)
 
 
-def _put_one(fs, bucket: str, key: str, f: LocalFile, threshold: int, uri: str) -> None:  # noqa: ANN001
+def _already_there(fs, bucket: str, key: str, f: LocalFile, uri: str) -> bool:  # noqa: ANN001
+    """Whether ``key`` holds ``f`` already: its size, and the sha256 metadata modelyard sends with every upload
+    (each part's ``ChecksumSHA256`` checked by S3, the whole file hashed before the upload completed)."""
+    try:
+        head = fs.call_s3("head_object", Bucket=bucket, Key=key)
+    except FileNotFoundError:
+        return False
+    except Exception as exc:  # noqa: BLE001
+        raise s3_error(exc, f"reading {f.rel}", uri) from exc
+    return bool(head.get("ContentLength") == f.size and head.get("Metadata", {}).get("sha256") == f.sha256)
+
+
+def _put_one(fs, bucket: str, key: str, f: LocalFile, threshold: int, uri: str,  # noqa: ANN001
+             journal: Path | None = None) -> int:
+    """Upload ``f`` to ``key``; returns the bytes sent (a resumed multipart upload sends only its missing parts)."""
     try:
         if f.size <= threshold:
             with open(f.path, "rb") as fh:
                 data = fh.read(f.size + 1)
             put_bytes(fs, bucket, key, data, f.sha256, uri, f.rel)
-            return
-        put_multipart(fs, bucket, key, f, max(threshold, MIN_PART), uri)
+            return len(data)
+        return put_multipart(fs, bucket, key, f, max(threshold, MIN_PART), uri, journal=journal)
     except OSError as exc:
         if isinstance(exc, PublishError):
             raise
@@ -101,7 +123,8 @@ def _put_one(fs, bucket: str, key: str, f: LocalFile, threshold: int, uri: str) 
 
 def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None) -> PullResult:
     """Download ``uri`` (``s3://bucket/prefix``) into the new folder ``into``, checking every object's
-    size and sha256 against ``manifest.json``/``bundle.json``; all or nothing. Refuses a prefix without
+    size and sha256 against ``manifest.json``/``bundle.json``; all or nothing (a killed pull of the same artifact
+    into the same ``into`` continues: :class:`~._transfer.Staging` with ``resume``). Refuses a prefix without
     ``manifest.json`` (an incomplete publish). With ``public_key``, verifies ``model.sig`` (required).
 
     Raises :class:`PublishError` (exit 2), :class:`HashMismatchError` (exit 1, names the file),
@@ -128,11 +151,17 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
         raise s3_error(exc, "reading manifest.json", uri) from exc
     contents = check_index(uri, manifest_bytes, index_bytes)
     total = sum(e.size for e in contents.files.values())
-    with Staging(into) as st, progress.task(f"downloading {uri}", total=total) as adv:
+    pulled = hashlib.sha256(manifest_bytes + b"\0" + index_bytes).hexdigest()  # a killed pull of it continues
+    with Staging(into, resume=pulled, total=total + len(manifest_bytes)) as st, progress.task(f"downloading {uri}", total=total) as adv:
+        st.advance = adv
         st.put(MANIFEST, manifest_bytes)
         for rel in sorted(contents.files):
             exp = contents.files[rel]
-            st.write(rel, read_ranges(fs, f"{base}/{rel}", exp.size, rel, uri, adv), exp.size, exp.sha256, uri)
+
+            def ranges(start: int, rel: str = rel, size: int = exp.size):  # noqa: ANN202 - Iterator[bytes]
+                return read_ranges(fs, f"{base}/{rel}", size, rel, uri, adv, start=start)
+
+            st.write(rel, ranges, exp.size, exp.sha256, uri)
         verified = None
         if public_key is not None:
 

@@ -51,6 +51,7 @@ from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, ManifestError, ModelyardError, StoreError
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry
+from modelyard.paths import require_space
 from modelyard.transport.bundle import BLOCK, CHUNK, RECORD
 from modelyard.transport.signing import verify_after_unbundle
 from modelyard.transport.zstream import FIX_CORRUPT as _FIX_CORRUPT
@@ -116,10 +117,18 @@ class Discard(io.RawIOBase):
 
 
 class FolderSink(Sink):
-    """Writes the artifact's files under ``root`` (model/ files read-only, as in the store)."""
+    """Writes the artifact's files under ``root`` (model/ files read-only, as in the store); ``dest``: the
+    folder the user asked for, which ``root`` (a temp folder beside it, on its filesystem) becomes."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, dest: Path | None = None) -> None:
         self.root = root
+        self.dest = dest or root
+
+    def start(self, contents: BundleContents) -> None:
+        """Refuse (exit 2, :class:`InsufficientResourcesError`, naming ``dest``) before the first member byte a
+        bundle whose files the filesystem of ``dest`` (new, so its parent's: ``root``'s) cannot hold."""
+        require_space([(self.dest, contents.declared_bytes, "the unbundled artifact")],
+                      elsewhere="pass another -o/--output")
 
     def mkdir(self, rel: str) -> None:
         (self.root / rel).mkdir(parents=True, exist_ok=True)
@@ -489,11 +498,11 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, 
     the rename (``signing.verify_after_unbundle``: SigningKeyError / SignatureError otherwise)."""
     into = Path(into).expanduser().absolute()
     if into.exists():
-        raise BundleError(f"{into} already exists", fix="Pass --into a folder that does not exist yet.")
+        raise BundleError(f"{into} already exists", fix="Pass -o/--output a folder that does not exist yet.")
     into.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{into.name}.unbundle-", dir=into.parent))
     try:
-        contents = read_bundle(bundle, FolderSink(tmp), max_ratio=max_ratio)
+        contents = read_bundle(bundle, FolderSink(tmp, into), max_ratio=max_ratio)
         if public_key is not None or trust_root is not None:
 
             verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root)
@@ -506,7 +515,7 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, 
         remove_tree(tmp)
         raise StoreError(f"cannot extract {Path(bundle).name} into {into}: {exc.strerror or exc}",
                          fix="Free disk space there (the bundle's total size is in its manifest) or pass "
-                             "another --into.") from exc
+                             "another -o/--output.") from exc
     except BaseException:
         remove_tree(tmp)
         raise

@@ -97,14 +97,17 @@ def moto_available() -> bool:
 
 @contextmanager
 def moto_s3(root: Path) -> Iterator[str]:
-    """``moto_server`` on 127.0.0.1:<free port>; yields its endpoint URL."""
+    """``moto_server`` on 127.0.0.1:<free port>; yields its endpoint URL. Its request recorder (off until a test
+    POSTs ``/moto-api/recorder/start-recording``) writes to ``root/recording.jsonl``: every request's method, URL
+    and headers, as they arrive."""
     port = free_port()
     root.mkdir(parents=True, exist_ok=True)
     log = root / "moto.log"
     exe = str(Path(sys.executable).parent / "moto_server")
     with open(log, "wb") as fh:
         proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"})
+                                env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true",
+                                     "MOTO_RECORDER_FILEPATH": str(root / "recording.jsonl")})
     try:
         _wait(f"http://127.0.0.1:{port}/moto-api/", proc, log)
         yield f"http://127.0.0.1:{port}"

@@ -1,8 +1,8 @@
 """Real serving tools on 127.0.0.1 for the tests, each run from a file serve/ generated for the demo
 artifact, with only the host-specific lines rewritten to this test's ports and paths:
 
-- Debian ``prometheus`` (2.42) with serve/prometheus.yml: the scrape target becomes the session's
-  vLLM server, the interval 1 s; storage in a temp folder.
+- Debian ``prometheus`` (2.42) with serve/prometheus.yml and the alerts.yml it loads: the scrape
+  target becomes the session's vLLM server, the intervals 1 s; storage in a temp folder.
 - Debian ``nginx`` (1.22) with serve/nginx.conf (a server block) inside a minimal main config: the
   upstream becomes the session's vLLM server, ``listen`` a free port on 127.0.0.1, the key file a temp
   file. It runs as a non-root user (``nobody`` via ``setpriv`` when the tests run as root) with
@@ -46,12 +46,15 @@ def rewrite_prometheus_yml(text: str, target: str) -> str:
 
 
 @contextmanager
-def prometheus(config_text: str, root: Path) -> Iterator[str]:
-    """Debian's prometheus with ``config_text`` on 127.0.0.1:<free port>, TSDB under ``root``; yields
-    its base URL once ``/-/ready`` answers."""
+def prometheus(config_text: str, root: Path, files: dict[str, str] | None = None) -> Iterator[str]:
+    """Debian's prometheus with ``config_text`` on 127.0.0.1:<free port>, TSDB under ``root``, and
+    ``files`` (name -> text, e.g. the ``alerts.yml`` its ``rule_files`` names) beside the config;
+    yields its base URL once ``/-/ready`` answers."""
     port = free_port()
     root.mkdir(parents=True, exist_ok=True)
     (root / "prometheus.yml").write_text(config_text)
+    for name, text in (files or {}).items():
+        (root / name).write_text(text)
     log = root / "prometheus.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen([PROMETHEUS, f"--config.file={root / 'prometheus.yml'}",
@@ -82,6 +85,27 @@ def _unprivileged() -> tuple[list[str], int | None, int | None]:
     return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups"], pw.pw_uid, pw.pw_gid
 
 
+def _write_main_conf(root: Path, uid: int | None, gid: int | None) -> None:
+    """nginx.conf of a prefix ``root`` that includes ``root/default.conf``, with its temp paths and pid
+    there; the folder is handed to ``uid``/``gid`` (nginx's user) when the tests run as root."""
+    temps = "\n".join(f"    {d}_temp_path {root / d};" for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (root / "nginx.conf").write_text(f"""daemon off;
+worker_processes 1;
+pid {root / 'nginx.pid'};
+error_log stderr warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+{temps}
+    include {root / 'default.conf'};
+}}
+""")
+    if uid is not None:
+        root.chmod(0o755)
+        for p in (root, *root.iterdir()):
+            os.chown(p, uid, gid)
+
+
 @contextmanager
 def nginx(server_conf: str, *, upstream: str, keys: list[str]) -> Iterator[str]:
     """Debian's nginx, not as root, serving ``server_conf`` (serve/nginx.conf) in front of
@@ -94,22 +118,7 @@ def nginx(server_conf: str, *, upstream: str, keys: list[str]) -> Iterator[str]:
         keys_file.write_text("".join(f'"Bearer {k}" 1;\n' for k in keys))
         (root / "default.conf").write_text(rewrite_nginx_conf(server_conf, upstream=upstream,
                                                               listen=f"127.0.0.1:{port}", keys_file=keys_file))
-        temps = "\n".join(f"    {d}_temp_path {root / d};" for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        (root / "nginx.conf").write_text(f"""daemon off;
-worker_processes 1;
-pid {root / 'nginx.pid'};
-error_log stderr warn;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-{temps}
-    include {root / 'default.conf'};
-}}
-""")
-        if uid is not None:
-            root.chmod(0o755)
-            for p in (root, *root.iterdir()):
-                os.chown(p, uid, gid)
+        _write_main_conf(root, uid, gid)
         log = root / "nginx.log"
         with open(log, "wb") as fh:
             proc = subprocess.Popen([*prefix, NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", "stderr"],
@@ -117,6 +126,39 @@ http {{
         try:
             _wait(f"http://127.0.0.1:{port}/health", proc, log)
             yield f"http://127.0.0.1:{port}"
+        finally:
+            _stop(proc)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def nginx_canary(server_conf: str, *, canary_dir: Path, keys: list[str]) -> Iterator[tuple[str, str]]:
+    """Debian's nginx, not as root, serving the canary form of serve/nginx.conf: its upstream includes
+    ``canary_dir/upstream.conf`` (which the rollout rewrites; it must be readable by nginx's user) in
+    place of ``/etc/nginx/canary``; ``listen`` and the key file as in :func:`nginx`. Yields (its base URL,
+    the command line that reloads it: ``nginx -s reload`` on its prefix, as the same user)."""
+    prefix, uid, gid = _unprivileged()
+    root = Path(tempfile.mkdtemp(prefix="modelyard-nginx-canary-"))
+    port = free_port()
+    try:
+        keys_file = root / "api_keys.map"
+        keys_file.write_text("".join(f'"Bearer {k}" 1;\n' for k in keys))
+        text = server_conf
+        for old, new in (("include /etc/nginx/canary/upstream.conf;", f"include {canary_dir / 'upstream.conf'};"),
+                         ("listen 8080;", f"listen 127.0.0.1:{port};"),
+                         ("include /run/secrets/api_keys;", f"include {keys_file};")):
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        (root / "default.conf").write_text(text)
+        _write_main_conf(root, uid, gid)
+        base_cmd = [*prefix, NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", "stderr"]
+        log = root / "nginx.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(base_cmd, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            _wait(f"http://127.0.0.1:{port}/health", proc, log)
+            yield f"http://127.0.0.1:{port}", " ".join([*base_cmd, "-s", "reload"])
         finally:
             _stop(proc)
     finally:

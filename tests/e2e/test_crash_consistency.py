@@ -27,6 +27,7 @@ from modelyard.transport.publish import pull
 from tests.conftest import ROOT, json_result, run_cli
 from tests.e2e.publish_servers import docker_registry, moto_s3
 from tests.fixtures import make_tiny_llama
+from tests.killing import first_of as _first_of
 from tests.killing import kill_at as _kill_at
 from tests.killing import nth as _nth
 
@@ -174,12 +175,18 @@ def test_sigkill_while_downloading_and_patching(model, tmp_path_factory, tmp_pat
         env = {**os.environ, "HF_ENDPOINT": server.endpoint, "MODELYARD_HOME": str(home),
                "MODELYARD_PROGRESS_JSONL": str(log)}
         cmd = [sys.executable, "-m", "modelyard", "ingest", "hf://org/crash@main", "--no-smoke", "--json"]
+        # Each run resumes what the killed one left (the hub cache's .incomplete files): a download point may then
+        # come after fewer advances than it waits for, so each point falls back to the next stage's start, and no run
+        # finishes (a finished run stores the artifact, and the runs after it would only reuse it).
+        writing = _nth("writing report and manifest", "start", 1)
         points = [_nth("downloading config and tokenizer", "start", 1), _nth("downloading config and tokenizer", "advance", 1),
-                  _nth("downloading weights", "start", 1)] + [_nth("downloading weights", "advance", n) for n in (1, 2)]
-        points += [_nth("hashing (sha256)", "advance", 2),
-                   _exists(home, ".staging/*/patches.json", "patches.json written in staging"),
-                   _exists(home, ".staging/*/patch.diff", "patch.diff written in staging"),
-                   _nth("writing report and manifest", "start", 1)]
+                  _nth("downloading weights", "start", 1)]
+        points += [_first_of(_nth("downloading weights", "advance", n), _nth("hashing (sha256)", "start", 1), writing)
+                   for n in (1, 2)]
+        points += [_first_of(_nth("hashing (sha256)", "advance", 2), writing),
+                   _first_of(_exists(home, ".staging/*/patches.json", "patches.json written in staging"), writing),
+                   _first_of(_exists(home, ".staging/*/patch.diff", "patch.diff written in staging"), writing),
+                   writing]
         hits = []
         for point in points:
             hits.append(_kill_at(cmd, env, log, point))

@@ -398,13 +398,19 @@ def test_a_gated_repo_without_access_is_named_so_at_the_first_request(hub, tmp_p
     proxy.gated = {"org/tiny"}
     try:
         first = len(proxy.requests)
-        r = run_cli("verify", "hf://org/tiny@main", "--json", env={**_env(hub, tmp_path), "HF_ENDPOINT": proxy.endpoint})
+        env = {**_env(hub, tmp_path), "HF_ENDPOINT": proxy.endpoint, "HF_TOKEN": "", "MODELYARD_HF_TOKEN": ""}
+        r = run_cli("verify", "hf://org/tiny@main", "--json", env=env)
         err = json_error(r.stdout, "verify", 2)
         assert err["type"] == "SourceNotFoundError"
-        assert err["message"] == f"repository org/tiny on {proxy.endpoint} is gated and this token has no access to it"
+        assert err["message"] == (f"repository org/tiny on {proxy.endpoint} is gated and no token was sent "
+                                  "(MODELYARD_HF_TOKEN / HF_TOKEN unset)")
         assert err["fix"] == (f"Accept its conditions on the repo's page ({proxy.endpoint}/org/tiny) with your account, "
                               "then set MODELYARD_HF_TOKEN to a token of that account.")
         assert proxy.requests[first:] == [("GET", "/api/models/org/tiny/revision/main", None)]
+        r = run_cli("verify", "hf://org/tiny@main", "--json", env={**env, "MODELYARD_HF_TOKEN": "hf_no_access_to_it"})
+        err = json_error(r.stdout, "verify", 2)
+        assert err["message"] == f"repository org/tiny on {proxy.endpoint} is gated and this token has no access to it"
+        assert "hf_no_access_to_it" not in r.stdout + r.stderr
     finally:
         proxy.gated = set()
 
@@ -444,6 +450,31 @@ def test_a_refused_card_license_stops_before_any_weight_byte_and_an_accepted_one
         assert manifest["source"]["license"] == "cc-by-nc-4.0"
         assert json.loads((art / "report.json").read_text())["source"]["license"] == "cc-by-nc-4.0"
         assert "README.md" not in {f["path"] for f in manifest["files"]}
+    finally:
+        proxy.ranges = False
+
+
+def test_verify_hf_refuses_a_card_license_and_plans_the_gpu_from_headers_only(hub, tmp_path):
+    """`verify hf://... --refuse-license/--gpu`: the preflight ingest makes before its first weight byte, asked
+    alone. The only reads of the shard are its header's ranges; an accepted card's license is in the report's
+    source record."""
+    proxy = hub["proxy"]
+    proxy.ranges = True
+    try:
+        env = {"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(tmp_path)}
+        first = len(proxy.requests)
+        r = run_cli("verify", "hf://org/carded@main", "--json", "--refuse-license", "cc-by-nc-4.0", env=env)
+        err = json_error(r.stdout, "verify", 1)
+        assert err["message"] == ("hf://org/carded@main: the model card (README.md) says license: cc-by-nc-4.0, "
+                                  "which --refuse-license refuses")
+        assert _weight_gets(proxy, first, "org/carded") == _header_ranges(hub["files"]["model.safetensors"])
+        r = run_cli("verify", "hf://org/carded@main", "--json", "--refuse-license", "unknown", "--gpu", "L4-24GB",
+                    env=env)
+        report = json_result(r.stdout, "verify")
+        assert (report["summary"]["errors"], report["source"]["license"]) == (0, "cc-by-nc-4.0")
+        r = run_cli("verify", "hf://org/carded@main", "--json", "--gpu", "L4-24GB", "--max-model-len", "1000000",
+                    env=env)
+        assert json_error(r.stdout, "verify", 2)["type"] == "InvalidTargetError"  # above the model's own limit
     finally:
         proxy.ranges = False
 

@@ -1,6 +1,9 @@
 """Metrics for real: Debian's prometheus runs the demo artifact's generated serve/prometheus.yml
 (target rewritten to the session's vLLM server) and scrapes vLLM's /metrics; a query for a `vllm:`
-series returns a value, and every query of the generated Grafana dashboard returns data."""
+series returns a value, and every query of the generated Grafana dashboard returns data. The
+generated alerts.yml, beside it, is loaded and evaluated: every rule healthy, none firing against an
+idle server; against a target that does not answer, the server-down alert goes pending (no vLLM
+needed for that one)."""
 
 from __future__ import annotations
 
@@ -11,10 +14,18 @@ import time
 import httpx
 import pytest
 
+from modelyard.stages.serve import ServeTarget, plan_serve, write_serve_files
+from modelyard.stages.serve.alerts import ALERTS_FILE
 from modelyard.stages.serve.monitoring import DASHBOARD_FILE
+from tests.e2e.publish_servers import free_port
 from tests.e2e.serving_tools import PROMETHEUS, prometheus, rewrite_prometheus_yml, tool_missing
+from tests.unit.test_serve_plan import artifact, llamas  # noqa: F401 - fixtures
 
-pytestmark = [pytest.mark.vllm, pytest.mark.prometheus, pytest.mark.e2e]
+pytestmark = [pytest.mark.prometheus, pytest.mark.e2e]
+#: the alerts of serve/alerts.yml
+ALERTS = ["VLLMTTFTBudgetBurnFast", "VLLMTTFTBudgetBurnSlow", "VLLME2ELatencyBudgetBurnFast",
+          "VLLME2ELatencyBudgetBurnSlow", "VLLMRequestsWaiting", "VLLMQueueGrowing", "VLLMKVCacheNearlyFull",
+          "VLLMPreemptions", "VLLMServerDown"]
 
 
 def _query(prom: str, expr: str) -> list[dict]:
@@ -43,13 +54,47 @@ def _chat(base: str, name: str, n: int) -> None:
             r.raise_for_status()
 
 
+def _rules(prom: str, timeout: float = 30.0) -> dict[str, dict]:
+    """The loaded alerting rules by name, once each has been evaluated (health no longer ``unknown``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.get(f"{prom}/api/v1/rules", params={"type": "alert"}, timeout=10)
+        r.raise_for_status()
+        rules = {rule["name"]: rule for g in r.json()["data"]["groups"] for rule in g["rules"]}
+        if (rules and all(rule["health"] != "unknown" for rule in rules.values())) or time.monotonic() > deadline:
+            return rules
+        time.sleep(0.5)
+
+
+@pytest.mark.skipif(tool_missing(PROMETHEUS), reason="Debian prometheus is not installed (make test installs it)")
+def test_prometheus_loads_the_generated_alerts_and_pages_on_a_dead_target(artifact, tmp_path):  # noqa: F811
+    files = write_serve_files(tmp_path / "out", plan_serve(artifact, ServeTarget("H100-80GB", gpus=4)))
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    config = rewrite_prometheus_yml(files.prometheus_yml.read_text(), dead)
+    with prometheus(config, tmp_path / "prometheus", {ALERTS_FILE: files.alerts_yml.read_text()}) as prom:
+        rules = _rules(prom)
+        assert list(rules) == ALERTS
+        assert {n: (r["health"], r["labels"]["severity"]) for n, r in rules.items()}["VLLMServerDown"] == ("ok", "page")
+        assert all(r["health"] == "ok" for r in rules.values()), {n: r.get("lastError") for n, r in rules.items()}
+        deadline = time.monotonic() + 30
+        while rules["VLLMServerDown"]["state"] != "pending" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            rules = _rules(prom)
+        assert rules["VLLMServerDown"]["state"] == "pending"  # up == 0; fires after 5 min
+        (alert,) = rules["VLLMServerDown"]["alerts"]
+        assert (alert["labels"]["instance"], alert["labels"]["job"]) == (dead, "vllm")
+        assert {n: r["state"] for n, r in rules.items() if n != "VLLMServerDown"} == dict.fromkeys(ALERTS[:-1], "inactive")
+
+
+@pytest.mark.vllm
 @pytest.mark.skipif(tool_missing(PROMETHEUS), reason="Debian prometheus is not installed (make test installs it)")
 def test_prometheus_scrapes_vllm_with_the_generated_config(vllm_server, tmp_path):
     art, server = vllm_server
     name = server.name
     generated = (art / "serve" / "prometheus.yml").read_text()
     config = rewrite_prometheus_yml(generated, server.base.removeprefix("http://"))
-    with prometheus(config, tmp_path / "prometheus") as prom:
+    alerts = {ALERTS_FILE: (art / "serve" / ALERTS_FILE).read_text()}
+    with prometheus(config, tmp_path / "prometheus", alerts) as prom:
         up = _poll(prom, 'up{job="vllm"}')
         assert [(s["metric"]["instance"], s["value"][1]) for s in up] == [(server.base.removeprefix("http://"), "1")]
         running = _poll(prom, "vllm:num_requests_running")
@@ -81,3 +126,7 @@ def test_prometheus_scrapes_vllm_with_the_generated_config(vllm_server, tmp_path
         for key in [k for k in seen if k[0] in ("Time to first token (TTFT)", "Inter-token latency (ITL)",
                                                    "Token throughput")]:
             assert seen[key][0] > 0, key  # 3 chats: latencies and throughput are positive
+        # the alerts against the live series: all evaluate, none fires for three short chats
+        rules = _rules(prom)
+        assert list(rules) == ALERTS
+        assert {n: (r["health"], r["state"]) for n, r in rules.items()} == dict.fromkeys(ALERTS, ("ok", "inactive"))

@@ -264,7 +264,36 @@ def test_publish_referrers_only_attaches_a_later_signature_to_the_pushed_manifes
     assert out["referrers"] == ["signature", "verification"]
     got = pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / "ok", public_key=pub)
     assert (got.signature_verified, got.signature_from) == (True, "referrer")
+    # a second team signs the same artifact with its own key: two signature referrers with the same created
+    # time; each key finds the one it verifies, a third key none
+    second = tmp_path / "second"
+    shutil.copytree(artifact, second)
+    priv2, pub2 = _keypair(tmp_path, "second")
+    sign_artifact(second, private_key=priv2)
+    r = run_cli("publish", str(second), "--to", f"oci://{registry}/models/attach:v1", "--referrers-only", "--json")
+    assert json_result(r.stdout, "publish")["referrers"] == ["signature", "verification"]
+    client = oci._client(oci.parse_oci_ref(f"oci://{registry}/models/attach"), None, oci.Settings())
+    container = client.get_container("models/attach:v1")
+    sigs = [x for x in referrers.discover(client, container, res.digest) if x.kind == "signature"]
+    assert len(sigs) == 2 and len({x.annotations["org.opencontainers.image.created"] for x in sigs}) == 1
+    for n, key in enumerate((pub, pub2)):
+        got = pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / f"k{n}", public_key=key)
+        assert (got.signature_verified, got.signature_from) == (True, "referrer")
+    _, pub3 = _keypair(tmp_path, "third")
+    with pytest.raises(SignatureError):
+        pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / "k3", public_key=pub3)
+    assert not (tmp_path / "k3").exists()
     other = _build_artifact(tiny_llama_dir, tmp_path / "other-store", hub=False)
+    # unsigned: there is nothing new to attach, said before any request
+    r = run_cli("publish", str(other), "--to", f"oci://{registry}/models/attach:v1", "--referrers-only", "--json")
+    err = json_error(r.stdout, "publish", 2)
+    assert (err["message"], err["fix"]) == (
+        f"{other} has no signature (model.sig): --referrers-only attaches a signature made after publishing, and "
+        "there is none; nothing was attached",
+        f"Sign it first (`modelyard sign {other}`), then publish --referrers-only again.")
+    shutil.copytree(other, tmp_path / "other-signed")
+    other = tmp_path / "other-signed"
+    sign_artifact(other, private_key=priv)
     r = run_cli("publish", str(other), "--to", f"oci://{registry}/models/attach:v1", "--referrers-only", "--json")
     content = json.loads((other / "manifest.json").read_text())["content_digest"]  # the same weights, another origin
     assert json_error(r.stdout, "publish", 2)["message"] == (

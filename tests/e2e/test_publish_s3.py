@@ -108,7 +108,12 @@ def test_multipart_upload_for_big_files(artifact, settings, client, tmp_path):
     copy = tmp_path / "art"
     shutil.copytree(artifact, copy)
     (copy / "serve" / "big.bin").write_bytes(os.urandom(11 * 1024 * 1024 + 17))  # 3 parts of 5 MiB
+    # what a killed publish of another version of the file left: two unfinished uploads of its key
+    stale = [client.create_multipart_upload(Bucket="models", Key="tiny/big/serve/big.bin")["UploadId"] for _ in range(2)]
+    client.upload_part(Bucket="models", Key="tiny/big/serve/big.bin", UploadId=stale[0], PartNumber=1,
+                       Body=os.urandom(5 * 1024 * 1024))
     res = publish_s3(copy, "s3://models/tiny/big", settings=settings, multipart_threshold=5 * 1024 * 1024)
+    assert client.list_multipart_uploads(Bucket="models", Prefix="tiny/big/").get("Uploads", []) == []
     head = client.head_object(Bucket="models", Key="tiny/big/serve/big.bin")
     assert head["ETag"].strip('"').endswith("-3")  # a multipart object
     assert head["Metadata"]["sha256"] == hashlib.sha256((copy / "serve" / "big.bin").read_bytes()).hexdigest()

@@ -78,3 +78,27 @@ def test_multinode_vllm_yaml_keys_are_real_serve_options(tmp_path):
     assert [k for k in cfg if f"--{k}" not in out["options"]] == []
     a = out["args"]
     assert (a["tensor_parallel_size"], a["pipeline_parallel_size"], a["distributed_executor_backend"]) == (8, 2, "ray")
+
+
+def test_lora_vllm_yaml_of_two_adapters_parses(tmp_path):
+    """`serve-plan BASE --lora A --lora B`'s vllm.yaml through vLLM's own parser: lora-modules become two
+    LoRAModulePath (name, path relative to the folder vllm runs from), max-loras 2, max-lora-rank 32."""
+    from modelyard.stages.adapter import lora_overrides
+    from tests.fixtures import make_tiny_llama
+    from tests.unit.test_adapter import make_adapter
+
+    python = Settings().vllm_interpreter()
+    base = make_tiny_llama(tmp_path / "tiny")
+    a, b = make_adapter(base, tmp_path / "a", r=8), make_adapter(base, tmp_path / "b", r=24)
+    plan = plan_serve(base, ServeTarget("H100-80GB"), name="tiny")
+    files = write_serve_files(tmp_path / "out", plan, overrides=lora_overrides(
+        [("lora-a", a, "adapters/lora-a"), ("lora-b", b, "adapters/lora-b")]), adapters_mount="../adapters")
+    script = PARSE.replace('"generation_config")', '"generation_config", "enable_lora", "max_loras", "max_lora_rank")')
+    script = script.replace("print(json.dumps({", "print(json.dumps({'lora': [[m.name, m.path] for m in args.lora_modules], ")
+    r = subprocess.run([str(python), "-c", script, str(files.vllm_yaml)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [k for k in yaml.safe_load(files.vllm_yaml.read_text()) if f"--{k}" not in out["options"]] == []
+    assert out["lora"] == [["lora-a", "adapters/lora-a"], ["lora-b", "adapters/lora-b"]]
+    assert (out["args"]["model"], out["args"]["enable_lora"], out["args"]["max_loras"], out["args"]["max_lora_rank"]) \
+        == ("model", True, 2, 32)

@@ -17,7 +17,7 @@ from modelyard.errors import ArtifactConflictError, HashMismatchError, PublishEr
 from modelyard.settings import Settings
 from modelyard.transport import objectstore
 from modelyard.transport.objectstore import S3Store
-from tests.conftest import json_result, run_cli
+from tests.conftest import json_error, json_result, run_cli
 from tests.e2e.publish_servers import AWS_ENV
 from tests.unit.test_bundle import COMMIT, _build_artifact
 
@@ -265,6 +265,22 @@ def test_ingest_and_reads_through_the_cli(tiny_llama_dir, s3_endpoint, client, t
     assert u.returncode == 0, u.stderr
     assert (tmp_path / "unbundled" / "model" / "model.safetensors").read_bytes() == \
         (tiny_llama_dir / "model.safetensors").read_bytes()
+
+    # the artifact URI ingest printed is what `pull` takes
+    p = run_cli("pull", first["artifact"], "-o", str(tmp_path / "pulled"), "--json", env=_env(s3_endpoint, tmp_path / "puller"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    pulled = json_result(p.stdout, "pull")
+    assert (pulled["artifact"], pulled["content_digest"], pulled["signature_verified"]) == (
+        str(tmp_path / "pulled"), first["content_digest"], None)
+    assert sorted(q.relative_to(tmp_path / "pulled").as_posix() for q in (tmp_path / "pulled").rglob("*") if q.is_file()) \
+        == sorted(q.relative_to(tmp_path / "verifier" / name / rev).as_posix()
+                  for q in (tmp_path / "verifier" / name / rev).rglob("*") if q.is_file())
+    assert pulled["files"] == len([q for q in (tmp_path / "pulled").rglob("*") if q.is_file()])
+    keyed = run_cli("pull", first["artifact"], "-o", str(tmp_path / "keyed"), "--key", str(tmp_path / "no.pem"),
+                    "--json", env=_env(s3_endpoint, tmp_path / "puller"))
+    assert json_error(keyed.stdout, "pull", 1)["message"] == (f"{first['artifact']} is unsigned (no model.sig); --key "
+                                                              "asks for a signed artifact, nothing was written")
+    assert not (tmp_path / "keyed").exists()
 
     weights = next(f for f in json.loads((tmp_path / "verifier" / name / rev / "manifest.json").read_text())["files"]
                    if f["path"] == "model/model.safetensors")

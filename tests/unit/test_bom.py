@@ -84,7 +84,9 @@ def test_a_bom_that_breaks_the_schema_is_refused(artifact):
 @pytest.mark.parametrize(("card", "licenses"), [
     ({"license": "apache-2.0"}, [{"license": {"id": "Apache-2.0"}}]),  # an SPDX id is given as one
     ({"license": "other", "license_name": "llama3.1", "license_link": "https://example.org/LICENSE"},
-     [{"license": {"name": "llama3.1"}}]),
+     [{"license": {"name": "llama3.1", "url": "https://example.org/LICENSE"}}]),  # the card's link kept
+    ({"license": "apache-2.0", "license_link": "https://example.org/L"},
+     [{"license": {"id": "Apache-2.0", "url": "https://example.org/L"}}]),
     ({}, None),
 ])
 def test_the_cards_license_recorded_by_the_fetch_is_the_models_license(artifact, tmp_path, card, licenses):

@@ -6,7 +6,7 @@ and plain unwrapped lines when stderr or stdout is not a terminal.
 The envelope of the commands whose success needs a server, vLLM or a quantizer is checked by the tests that
 run them, through ``tests.conftest.json_result`` (which checks the envelope): ingest (tests/e2e/test_cli_errors.py,
 test_hub_ingest.py), demo (tests/e2e/conftest.py), quantize (tests/unit/test_quantize.py), smoke
-(tests/e2e/test_serve_smoke_vllm.py), publish (tests/e2e/test_publish_oci.py, test_publish_s3.py), watch,
+(tests/e2e/test_serve_smoke_vllm.py), upgrade-check (tests/e2e/test_upgrade_vllm.py), publish (tests/e2e/test_publish_oci.py, test_publish_s3.py), watch,
 promote and deploy (tests/e2e/test_watch_promote.py); pull and approve print the same envelope through the same
 function (``emit_json``) and are listed in :data:`SUCCESS_ELSEWHERE`.
 """
@@ -48,10 +48,12 @@ FAILURES = {
     "verify": (["{tmp}/nope"], 2, "SourceNotFoundError"),
     "quantize": (["{tmp}", "--scheme", "int3", "-o", "{tmp}/q"], 2, "UsageError"),
     "smoke": (["{tmp}"], 2, "MissingConfigError"),
+    "upgrade-check": (["--store", "{tmp}/none", "--runtime", "0.31.0"], 2, "StoreError"),
     "serve-plan": (["{tmp}", "--gpu", "H100-80GB"], 2, "MissingConfigError"),
     "bundle": (["{tmp}/nope", "-o", "{tmp}/b.tar.zst"], 2, "BundleError"),
     "unbundle": (["{tmp}/nope.tar.zst", "-o", "{tmp}/u"], 2, "BundleError"),
     "doctor": (["{tmp}"], 2, "MissingConfigError"),
+    "rollout": (["{tmp}", "--serve", "{tmp}/serve"], 2, "MissingConfigError"),
     "publish": (["{tmp}", "--to", "ftp://x"], 2, "PublishError"),
     "pull": (["oci://127.0.0.1:9/x:y"], 2, "InvalidTargetError"),
     "sign": (["{tmp}", "--key", "{tmp}/k.pem"], 2, "SigningKeyError"),
@@ -68,7 +70,7 @@ FAILURES = {
 }
 #: commands whose success is run here (see :func:`test_json_success`); the others in :data:`SUCCESS_ELSEWHERE`
 SUCCESS_HERE = ("verify", "serve-plan", "bundle", "unbundle", "sign", "verify-signature", "list", "show", "doctor", "bom")
-SUCCESS_ELSEWHERE = ("ingest", "quantize", "smoke", "publish", "pull", "demo", "watch", "promote", "approve", "deploy",
+SUCCESS_ELSEWHERE = ("ingest", "quantize", "smoke", "upgrade-check", "rollout", "publish", "pull", "demo", "watch", "promote", "approve", "deploy",
                      "deploy-ingest")
 
 

@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from modelyard.cli import _common, app, checks, main
+from modelyard.cli import _common, app, main
 from modelyard.errors import SourceNotFoundError
-from modelyard.stages import quantize
+from modelyard.stages import quantize, verify
 from modelyard.version import __version__
 from tests.conftest import json_envelope, json_error, run_cli
 
@@ -91,19 +91,19 @@ def test_runner_and_main_agree(tmp_path: Path, stderr: io.StringIO, monkeypatch,
 
 
 def test_internal_error(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
-    monkeypatch.setattr(checks, "verify_folder", _boom)
+    monkeypatch.setattr(verify, "verify_folder", _boom)
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir)])
     assert (r.exit_code, r.stdout, stderr.getvalue()) == (3, "", INTERNAL_LINE)
 
 
 def test_internal_error_json(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
-    monkeypatch.setattr(checks, "verify_folder", _boom)
+    monkeypatch.setattr(verify, "verify_folder", _boom)
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])
     assert (r.exit_code, json.loads(r.stdout), stderr.getvalue()) == (3, internal_json("verify"), "")
 
 
 def test_internal_error_verbose_shows_the_traceback(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
-    monkeypatch.setattr(checks, "verify_folder", _boom)
+    monkeypatch.setattr(verify, "verify_folder", _boom)
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--verbose"])
     assert r.exit_code == 3
     text = stderr.getvalue()
@@ -116,7 +116,7 @@ def test_interrupted(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checks, "verify_folder", interrupt)
+    monkeypatch.setattr(verify, "verify_folder", interrupt)
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir)])
     assert (r.exit_code, r.stdout, stderr.getvalue()) == (130, "", "interrupted\n")
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])

@@ -17,5 +17,5 @@ def test_cli_reference_is_generated_from_the_app():
         DOC.write_text(text)
     assert DOC.read_text() == text
     sections = [line for line in text.splitlines() if line.startswith("## `modelyard ")]
-    assert len(sections) == 26  # 22 commands, the server group and its start, stop, status
+    assert len(sections) == 28  # 24 commands, the server group and its start, stop, status
     assert "| `--tensor-parallel-size, --tp <int range>` | target TP size [default: 1; x>=1] |" in text

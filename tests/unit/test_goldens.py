@@ -91,7 +91,7 @@ def test_serve_files_match_their_goldens(golden_artifact, tmp_path):
     plan = plan_serve(art / "model", ServeTarget("H100-80GB", gpus=2), name="tiny")
     files = write_serve_files(tmp_path, plan, proxy=True)
     written = sorted(p.name for p in (tmp_path / "serve").iterdir() if p.suffix in (".yaml", ".yml"))
-    assert written == ["compose.yaml", "prometheus.yml", "vllm.yaml"]
+    assert written == ["alerts.yml", "compose.yaml", "prometheus.yml", "vllm.yaml"]
     for name in written:
         _same_as_golden(f"serve/{name}", (tmp_path / "serve" / name).read_text().replace(str(tmp_path), "<tmp>"))
     assert files is not None

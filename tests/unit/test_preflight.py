@@ -29,10 +29,25 @@ from tests.unit.test_serve_plan import llama_dir
     ("---\nlicense: \"apache-2.0\\x1b[2J\"\n---\n", {"license": "apache-2.0\\x1b[2J"}),  # escaped, never raw
     ("# a card without front matter\n", {}),
     ("---\nlanguage: en\n---\n", {}),
-    ("---\nlicense: [mit\n---\n", {}),  # YAML that does not parse names no license
+    # YAML that does not parse, or a field that is no license id: not read, and said so (not "no license")
+    ("---\nlicense: [mit\n---\n",
+     {"license_error": "the model card's metadata (YAML front matter) does not parse: while parsing a flow sequence"}),
+    ("---\nlicense: {a: b}\nlicense_link: https://example.org/L\n---\n",
+     {"license_link": "https://example.org/L", "license_error": "the model card's license is not a license id but a mapping"}),
+    ("---\nlicense: [mit, 3]\n---\n", {"license_error": "the model card's license is not a license id but a list of non-strings"}),
+    ("# a card without front matter\n", {}),
 ])
 def test_card_license(card, expected):
     assert card_license(card) == expected
+
+
+def test_an_unreadable_card_is_refused_as_unreadable_not_as_unlicensed():
+    prov = {"license_error": "the model card's license is not a license id but a mapping"}
+    with pytest.raises(VerificationFailedError) as e:
+        refuse_license(prov, ["unknown"], "hf://org/m@abc")
+    assert e.value.message == ("hf://org/m@abc: the model card (README.md) names no license that can be read (the model "
+                               "card's license is not a license id but a mapping), which --refuse-license refuses")
+    refuse_license(prov, ["mit"], "hf://org/m@abc")  # nothing named: nothing of the list matched
 
 
 @pytest.mark.parametrize(("provenance", "refused", "hit"), [
@@ -88,7 +103,9 @@ def test_the_gate_refuses_a_model_too_big_for_the_gpu_before_verify(tmp_path):
     snap = Snapshot(root=d, source=f"file://{d}", kind="file", files=())
     with pytest.raises(ServePlanError) as e:
         gate(snap)
-    assert "18,736 tokens" in e.value.message and "131,072-token sequence" in e.value.message
+    assert e.value.message.startswith(f"file://{d} on 1 x L4-24GB (tensor parallel 1, utilization 0.9): the KV cache "
+                                      "holds 18,736 tokens")  # names the model asked for
+    assert "131,072-token sequence" in e.value.message
     assert "--gpus 2" in e.value.fix
     # a quantized variant is planned after quantizing: its unquantized weights are not judged here
     with pytest.raises(VerificationFailedError):  # ...the verifier is (no weights at all)
@@ -114,3 +131,24 @@ def test_a_folders_card_license_is_recorded(tiny_llama_dir, tmp_path):
     snap = _snapshot(src)
     assert snap.provenance == {"license": "cc-by-nc-4.0"}
     assert "README.md" in snap.left_out  # read for its license, not taken into model/
+
+
+def test_verify_judges_a_folder_for_the_gpu_and_its_card_license(tmp_path, tiny_llama_dir):
+    """`verify FOLDER --gpu/--gpus` plans weights + KV cache at --max-model-len as ingest's gate does (exit 2 when
+    it does not fit, before any check); `--refuse-license` reads the folder's own model card (README.md)."""
+    from tests.conftest import json_error, json_result, run_cli
+
+    d = llama_dir(tmp_path, "8b")
+    r = run_cli("verify", str(d), "--gpu", "L4-24GB", "--max-model-len", "131072", "--json")
+    err = json_error(r.stdout, "verify", 2)
+    assert err["type"] == "ServePlanError" and "the KV cache holds 18,736 tokens" in err["message"]
+    assert "131,072-token sequence" in err["message"] and "--gpus 2" in err["fix"]
+    carded = tmp_path / "carded"
+    shutil.copytree(tiny_llama_dir, carded)
+    (carded / "README.md").write_text("---\nlicense: llama3.1\n---\n# a card\n")
+    r = run_cli("verify", str(carded), "--refuse-license", "LLAMA3.1", "--json")
+    err = json_error(r.stdout, "verify", 1)
+    assert (err["type"], err["message"]) == ("VerificationFailedError", f"{carded}: the model card (README.md) says "
+                                                                        "license: llama3.1, which --refuse-license refuses")
+    r = run_cli("verify", str(carded), "--refuse-license", "unknown", "--gpu", "L4-24GB", "--json")
+    assert json_result(r.stdout, "verify")["summary"]["errors"] == 0, r.stdout[-2000:]

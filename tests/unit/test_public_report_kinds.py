@@ -58,7 +58,7 @@ def test_lora_adapter_folder(copy):
     r = verify_folder(d)
     assert [c for c in _codes(r) if c[1] == "error"] == [("files.lora_adapter", "error")]
     f = next(f for f in r.findings if f.code == "files.lora_adapter")
-    assert f.file == "adapter_config.json" and f.value == "org/base" and "--enable-lora" in f.fix
+    assert f.file == "adapter_config.json" and f.value == "org/base" and "--base" in f.fix
 
 
 def test_bare_backbone(copy):

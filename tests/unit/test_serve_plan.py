@@ -447,6 +447,40 @@ def test_cli_serve_plan_multinode(llamas, tmp_path):
     assert r.exit_code == 2
 
 
+def test_serve_plan_output_of_a_bare_checkpoint_names_the_model_relative_to_the_folder(llamas, tmp_path):
+    """serve/ written apart from the model is copied to other hosts: no file carries the planning host's
+    model path; vLLM is given model/ of the folder holding serve/, which is what the multi-node compose
+    file mounts at /artifact/model (MODEL_DIR overrides the host side)."""
+    src = llamas["405b"]
+    out = tmp_path / "plan"
+    r = CliRunner().invoke(app, ["serve-plan", str(src), "--gpu", "H100-80GB", "--gpus-per-node", "8",
+                                 "--nodes", "2", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    notes = json_result(r.stdout, "serve-plan")["notes"]
+    assert f"{out}/model is missing: serve/ runs the model at DIR/model" in notes[-1]
+    written = sorted(p.name for p in (out / "serve").iterdir())
+    assert written == ["README.md", "alerts.yml", "compose.yaml", "grafana-dashboard.json", "prometheus.yml", "ray-head.sh",
+                       "ray-worker.sh", "serve.sh", "vllm.yaml"]
+    for p in (out / "serve").iterdir():
+        assert str(src.resolve()) not in p.read_text() and str(src) not in p.read_text(), p.name
+    assert yaml.safe_load((out / "serve" / "vllm.yaml").read_text())["model"] == "model"
+    serve_sh = (out / "serve" / "serve.sh").read_text()
+    assert 'cd "$(dirname "$0")/.."' in serve_sh and '--config "${VLLM_CONFIG:-serve/vllm.yaml}"' in serve_sh
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose is not installed (make test installs it)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "MODEL_DIR"))} | {"NODE_IP": "10.0.0.2"}
+    for extra, host in (({}, str(out / "model")), ({"MODEL_DIR": "/srv/models/llama"}, "/srv/models/llama")):
+        c = subprocess.run([exe, "-f", "compose.yaml", "config"], capture_output=True, text=True, env=env | extra,
+                           timeout=120, cwd=out / "serve")
+        assert c.returncode == 0, c.stderr
+        node = yaml.safe_load(c.stdout)["services"]["ray-node"]
+        # vLLM runs in working_dir (the artifact root) with vllm.yaml's relative model: that is the mount
+        assert node["working_dir"] == "/artifact"
+        assert f"{host}:/artifact/model:ro" in node["volumes"]
+        assert f"{out / 'serve'}:/artifact/serve:ro" in node["volumes"]
+
+
 def test_serve_plan_of_a_stored_artifact_by_reference_never_rewrites_it(tiny_llama_dir, tmp_path):
     """``serve-plan NAME@REV`` reads the store as ``show`` does; an artifact in the store is not rewritten
     (its serve/ is what it was published with): the plan is printed, and written only with --output."""
@@ -476,8 +510,11 @@ def test_serve_plan_of_a_stored_artifact_by_reference_never_rewrites_it(tiny_lla
     r = CliRunner().invoke(app, ["serve-plan", f"tiny@{rev}", "--store", str(home), "--gpu", "L4-24GB", "-o", str(out),
                                  "--json"])
     assert r.exit_code == 0, r.output
-    assert json_result(r.stdout, "serve-plan")["serve_dir"] == str(out / "serve")
-    assert yaml.safe_load((out / "serve" / "vllm.yaml").read_text())["model"] == str(art / "model")
+    res = json_result(r.stdout, "serve-plan")
+    assert res["serve_dir"] == str(out / "serve")
+    # serve/ names model/ of the folder it sits in; the note says where this host's copy is
+    assert yaml.safe_load((out / "serve" / "vllm.yaml").read_text())["model"] == "model"
+    assert f"(ln -s {art.resolve() / 'model'} {out}/model)" in res["notes"][-1]
     r = CliRunner().invoke(app, ["serve-plan", "nope@123", "--store", str(home), "--gpu", "L4-24GB", "--json"])
     assert json_error(r.stdout, "serve-plan", 2)["type"] == "StoreError"
 

@@ -7,6 +7,11 @@ chat template (``LLM.chat``, what ``/v1/chat/completions`` serves); ``--mode com
 plain text (``LLM.generate``, what ``/v1/completions`` serves), so a base model without a chat
 template can be smoked the way it will be served.
 
+With ``--lora NAME=PATH`` the engine is built with ``enable_lora`` (``--max-lora-rank``, ``max_loras=1``)
+and the question is asked twice: through the adapter (``LoRARequest(NAME, 1, PATH)``, the result's answer) and
+through the base alone; ``lora`` in the result holds both answers and whether they differ, so a caller can
+tell that the adapter was applied (a freshly initialised PEFT LoRA has lora_B = 0 and answers as the base).
+
 With ``--reference FILE`` (JSON ``{texts: [{name, text}], top_k, continuation_tokens}``) it also scores
 the numerical gate's reference texts: each text is encoded with the served tokenizer (its own bos
 policy), cut to fit ``max_model_len``, and sent as token ids with ``prompt_logprobs=top_k`` and a greedy
@@ -64,6 +69,8 @@ def main() -> int:
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--mode", choices=("chat", "completion"), default="chat")
     ap.add_argument("--reference", default=None)
+    ap.add_argument("--lora", default=None)
+    ap.add_argument("--max-lora-rank", type=int, default=16)
     a = ap.parse_args()
     result = {"ok": False, "mode": a.mode}
     try:
@@ -72,16 +79,31 @@ def main() -> int:
         from vllm import LLM, SamplingParams
 
         result["vllm_version"] = vllm.__version__
+        lora_kw, lora_req = {}, None
+        if a.lora:
+            from vllm.lora.request import LoRARequest
+
+            lora_name, _, lora_path = a.lora.partition("=")
+            lora_kw = {"enable_lora": True, "max_lora_rank": a.max_lora_rank, "max_loras": 1}
+            lora_req = LoRARequest(lora_name, 1, lora_path)
         llm = LLM(model=a.model, max_model_len=a.max_model_len, dtype=a.dtype, seed=0, tensor_parallel_size=1,
-                  enforce_eager=a.enforce_eager)
+                  enforce_eager=a.enforce_eager, **lora_kw)
         result["load_seconds"] = round(time.perf_counter() - t0, 2)
         params = SamplingParams(temperature=0.0, max_tokens=a.max_tokens)
         t1 = time.perf_counter()
-        if a.mode == "completion":
-            outs = llm.generate([a.question], params, use_tqdm=False)
-        else:
-            outs = llm.chat([{"role": "user", "content": a.question}], params, use_tqdm=False)
+        def ask(req):
+            if a.mode == "completion":
+                return llm.generate([a.question], params, use_tqdm=False, lora_request=req)
+            return llm.chat([{"role": "user", "content": a.question}], params, use_tqdm=False, lora_request=req)
+
+        outs = ask(lora_req)
         gen = time.perf_counter() - t1
+        if lora_req is not None:
+            base_out = ask(None)[0].outputs[0]
+            result["lora"] = {"name": lora_req.lora_name, "path": lora_req.lora_path, "max_lora_rank": a.max_lora_rank,
+                              "text": outs[0].outputs[0].text, "base_text": base_out.text,
+                              "answer_ids": list(outs[0].outputs[0].token_ids), "base_answer_ids": list(base_out.token_ids),
+                              "differs": list(outs[0].outputs[0].token_ids) != list(base_out.token_ids)}
         req = outs[0]
         o = req.outputs[0]
         tok = llm.get_tokenizer()

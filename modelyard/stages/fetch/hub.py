@@ -106,8 +106,9 @@ def hub_file(e: Any) -> HubFile:
 
 
 @contextlib.contextmanager
-def hub_errors(repo: str, rev: str, where: str) -> Iterator[None]:
-    """Turn huggingface_hub and httpx errors into modelyard's: a gated repo the token has no access to, a
+def hub_errors(repo: str, rev: str, where: str, *, token: bool = True) -> Iterator[None]:
+    """Turn huggingface_hub and httpx errors into modelyard's (``token``: whether a token was sent): a gated
+    repo the token has no access to (or that needs one), a
     missing revision, a missing repo (or one the token cannot see) are :class:`SourceNotFoundError`, each
     with its own message (huggingface_hub's ``GatedRepoError``, ``RevisionNotFoundError``,
     ``RepositoryNotFoundError``, from the Hub's ``X-Error-Code``), never retried; no connection, or an HTTP error status, is
@@ -124,7 +125,8 @@ def hub_errors(repo: str, rev: str, where: str) -> Iterator[None]:
     try:
         yield
     except GatedRepoError as exc:  # before RepositoryNotFoundError, its base class
-        raise SourceNotFoundError(f"repository {repo} on {where} is gated and this token has no access to it",
+        who = "this token has no access to it" if token else "no token was sent (MODELYARD_HF_TOKEN / HF_TOKEN unset)"
+        raise SourceNotFoundError(f"repository {repo} on {where} is gated and {who}",
                                   fix=f"Accept its conditions on the repo's page ({where.rstrip('/')}/{repo}) with your "
                                       "account, then set MODELYARD_HF_TOKEN to a token of that account.") from exc
     except RevisionNotFoundError as exc:
@@ -421,7 +423,7 @@ def fetch_hub(source: Source, settings: Settings, where: str, select: Callable[[
     Raises :class:`SourceNotFoundError` / :class:`EndpointUnreachableError` (exit 2),
     :class:`HashMismatchError` (exit 1) when bytes received differ from the hub's listing."""
     hub = HubSession(settings, source, where)
-    with hub_errors(hub.repo, hub.rev, where):
+    with hub_errors(hub.repo, hub.rev, where, token=bool(hub.token)):
         tree = hub.resolve()
         everything = [f.path for f in tree]
         chosen = set(select(everything))

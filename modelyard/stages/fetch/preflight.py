@@ -5,14 +5,13 @@ what the run will write (:func:`require_space`) and the model card's license (:f
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelyard.errors import InsufficientResourcesError, VerificationFailedError
+from modelyard.errors import VerificationFailedError
 from modelyard.model.snapshot import Snapshot
+from modelyard.paths import nearest_existing, require_space  # noqa: F401 - this stage's API too
 from modelyard.text import printable
 
 #: the model card the hub renders, whose YAML front matter holds ``license`` (the Hub's model card spec)
@@ -27,29 +26,37 @@ Need = tuple[Path, int, str]
 #: stop the fetch, and may return what else the run will write beside the download
 BeforeWeights = Callable[[Snapshot], "Sequence[Need] | None"]
 #: the provenance keys the card's license is recorded under (the Hub's card metadata names)
-LICENSE_KEYS = ("license", "license_name", "license_link")
+LICENSE_KEYS = ("license", "license_name", "license_link", "license_error")
 
 
 def card_license(text: str) -> dict[str, str]:
     """The license fields of a model card's YAML front matter (``text``: the card, UTF-8 decoded), as the
     Hub reads them (``huggingface_hub.ModelCard``): ``license`` (the Hub's license id, e.g. ``apache-2.0``,
     ``llama3.1``, ``other``), and for ``other`` licenses ``license_name`` / ``license_link``. A list of ids is
-    joined with ``" AND "`` (the SPDX expression for all of them). Empty when the card has no front matter,
-    names no license, or its YAML does not parse (a broken card is not a license)."""
+    joined with ``" AND "`` (the SPDX expression for all of them). Empty when the card has no front matter
+    or names no license. When the front matter does not parse as YAML, or a field is not a string or a
+    list of strings (a mapping, a number), that field is not read and ``license_error`` says why: a
+    broken card is not a license, and it is not "no license" either."""
     from huggingface_hub import ModelCard  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
 
     logging.getLogger("huggingface_hub.repocard").setLevel(logging.ERROR)  # "metadata block was not found"
     try:
-        data = ModelCard(text, ignore_metadata_errors=True).data.to_dict()
-    except Exception:  # noqa: BLE001 - yaml's parser errors, any of them: the card names no readable license
-        return {}
+        data = ModelCard(text, ignore_metadata_errors=False).data.to_dict()
+    except Exception as exc:  # noqa: BLE001 - yaml's parser errors, any of them: the card names no readable license
+        first = printable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)[:200]
+        return {"license_error": f"the model card's metadata (YAML front matter) does not parse: {first}"}
     out: dict[str, str] = {}
     for key in LICENSE_KEYS:
         value = data.get(key)
-        if isinstance(value, list):
-            value = " AND ".join(str(v) for v in value)
-        if value not in (None, ""):
-            out[key] = printable(str(value))
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = " AND ".join(value)
+        if value in (None, "", []):
+            continue
+        if not isinstance(value, str):
+            kind = {dict: "a mapping", list: "a list of non-strings", bool: "a boolean"}.get(type(value), "a number")
+            out["license_error"] = f"the model card's {key} is not a license id but {kind}"
+            continue
+        out[key] = printable(value)
     return out
 
 
@@ -75,36 +82,10 @@ def refuse_license(provenance: Mapping[str, Any], refused: Iterable[str], where:
     if hit is None and not names and NO_LICENSE in refused:
         hit = NO_LICENSE
     if hit is not None:
-        said = "names no license" if hit == NO_LICENSE else f"says license: {hit}"
+        said = (f"names no license that can be read ({provenance['license_error']})" if hit == NO_LICENSE and
+                provenance.get("license_error") else "names no license" if hit == NO_LICENSE else f"says license: {hit}")
         raise VerificationFailedError(
             f"{where}: the model card ({CARD_FILE}) {said}, which --refuse-license refuses",
             fix=f"Drop --refuse-license {hit} if this license is acceptable, or choose another model.")
 
 
-def nearest_existing(path: Path) -> Path:
-    """``path`` or its nearest existing parent (where a folder still to be made will live)."""
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def require_space(needs: Iterable[tuple[Path, int, str]]) -> None:
-    """Refuse, before writing, a run the disks cannot hold. ``needs``: ``(folder, bytes, what)`` triples (a
-    folder may not exist yet: its nearest existing parent's filesystem is asked). Needs on one filesystem
-    (same ``st_dev``) add up. Raises :class:`InsufficientResourcesError` (exit 2) naming the folder, the
-    bytes needed (and for what) and the bytes free (``shutil.disk_usage``)."""
-    by_dev: dict[int, tuple[Path, int, list[str]]] = {}
-    for folder, n, what in needs:
-        if n <= 0:
-            continue
-        at = nearest_existing(folder)
-        dev = os.stat(at).st_dev
-        first, total, whats = by_dev.get(dev, (folder, 0, []))
-        by_dev[dev] = (first, total + n, [*whats, f"{what} {n:,} bytes"])
-    for folder, total, whats in by_dev.values():
-        free = shutil.disk_usage(nearest_existing(folder)).free
-        if total > free:
-            raise InsufficientResourcesError(
-                f"{folder} has {free:,} bytes free; this run needs {total:,} there ({', '.join(whats)})",
-                fix=f"Free {total - free:,} bytes on that filesystem, or point MODELYARD_HOME (or --out) at a larger one.")

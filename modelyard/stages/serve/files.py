@@ -15,14 +15,20 @@
   runs one Ray node per host (``RAY_ROLE=head|worker``) instead of one vLLM server.
 - ``nginx.conf`` (``proxy=True``): an API-key front that keeps SSE streams unbuffered and exposes
   only the OpenAI API (``/v1/``) and ``/health``.
-- ``prometheus.yml`` and ``grafana-dashboard.json``: metrics (:mod:`.monitoring`); compose runs
-  Prometheus beside vLLM.
+- ``prometheus.yml``, ``alerts.yml`` and ``grafana-dashboard.json``: metrics (:mod:`.monitoring`), the
+  alerting rules (:mod:`.alerts`); compose runs Prometheus beside vLLM.
 - ``README.md``: the plan table and how to run it.
+
+A stored LoRA artifact's serve/ (:class:`BaseMount`) runs its base model with the adapter: compose mounts
+the base read-only where vllm.yaml's relative ``model`` resolves inside the container, and starts vLLM on
+it; the adapter (``lora-modules`` ``NAME=model``) is the mounted ``model/``. serve/ written apart from the
+store for a base and its adapters (``adapters_mount``) runs ``model`` (the base) with ``adapters/NAME``.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,35 @@ PORT = 8000
 PROXY_PORT = 8080
 #: where compose mounts the artifact inside the container.
 CONTAINER_ROOT = "/artifact"
+#: the host side of compose's model mount when serve/ is written apart from the model (``serve-plan -o``
+#: of a bare checkpoint): ``$MODEL_DIR`` when set, else the folder ``model`` beside serve/. Compose
+#: interpolates it (Compose spec, "Interpolation"); the files never carry the planning host's path.
+MODEL_DIR_MOUNT = "${MODEL_DIR:-../model}"
+#: the host side of the LoRA adapters' mount when serve/ is written apart from the store (``serve-plan
+#: BASE --lora ADAPTER -o DIR``): ``$ADAPTERS_DIR``, else the folder ``adapters`` beside serve/ (one
+#: folder ``NAME`` an adapter, vllm.yaml's ``lora-modules`` ``NAME=adapters/NAME``).
+ADAPTERS_DIR_MOUNT = "${ADAPTERS_DIR:-../adapters}"
+
+
+@dataclass(frozen=True)
+class BaseMount:
+    """Where a stored LoRA artifact's serve/ finds its base model. ``model``: vllm.yaml's ``model``,
+    relative to the folder vLLM runs from (``../../BASE/REV/model``);
+    ``host``: compose's host side of the mount, relative to serve/ (or ``${VAR:-default}``); ``root``:
+    the container's working folder, chosen so that ``model`` resolves there as on the host
+    (``/store/NAME/REV`` mirrors the store's two levels)."""
+
+    model: str
+    host: str
+    root: str = "/artifact"
+
+    @property
+    def container_path(self) -> str:
+        """The base model's folder inside the container: ``model`` resolved from ``root``."""
+        return posixpath.normpath(posixpath.join(self.root, self.model))
+
+    def volume(self) -> str:
+        return f"{self.host}:{self.container_path}:ro"
 
 
 @dataclass(frozen=True)
@@ -55,6 +90,7 @@ class ServeFiles:
     ray_scripts: tuple[Path, ...] = ()  # ray-head.sh, ray-worker.sh, serve.sh (multi-node plans)
     prometheus_yml: Path | None = None
     grafana_dashboard: Path | None = None
+    alerts_yml: Path | None = None
 
 
 def vllm_config(plan: ServePlan, *, model: str = "model", overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -100,18 +136,23 @@ def _healthcheck_cmd(name: str) -> list[str]:
 
 
 def compose_config(plan: ServePlan, *, model_mount: str = "../model", proxy: bool = False,
-                   image: str = VLLM_IMAGE) -> dict[str, Any]:
+                   image: str = VLLM_IMAGE, base: BaseMount | None = None,
+                   adapters_mount: str | None = None) -> dict[str, Any]:
     """The Compose mapping. ``model_mount``: the host path of the model folder, relative to
-    serve/ (where compose.yaml lives) or absolute."""
+    serve/ (where compose.yaml lives) or absolute. ``base``: a LoRA artifact's base model, which vLLM
+    is then started on (``model_mount`` being the adapter). ``adapters_mount``: the host folder of
+    the LoRA adapters, mounted at ``adapters/``."""
     name = plan.served_model_name
+    root = base.root if base else CONTAINER_ROOT
     vllm: dict[str, Any] = {
         "image": image,
         "entrypoint": ["vllm", "serve"],
-        "command": [f"{CONTAINER_ROOT}/model", "--config", f"{CONTAINER_ROOT}/serve/vllm.yaml",
+        "command": [base.container_path if base else f"{root}/model", "--config", f"{root}/serve/vllm.yaml",
                     "--served-model-name", name, "--host", "0.0.0.0", "--port", str(PORT)],
-        "working_dir": CONTAINER_ROOT,
+        "working_dir": root,
         "ipc": "host",
-        "volumes": [f"{model_mount}:{CONTAINER_ROOT}/model:ro", f"./vllm.yaml:{CONTAINER_ROOT}/serve/vllm.yaml:ro"],
+        "volumes": [f"{model_mount}:{root}/model:ro", *_extra_volumes(root, base, adapters_mount),
+                    f"./vllm.yaml:{root}/serve/vllm.yaml:ro"],
         "environment": {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},
         "deploy": {"resources": {"reservations": {"devices": [
             {"driver": "nvidia", "count": plan.tensor_parallel_size, "capabilities": ["gpu"]}]}}},
@@ -138,6 +179,11 @@ def compose_config(plan: ServePlan, *, model_mount: str = "../model", proxy: boo
     return doc
 
 
+def _extra_volumes(root: str, base: BaseMount | None, adapters_mount: str | None) -> list[str]:
+    """The LoRA mounts beside the model's: the stored adapter's base, the adapters' folder."""
+    return ([base.volume()] if base else []) + ([f"{adapters_mount}:{root}/adapters:ro"] if adapters_mount else [])
+
+
 def _add_monitoring(doc: dict[str, Any]) -> None:
     """Add the Prometheus service (:func:`.monitoring.prometheus_service`) and its volume to ``doc``."""
     doc["services"]["prometheus"] = monitoring.prometheus_service()
@@ -145,10 +191,12 @@ def _add_monitoring(doc: dict[str, Any]) -> None:
 
 
 def render_compose_yaml(plan: ServePlan, *, model_mount: str = "../model", proxy: bool = False,
-                        image: str = VLLM_IMAGE) -> str:
+                        image: str = VLLM_IMAGE, base: BaseMount | None = None,
+                        adapters_mount: str | None = None) -> str:
     head = (f"# docker compose up -d   (from this folder; {plan.tensor_parallel_size} NVIDIA GPU(s), "
             "NVIDIA Container Toolkit)\n# generated by `modelyard serve-plan`; see README.md beside it.\n")
-    return head + yaml.safe_dump(compose_config(plan, model_mount=model_mount, proxy=proxy, image=image),
+    return head + yaml.safe_dump(compose_config(plan, model_mount=model_mount, proxy=proxy, image=image, base=base,
+                                                adapters_mount=adapters_mount),
                                  sort_keys=False, width=200)
 
 
@@ -278,8 +326,9 @@ Check the host first with `modelyard doctor <artifact>` (GPU count, compute capa
 
 def write_serve_files(artifact_dir: Path, plan: ServePlan, *, overrides: Mapping[str, Any] | None = None,
                       model: str = "model", model_mount: str | None = None, proxy: bool = False,
-                      image: str = VLLM_IMAGE) -> ServeFiles:
-    """Write ``artifact_dir/serve/`` (vllm.yaml, compose.yaml, README.md, prometheus.yml,
+                      image: str = VLLM_IMAGE, base: BaseMount | None = None,
+                      adapters_mount: str | None = None) -> ServeFiles:
+    """Write ``artifact_dir/serve/`` (vllm.yaml, compose.yaml, README.md, prometheus.yml, alerts.yml,
     grafana-dashboard.json, and nginx.conf with ``proxy``) for ``plan``; returns the paths.
     Existing files there are replaced.
 
@@ -287,19 +336,25 @@ def write_serve_files(artifact_dir: Path, plan: ServePlan, *, overrides: Mapping
     ``model=str(checkpoint_dir)`` (the path vLLM opens, absolute or relative to where it runs) and
     ``model_mount`` (the host path compose mounts; default: ``model`` when absolute, else
     ``../model``). ``overrides`` change vllm.yaml keys, None removing one, e.g.
-    ``{"gpu-memory-utilization": None, "max-model-len": 2048}`` for a CPU runtime."""
+    ``{"gpu-memory-utilization": None, "max-model-len": 2048}`` for a CPU runtime. ``base``: a stored
+    LoRA artifact's serve/ (``model`` is then ``base.model``, ``model_mount`` the adapter's folder);
+    ``adapters_mount``: the host folder of LoRA adapters compose mounts at ``adapters/``."""
+    if base is not None:
+        model = base.model
     d = Path(artifact_dir) / "serve"
     d.mkdir(parents=True, exist_ok=True)
     if model_mount is None:
         model_mount = model if Path(model).is_absolute() else "../model"
     files = {
         "vllm.yaml": render_vllm_yaml(plan, model=model, overrides=overrides),
-        "compose.yaml": render_compose_yaml(plan, model_mount=model_mount, proxy=proxy, image=image),
+        "compose.yaml": render_compose_yaml(plan, model_mount=model_mount, proxy=proxy, image=image, base=base,
+                                            adapters_mount=adapters_mount),
         "README.md": render_readme(plan, proxy=proxy),
     }
     if proxy:
         files["nginx.conf"] = render_nginx_conf()
-    files.update(multinode_files(plan, model_mount=model_mount, image=image))
+    files.update(multinode_files(plan, model_mount=model_mount, image=image, base=base,
+                                 adapters_mount=adapters_mount))
     files.update(monitoring.monitoring_files(plan.served_model_name))
     for fname, text in files.items():
         tmp = d / f".{fname}.tmp"
@@ -312,7 +367,8 @@ def write_serve_files(artifact_dir: Path, plan: ServePlan, *, overrides: Mapping
     return ServeFiles(dir=d, vllm_yaml=d / "vllm.yaml", compose_yaml=d / "compose.yaml", readme=d / "README.md",
                       nginx_conf=d / "nginx.conf" if proxy else None,
                       ray_scripts=tuple(d / f for f in MULTINODE_SCRIPTS if f in files),
-                      prometheus_yml=d / "prometheus.yml", grafana_dashboard=d / monitoring.DASHBOARD_FILE)
+                      prometheus_yml=d / "prometheus.yml", grafana_dashboard=d / monitoring.DASHBOARD_FILE,
+                      alerts_yml=d / monitoring.ALERTS_FILE)
 
 
 # ---- multi-node (Ray) -----------------------------------------------------------------------------
@@ -418,19 +474,23 @@ exec ${{VLLM:-vllm}} serve --config "${{VLLM_CONFIG:-serve/vllm.yaml}}" --distri
 """
 
 
-def multinode_compose_config(plan: ServePlan, *, model_mount: str = "../model", image: str = VLLM_IMAGE) -> dict[str, Any]:
+def multinode_compose_config(plan: ServePlan, *, model_mount: str = "../model", image: str = VLLM_IMAGE,
+                             base: BaseMount | None = None, adapters_mount: str | None = None) -> dict[str, Any]:
     """The compose mapping of a multi-node plan: one ``ray-node`` service per host (the vLLM image,
     host networking so Ray and NCCL reach the other nodes, all of the node's GPUs, ``ipc: host``),
     whose role comes from ``RAY_ROLE`` (``head`` or ``worker``, with ``HEAD_ADDRESS`` and
-    ``NODE_IP``). The server then starts with ``docker compose exec ray-node serve/serve.sh``."""
+    ``NODE_IP``). The server then starts with ``docker compose exec ray-node serve/serve.sh``
+    (vllm.yaml's ``model``, relative to the working folder: ``base`` mounts a LoRA serve/'s base there)."""
+    root = base.root if base else CONTAINER_ROOT
     return {"services": {"ray-node": {
         "image": image,
         "entrypoint": ["bash", "-c", 'exec "serve/ray-$${RAY_ROLE}.sh" --block'],
-        "working_dir": CONTAINER_ROOT,
+        "working_dir": root,
         "network_mode": "host",
         "ipc": "host",
         "shm_size": "10.24gb",
-        "volumes": [f"{model_mount}:{CONTAINER_ROOT}/model:ro", f".:{CONTAINER_ROOT}/serve:ro"],
+        "volumes": [f"{model_mount}:{root}/model:ro", *_extra_volumes(root, base, adapters_mount),
+                    f".:{root}/serve:ro"],
         "environment": {"RAY_ROLE": "${RAY_ROLE:-head}", "HEAD_ADDRESS": "${HEAD_ADDRESS:-}",
                         "NODE_IP": "${NODE_IP:?set NODE_IP to this node's address}",
                         "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},
@@ -440,7 +500,8 @@ def multinode_compose_config(plan: ServePlan, *, model_mount: str = "../model", 
     }}}
 
 
-def multinode_files(plan: ServePlan, *, model_mount: str = "../model", image: str = VLLM_IMAGE) -> dict[str, str]:
+def multinode_files(plan: ServePlan, *, model_mount: str = "../model", image: str = VLLM_IMAGE,
+                    base: BaseMount | None = None, adapters_mount: str | None = None) -> dict[str, str]:
     """``{file name: text}`` a multi-node plan adds to serve/ (the three scripts) or replaces
     (``compose.yaml``: one Ray node per host); empty for a one-node plan."""
     if not plan.multi_node:
@@ -450,7 +511,8 @@ def multinode_files(plan: ServePlan, *, model_mount: str = "../model", image: st
             f"#   workers: NODE_IP=<this ip> RAY_ROLE=worker HEAD_ADDRESS=<head ip>:{RAY_PORT} docker compose up -d\n"
             "#   then on the head: docker compose exec ray-node serve/serve.sh\n"
             "# generated by `modelyard serve-plan`; see README.md beside it.\n")
-    compose = head + yaml.safe_dump(multinode_compose_config(plan, model_mount=model_mount, image=image),
+    compose = head + yaml.safe_dump(multinode_compose_config(plan, model_mount=model_mount, image=image, base=base,
+                                                                     adapters_mount=adapters_mount),
                                     sort_keys=False, width=200)
     return {"compose.yaml": compose, "ray-head.sh": render_ray_head(plan), "ray-worker.sh": render_ray_worker(plan),
             "serve.sh": render_serve_sh(plan)}

@@ -67,3 +67,45 @@ class VerifyOnLoadFlags(BaseModel):
     verifier_image: Annotated[Optional[str], Flag("--verifier-image")] = Field(
         None, description="the image of the init container: one with modelyard installed (default: modelyard's "
                           "Dockerfile image, modelyard:VERSION)")
+
+
+class CanaryFlags(BaseModel):
+    """serve-plan's canary forms: a second artifact behind the nginx front (``--canary``), or KServe's split."""
+
+    model_config = ConfigDict(frozen=True)
+
+    canary: Annotated[Optional[str], Flag("--canary")] = Field(
+        None, description="a second artifact (folder or NAME[@REVISION]) to roll out beside PATH: serve/ gets its canary "
+                          "form (a vllm-canary server, weighted nginx upstreams for `modelyard rollout`; implies --proxy, "
+                          "needs --output)")
+    canary_percent: Annotated[Optional[int], Flag("--canary-percent")] = Field(
+        None, description="with --storage-uri: the KServe InferenceService's canaryTrafficPercent (1..99; Serverless mode)")
+
+
+class LoraFlags(BaseModel):
+    """serve-plan's LoRA adapters served on one base (vLLM ``--enable-lora --lora-modules``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lora: Annotated[tuple[str, ...], Flag("--lora")] = Field(
+        (), description="a LoRA adapter artifact (folder or NAME[@REVISION]) to serve on PATH's base, beside any other "
+                        "--lora (repeat it); each must name that base by digest")
+
+
+class RolloutFlags(BaseModel):
+    """``rollout``'s traffic steps and where the front, the canary and nginx's reload are."""
+
+    model_config = ConfigDict(frozen=True)
+
+    steps: Annotated[str, Flag("--steps")] = Field(
+        "10,50,100", description="percent of requests to the canary at each step, increasing")
+    front: Annotated[str, Flag("--front")] = Field(
+        "http://127.0.0.1:8080", description="the nginx front's URL (MODELYARD_API_KEY is sent as its Bearer key)")
+    canary_url: Annotated[str, Flag("--canary-url")] = Field(
+        "http://127.0.0.1:8001", description="the canary server's own URL, where each step judges it")
+    reload: Annotated[str, Flag("--reload")] = Field(
+        "docker compose exec -T nginx nginx -s reload", description="the command that reloads nginx, run in --serve")
+    stable_server: Annotated[str, Flag("--stable-server")] = Field(
+        "vllm:8000", description="the stable server's HOST:PORT as nginx reaches it")
+    canary_server: Annotated[str, Flag("--canary-server")] = Field(
+        "vllm-canary:8000", description="the canary server's HOST:PORT as nginx reaches it")

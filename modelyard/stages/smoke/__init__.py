@@ -169,9 +169,15 @@ class SmokeResult:
     numeric: dict[str, Any] | None = None  # the numerical gate (checks.numeric.NumericVerdict.to_dict())
     findings: tuple[dict[str, Any], ...] = ()  # what the numerical gate and the degenerate-answer check found
     numeric_seconds: dict[str, float] | None = None  # {"vllm": scoring the texts, "reference": transformers' forward}
+    #: with an adapter: {name, path, max_lora_rank, text, base_text, answer_ids, base_answer_ids, differs}
+    lora: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The stored form; ``lora`` only for an adapter's smoke."""
+        d = asdict(self)
+        if d["lora"] is None:
+            del d["lora"]
+        return d
 
 
 def cpu_threads_bind(world_size: int, cpus: Iterable[int] | None = None) -> str | None:
@@ -216,7 +222,8 @@ def root_cause(log: str) -> str | None:
 
 def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,
                max_model_len: int | None = None, timeout: float | None = None,
-               mode: str = DEFAULT_SERVE, numbers: bool = True, parent: Path | None = None) -> SmokeResult:
+               mode: str = DEFAULT_SERVE, numbers: bool = True, parent: Path | None = None,
+               lora: tuple[str, Path, int] | None = None) -> SmokeResult:
     """Run the smoke in the vLLM runtime; returns a SmokeResult (``passed`` may be False).
 
     ``mode`` is the target's serving mode: ``chat`` asks ``question`` through the chat template,
@@ -225,6 +232,8 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     ``numbers=False`` leaves out the numerical gate (:func:`judge_numbers`; only
     ``benchmarks/numeric_gate.py`` does, to measure what the gate costs). ``parent``: the checkpoint
     ``model_dir`` was quantized or patched from, whose transformers forward the gate compares too.
+    ``lora``: ``(name, adapter folder, max_lora_rank)``: the engine is built with ``--enable-lora`` and the
+    answer judged is the adapter's (the base's answer is kept beside it in ``SmokeResult.lora``).
     ``max_tokens`` (tokens) bounds the answer. ``max_model_len`` (tokens) defaults to
     min(``max_position_embeddings``, 4096) to bound the CPU KV cache. Raises
     :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError` (exit 2)
@@ -255,7 +264,8 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         spec.write_text(json.dumps(numeric.reference_spec()))
         args = ["--model", str(model_dir), "--question", question, "--max-tokens", str(max_tokens),
                 "--max-model-len", str(max_model_len), "--enforce-eager", "--mode", mode, "--dtype", dtype,
-                "--out", str(out)] + (["--reference", str(spec)] if numbers else [])
+                "--out", str(out)] + (["--reference", str(spec)] if numbers else []) \
+            + (["--lora", f"{lora[0]}={lora[1]}", "--max-lora-rank", str(lora[2])] if lora else [])
         t0 = time.perf_counter()
         early = numeric.start_early_reference(model_dir, max_model_len, int(settings.vllm_kvcache_space_gib * 2**30)) \
             if numbers else None
@@ -275,7 +285,8 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         if mode == "chat" and "chat template" in f"{r.get('error')} {cause}":
             fix = ("Add the model's chat template (`modelyard patch --chat-template FILE`), or, for a base model, "
                    "serve and smoke it as completion (--serve completion).")
-        raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}{why}", fix=fix)
+        raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}{why}", fix=fix,
+                               loaded=r.get("load_seconds") is not None)
     error = judge_answer(mode, r.get("text"), r.get("finish_reason"), max_tokens)
     seen = SmokeResult(
         passed=error is None, vllm_version=r.get("vllm_version"), question=question, text=r.get("text"),
@@ -283,7 +294,8 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         completion_tokens=r.get("completion_tokens"), load_seconds=r.get("load_seconds"),
         generate_seconds=r.get("generate_seconds"), tokens_per_second=r.get("tokens_per_second"),
         max_model_len=r.get("max_model_len"), enforce_eager=True, wall_seconds=round(wall, 2),
-        text_with_special_tokens=r.get("text_with_special_tokens"), mode=mode, error=error, dtype=dtype)
+        text_with_special_tokens=r.get("text_with_special_tokens"), mode=mode, error=error, dtype=dtype,
+        lora=r.get("lora"))
     if not numbers:
         return seen
     t_gate = time.perf_counter()

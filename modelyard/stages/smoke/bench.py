@@ -1,9 +1,12 @@
 """bench: the ``bench`` smoke level's load (vLLM's own ``vllm bench serve``) and its SLO verdict.
 
 The load is vLLM's benchmark client (module ``vllm.benchmarks.serve``, run in the runtime venv by
-``runtime/scripts/vllm_bench.py``; backend ``openai-chat`` or ``openai`` after the serving mode): a fixed,
-bounded load of :class:`BenchSpec` random prompts. It reports TTFT, inter-token latency (ITL) and
-time per output token at p50/p95/p99 (ms), request and output-token throughput, and errors.
+``runtime/scripts/vllm_bench.py``; backend ``openai-chat`` or ``openai`` after the serving mode): a bounded
+load, :class:`~modelyard.stages.smoke.sweep.BenchSpec` (by default 8 random prompts, 4 concurrent; a sweep
+runs it once per concurrency level, :mod:`~modelyard.stages.smoke.sweep`). Per level it reports TTFT,
+inter-token latency (ITL), time per output token and end-to-end latency at p50/p95/p99 (ms), request and
+token throughput, and errors; each level is judged against the targets, and the highest level that meets
+them (every level below it too) is the sizing answer.
 
 **Service-level targets** (:data:`SLO_METRICS`): each is a bound on one measured figure, ``max`` (the
 value must be at most the target) or ``min`` (at least). A target the run cannot measure (no
@@ -31,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,7 @@ from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.runtime.process import run_script
 from modelyard.runtime.scripts import SCRIPTS
 from modelyard.stages.serve.gpus import GPUS, gpu_spec, spec_for_smi_name
+from modelyard.stages.smoke.sweep import BenchSpec, dataset_args, sized_concurrency
 
 RUNNER = SCRIPTS / "vllm_bench.py"
 #: the OpenAI endpoint each serving mode asks, and vLLM bench's backend for it
@@ -48,7 +52,7 @@ BENCH_BACKENDS = {"chat": "openai-chat", "completion": "openai"}
 PERCENTILES = (50, 95, 99)
 #: the figures kept from vLLM bench's result (its own key names)
 KEPT = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
-        "output_throughput") + tuple(f"p{p}_{m}_ms" for m in ("ttft", "itl", "tpot", "e2el") for p in PERCENTILES)
+        "output_throughput", "total_token_throughput") + tuple(f"p{p}_{m}_ms" for m in ("ttft", "itl", "tpot", "e2el") for p in PERCENTILES)
 
 #: SLO key -> (the bench figure it bounds, "max" or "min", unit)
 SLO_METRICS: dict[str, tuple[str, str, str]] = {
@@ -68,19 +72,6 @@ BANDWIDTH_TBPS: dict[str, float] = {
 }
 GPU_TTFT_P95_MS = 500.0
 CPU_TARGETS = {"ttft_p95_ms": 30000.0, "itl_p95_ms": 2000.0, "error_rate": 0.0}
-
-
-@dataclass(frozen=True)
-class BenchSpec:
-    """The bounded load of the ``bench`` level: ``num_prompts`` random prompts of ``input_len``
-    tokens, ``output_len`` output tokens each (eos ignored), ``max_concurrency`` in flight, within
-    ``timeout`` seconds."""
-
-    num_prompts: int = 8
-    max_concurrency: int = 4
-    input_len: int = 32
-    output_len: int = 16
-    timeout: float = 300.0
 
 
 def slo_class(name: str) -> str:
@@ -182,32 +173,59 @@ def run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchS
               tmp: Path, mode: str = DEFAULT_SERVE, *, slo: Mapping[str, float] | None = None,
               cls: str | None = None) -> dict[str, Any]:
     """Run vLLM's benchmark client (interpreter ``python``) against the server at ``base`` serving
-    ``model``, then judge the SLO: ``slo`` explicit targets over the defaults of ``cls`` (None: the
-    runtime device's class). Returns vLLM's figures (:data:`KEPT`, ms and per second), ``errors``,
-    ``spec``, ``client``, ``device``, ``slo`` (:func:`judge`) and ``passed`` (every request accounted
-    for and every target met, ``error_rate`` among them); on a client failure ``{"passed": False, "error": ...}``. Never raises for
+    ``model``, once per concurrency level of ``spec`` (lowest first), and judge each level against the
+    SLO: ``slo`` explicit targets over the defaults of ``cls`` (None: the runtime device's class).
+
+    Returns ``levels`` (per level: ``concurrency``, ``num_prompts`` sent, vLLM's figures :data:`KEPT`
+    in ms and per second, ``errors``, ``slo`` (:func:`judge`), ``passed`` (every request accounted for
+    and every target met) and, for a duration level, its ``probe``), ``max_concurrency_meeting_slo``
+    (:func:`~modelyard.stages.smoke.sweep.sized_concurrency`), ``spec``, ``client``, ``device`` and,
+    at the top, the figures, ``errors`` and ``slo`` of the headline level: the sizing answer, else
+    the lowest level (for the default one-level load, that level). ``passed``: every level ran and the
+    lowest met the targets. On a client failure ``{"passed": False, "error": ...}``. Never raises for
     a failed run."""
-    out = tmp / "bench.json"
+    out, plan = tmp / "bench.json", tmp / "bench-plan.json"
     args = ["--backend", BENCH_BACKENDS[mode], "--endpoint", ENDPOINTS[mode], "--base-url", base, "--model", model,
-            "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", str(spec.input_len),
-            "--random-output-len", str(spec.output_len), "--num-prompts", str(spec.num_prompts),
-            "--max-concurrency", str(spec.max_concurrency), "--ignore-eos", "--num-warmups", "1", "--seed", "0",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", ",".join(map(str, PERCENTILES)),
-            "--disable-tqdm"]
-    run = run_script(python, RUNNER, ["--out", str(out), "--", *args], env=env, timeout=spec.timeout, log=tmp / "bench.log")
+            "--tokenizer", str(tokenizer), *dataset_args(spec, tmp), "--ignore-eos", "--num-warmups", "1",
+            "--seed", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--metric-percentiles", ",".join(map(str, PERCENTILES)), "--disable-tqdm"]
+    plan.write_text(json.dumps({"levels": [
+        {"concurrency": c, "args": [*args, "--max-concurrency", str(c)], "duration": spec.duration,
+         "num_prompts": None if spec.duration else spec.num_prompts} for c in spec.levels]}))
+    timeout = len(spec.levels) * (spec.timeout + 2 * (spec.duration or 0))
+    run = run_script(python, RUNNER, ["--out", str(out), "--plan", str(plan)], env=env, timeout=timeout,
+                     log=tmp / "bench.log")
     if run.timed_out:
-        return {"passed": False, "error": f"the benchmark did not finish within {spec.timeout:.0f} s"}
+        return {"passed": False, "error": f"the benchmark did not finish within {timeout:.0f} s"}
     if not out.is_file():
         return {"passed": False, "error": "the benchmark client exited without a result"}
     r = json.loads(out.read_text())
-    if not r.get("ok"):
+    if not r.get("levels") or not any(x.get("ok") for x in r["levels"]):
         return {"passed": False, "error": r.get("error")}
-    b = r["result"]
-    pick = {k: round(v, 3) if isinstance(v, float) else v for k, v in ((k, b.get(k)) for k in KEPT)}
-    pick.update(spec=asdict(spec), errors=b.get("errors") or [], client="vllm.benchmarks.serve (vllm bench serve)",
-                device=r.get("device"))
     cls = cls if cls is not None else device_class(r.get("device"))
-    pick["slo"] = judge(pick, {**default_targets(cls), **(slo or {})}, cls=cls, explicit=slo)
-    # every request answered or counted as failed, and every target (error_rate among them) met
-    pick["passed"] = (pick.get("completed") or 0) + (pick.get("failed") or 0) == spec.num_prompts and pick["slo"]["passed"]
+    targets = {**default_targets(cls), **(slo or {})}
+    levels = [_level(x, targets, cls, slo) for x in r["levels"]]
+    best = sized_concurrency(levels)
+    head = next((x for x in levels if x["concurrency"] == best), levels[0])
+    pick = {k: v for k, v in head.items() if k not in ("concurrency", "num_prompts", "probe", "passed")}
+    pick.update(spec={**asdict(spec), "concurrency": list(spec.levels)}, client="vllm.benchmarks.serve (vllm bench serve)",
+                device=r.get("device"), levels=levels, max_concurrency_meeting_slo=best, passed=r.get("ok") is True and best is not None)
+    if r.get("error"):
+        pick["error"] = r["error"]
     return pick
+
+
+def _level(x: Mapping[str, Any], targets: Mapping[str, float], cls: str | None,
+           slo: Mapping[str, float] | None) -> dict[str, Any]:
+    """One level of the runner's result, shaped and judged (see :func:`run_bench`)."""
+    b = x.get("result") or {}
+    level = {"concurrency": x["concurrency"], "num_prompts": x.get("num_prompts")}
+    level.update({k: round(v, 3) if isinstance(v, float) else v for k, v in ((k, b.get(k)) for k in KEPT)})
+    level["errors"] = b.get("errors") or ([x["error"]] if x.get("error") else [])
+    if x.get("probe"):
+        level["probe"] = x["probe"]
+    level["slo"] = judge(level, targets, cls=cls, explicit=slo)
+    # every request answered or counted as failed, and every target (error_rate among them) met
+    level["passed"] = bool(x.get("ok")) and (level.get("completed") or 0) + (level.get("failed") or 0) == \
+        level["num_prompts"] and level["slo"]["passed"]
+    return level

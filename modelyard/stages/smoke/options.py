@@ -35,3 +35,27 @@ class SmokeFlags(BaseModel):
         None, description="golden prompts YAML for --smoke server|bench (default: the demo set of the serving mode)")
     slo: Annotated[Optional[str], Flag("--slo")] = Field(None, description=SLO_HELP)
     slo_class: Annotated[Optional[str], Flag("--slo-class")] = Field(None, description=SLO_CLASS_HELP)
+
+
+class BenchLoadFlags(BaseModel):
+    """The ``bench`` load of ``modelyard smoke`` (:func:`modelyard.stages.smoke.sweep.bench_spec` checks
+    them): concurrency levels, requests or seconds per level, the prompt/answer length mix (tokens) or a
+    prompts file, and where to write bench.json and its plot. None: the default load."""
+
+    model_config = ConfigDict(frozen=True)
+
+    concurrency: Annotated[Optional[str], Flag("--concurrency")] = Field(
+        None, description="bench: concurrency levels to sweep, e.g. 1,2,4,8 (one vLLM bench run each; default 4)")
+    requests: Annotated[Optional[int], Flag("--requests")] = Field(None, description="bench: requests per level (default 8)")
+    duration: Annotated[Optional[float], Flag("--duration")] = Field(
+        None, description="bench: seconds per level instead of --requests (sized from a probe of the level)")
+    input_len: Annotated[Optional[int], Flag("--input-len")] = Field(
+        None, description="bench: random prompt length (tokens, default 32)")
+    output_len: Annotated[Optional[int], Flag("--output-len")] = Field(
+        None, description="bench: answer length (tokens, default 16; the default of --prompts rows without output_len)")
+    range_ratio: Annotated[Optional[float], Flag("--range-ratio")] = Field(
+        None, description="bench: spread r in [0, 1) of random lengths, drawn in [len x (1 - r), len x (1 + r)]")
+    prompts: Annotated[Optional[str], Flag("--prompts", cli_type=Path)] = Field(
+        None, description='bench: JSONL of {"prompt": ..., "output_len": N} rows to sample instead of random prompts')
+    bench_out: Annotated[Optional[str], Flag("--bench-out", cli_type=Path)] = Field(
+        None, description="bench: write DIR/bench.json and DIR/bench.png (latency and throughput vs concurrency)")

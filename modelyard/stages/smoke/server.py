@@ -382,7 +382,8 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                 records = score_over_api(client, name, numeric.reference_spec(), max_model_len)
             bench_res = None
             if bench is not None:
-                with progress.task(f"vLLM bench: {bench.num_prompts} requests x {bench.max_concurrency} concurrent", total=None):
+                per = f"{bench.duration:g} s" if bench.duration else f"{bench.num_prompts} requests"
+                with progress.task(f"vLLM bench: {per} x {','.join(map(str, bench.levels))} concurrent", total=None):
                     bench_res = run_bench(srv.python, srv.base, name, model_dir, bench, srv.env, srv.tmp, mode,
                                           slo=slo, cls=slo_class)
         except httpx.HTTPError as exc:

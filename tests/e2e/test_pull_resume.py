@@ -1,0 +1,215 @@
+"""A killed `modelyard pull` continues where it stopped, for real: the pull (a CLI subprocess) is SIGKILLed in the
+middle of a 100 MiB file, from S3 (moto_server) and from an OCI registry (Debian docker-registry); the next pull of
+the same artifact into the same folder hashes what the first one left, asks the server only for the rest (ranged
+GETs from the partial file's end, read back from the server's own request log) and still checks the whole file's
+sha256. Nothing appears at -o/--output until the end."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from modelyard.settings import Settings
+from modelyard.transport._transfer import RANGE_PART
+from modelyard.transport.oci import publish_oci
+from modelyard.transport.s3 import publish_s3
+from tests.conftest import json_error, json_result, run_cli
+from tests.e2e.publish_servers import AWS_ENV
+from tests.killing import kill_at
+from tests.unit.test_bundle import _build_artifact
+
+pytestmark = [pytest.mark.e2e, pytest.mark.publish]
+
+BIG = 200 * 1024 * 1024 + 7  # bytes: 13 ranged GETs (or parts) of 16 MiB, the last one short: more than go at once
+
+
+@pytest.fixture(scope="module")
+def big_artifact(tiny_llama_dir, tmp_path_factory) -> Path:
+    art = _build_artifact(tiny_llama_dir, tmp_path_factory.mktemp("resume-store"), hub=True)
+    big = tmp_path_factory.mktemp("resume") / "big"
+    shutil.copytree(art, big)
+    (big / "serve" / "shard.bin").write_bytes(os.urandom(BIG))
+    return big
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _kill_mid_file(args: list[str], env: dict, into: Path, tmp_path: Path) -> int:
+    """Run ``modelyard pull ARGS -o INTO``; SIGKILL it once its partial shard.bin holds 32 MiB. Returns the bytes
+    the partial file holds after the kill."""
+    def partial(_events, _seconds):  # noqa: ANN001, ANN202
+        parts = list(into.parent.glob(f".{into.name}.pull-*/serve/shard.bin"))
+        return "partial" if parts and parts[0].stat().st_size >= 2 * RANGE_PART else None
+
+    label = kill_at([sys.executable, "-m", "modelyard", "pull", *args, "-o", str(into)], {**os.environ, **env},
+                    tmp_path / "events.jsonl", partial)
+    assert label == "partial"
+    assert not into.exists()  # all or nothing: the folder appears only at the end
+    (left,) = into.parent.glob(f".{into.name}.pull-*/serve/shard.bin")
+    return left.stat().st_size
+
+
+def _settled(count) -> int:  # noqa: ANN001
+    """``count()`` once it has not changed for 2 s: the killed pull's GETs still in flight are logged by the
+    server when it has answered them, after the kill."""
+    last, since = count(), time.monotonic()
+    while time.monotonic() - since < 2.0:
+        time.sleep(0.1)
+        if (n := count()) != last:
+            last, since = n, time.monotonic()
+    return last
+
+
+@contextlib.contextmanager
+def _recording(endpoint: str):  # noqa: ANN202
+    """moto's own request recorder, on while the block runs: yields the list it fills at the end with every request
+    that arrived meanwhile (method, URL, headers), as moto recorded it when it arrived."""
+    def call(verb: str) -> bytes:
+        method = "GET" if verb == "download-recording" else "POST"
+        with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/recorder/{verb}", method=method)) as r:
+            return r.read()
+
+    out: list[dict] = []
+    call("reset-recording")
+    call("start-recording")
+    try:
+        yield out
+    finally:
+        call("stop-recording")
+    out += [{k: v for k, v in json.loads(line).items() if k != "body"} for line in
+            call("download-recording").decode().splitlines()]
+    call("reset-recording")
+
+
+def _resumed_pull(args: list[str], env: dict, into: Path, big: Path) -> None:
+    r = run_cli("pull", *args, "-o", str(into), "--json", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json_result(r.stdout, "pull")["artifact"] == str(into)
+    assert _tree(into) == _tree(big)
+    assert sorted(p.name for p in into.parent.iterdir()) == [into.name]  # no partial folder, no lock file left
+
+
+def test_a_killed_s3_pull_asks_only_for_the_rest(big_artifact, s3_endpoint, tmp_path):
+    prefix = f"resume-{uuid.uuid4().hex[:8]}/v1"
+    publish_s3(big_artifact, f"s3://models/{prefix}", settings=Settings(s3_endpoint_url=s3_endpoint))
+    env = {**AWS_ENV, "MODELYARD_S3_ENDPOINT_URL": s3_endpoint}
+    into = tmp_path / "out" / "pulled"
+    have = _kill_mid_file([f"s3://models/{prefix}"], env, into, tmp_path)
+    assert 2 * RANGE_PART <= have < BIG
+
+    with _recording(s3_endpoint) as recorded:  # after the kill: the killed pull's GETs arrived before it
+        _resumed_pull([f"s3://models/{prefix}"], env, into, big_artifact)
+    asked = [e["headers"].get("Range") for e in recorded if e["method"] == "GET" and
+             f"/{prefix}/serve/shard.bin" in e["url"]]
+    starts = range(have, BIG, RANGE_PART)
+    asked.sort(key=lambda r: int(r.removeprefix("bytes=").split("-")[0]))  # several are in flight at once
+    assert asked == [f"bytes={a}-{min(a + RANGE_PART, BIG) - 1}" for a in starts]  # only the rest, in 16 MiB parts
+
+
+def test_a_killed_oci_pull_asks_only_for_the_rest(big_artifact, registry, tmp_path, tmp_path_factory):
+    ref = f"oci://{registry}/models/resume-{uuid.uuid4().hex[:8]}:v1"
+    publish_oci(big_artifact, ref)
+    into = tmp_path / "out" / "pulled"
+    have = _kill_mid_file([ref], {}, into, tmp_path)
+    assert 2 * RANGE_PART <= have < BIG
+    sha = hashlib.sha256((big_artifact / "serve" / "shard.bin").read_bytes()).hexdigest()
+    log = Path(tmp_path_factory.getbasetemp()) / "registry0" / "registry.log"
+    before = _settled(lambda: len(log.read_text().splitlines()))
+    _resumed_pull([ref], {}, into, big_artifact)
+    sent = [line for line in log.read_text().splitlines()[before:] if f"/blobs/sha256:{sha} " in line]
+    sizes = [int(m.group(1)) for line in sent if (m := re.search(r'" 206 (\d+) ', line))]
+    assert len(sizes) == len(sent) and sum(sizes) == BIG - have, sent  # the registry sent only the missing bytes
+
+
+def test_a_killed_s3_publish_sends_only_what_is_missing(big_artifact, s3_endpoint, client, tmp_path, tmp_path_factory):
+    """`modelyard publish --to s3://` SIGKILLed while the parts of the 200 MiB file go up (13 parts of 16 MiB, 10 in
+    flight): the next publish sends no file that is already there (same size and sha256 metadata) and continues the
+    multipart upload it left (recorded in its journal under MODELYARD_HOME), sending only the parts the server does
+    not hold; the result pulls whole."""
+    prefix = f"republish-{uuid.uuid4().hex[:8]}/v1"
+    key = f"{prefix}/serve/shard.bin"
+    env = {**AWS_ENV, "MODELYARD_S3_ENDPOINT_URL": s3_endpoint, "MODELYARD_HOME": str(tmp_path / "home")}
+    checked = [0.0]
+
+    def held() -> list[int]:
+        ups = [u for u in client.list_multipart_uploads(Bucket="models", Prefix=key).get("Uploads", [])
+               if u["Key"] == key]
+        return sorted(p["PartNumber"] for u in ups
+                      for p in client.list_parts(Bucket="models", Key=key, UploadId=u["UploadId"]).get("Parts", []))
+
+    def parts_up(_events, seconds):  # noqa: ANN001, ANN202 - asks the server at most every 0.1 s
+        if seconds - checked[0] < 0.1:
+            return None
+        checked[0] = seconds
+        return "parts up" if len(held()) >= 2 else None
+
+    label = kill_at([sys.executable, "-m", "modelyard", "publish", str(big_artifact), "--to", f"s3://models/{prefix}"],
+                    {**os.environ, **env}, tmp_path / "events.jsonl", parts_up)
+    assert label == "parts up"
+
+    have = _settled(lambda: len(held())) and held()  # the killed run's parts in flight may still land
+    assert len(have) >= 2 and list((tmp_path / "home" / ".cache" / "s3-uploads").glob("*.json"))
+    r = run_cli("publish", str(big_artifact), "--to", f"s3://models/{prefix}", "--json", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    def puts() -> list[str]:  # both runs' PUTs of this test's own keys (a random prefix), in every moto log
+        logs = Path(tmp_path_factory.getbasetemp()).glob("moto[0-9]*/moto.log")  # not motocurrent: a link to the newest
+        return [m[1] for log in logs for line in log.read_text().splitlines()
+                if (m := re.search(rf'"PUT /models/{prefix}/(\S+) HTTP', line))]
+
+    out = json_result(r.stdout, "publish")
+    later = [rel for rel in _tree(big_artifact) if rel > "serve/shard.bin"]  # files go up in path order
+    assert later == ["serve/vllm.yaml"]
+    small = sum(client.head_object(Bucket="models", Key=f"{prefix}/{rel}")["ContentLength"]
+                for rel in (*later, "bundle.json", "manifest.json"))
+    assert out["skipped"] == len([rel for rel in _tree(big_artifact) if rel < "serve/shard.bin" and rel != "manifest.json"])
+    assert out["sent"] == BIG - len(have) * RANGE_PART + small  # the parts the server held were not sent again
+    _settled(lambda: len(puts()))
+    files = [p.split("?")[0] for p in puts() if "partNumber=" not in p and "uploads" not in p and "uploadId=" not in p]
+    # every file once: those before it by the killed run only, the rest (and bundle.json, manifest.json) by the next
+    assert sorted(files) == sorted([rel for rel in _tree(big_artifact) if rel != "serve/shard.bin"] + ["bundle.json"])
+    assert client.list_multipart_uploads(Bucket="models", Prefix=key).get("Uploads", []) == []
+    assert list((tmp_path / "home" / ".cache" / "s3-uploads").glob("*")) == []
+    r = run_cli("pull", f"s3://models/{prefix}", "-o", str(tmp_path / "pulled"), "--json", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert _tree(tmp_path / "pulled") == _tree(big_artifact)
+
+
+def test_bundle_unbundle_and_pull_refuse_a_disk_too_small_before_writing(big_artifact, s3_endpoint, small_fs, tmp_path):
+    """A 200 MiB artifact written into an 8 MiB filesystem: bundle, unbundle and pull each refuse before the first
+    byte (exit 2), naming the folder, the bytes free and the bytes needed, and leave nothing behind."""
+    prefix = f"full-{uuid.uuid4().hex[:8]}/v1"
+    publish_s3(big_artifact, f"s3://models/{prefix}", settings=Settings(s3_endpoint_url=s3_endpoint))
+    env = {**AWS_ENV, "MODELYARD_S3_ENDPOINT_URL": s3_endpoint}
+    r = run_cli("bundle", str(big_artifact), "-o", str(tmp_path / "big.tar.zst"), "--json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    total = json_result(r.stdout, "bundle")["bytes_in"]
+    # each names the folder asked for (bundle: -o's folder), never the temp folder it would have written
+    for cmd, named, what in (
+            (["bundle", str(big_artifact), "-o", str(small_fs / "big.tar.zst")], small_fs, "the bundle"),
+            (["unbundle", str(tmp_path / "big.tar.zst"), "-o", str(small_fs / "unbundled")], small_fs / "unbundled",
+             "the unbundled artifact"),
+            (["pull", f"s3://models/{prefix}", "-o", str(small_fs / "pulled")], small_fs / "pulled",
+             "the pulled artifact")):
+        r = run_cli(*cmd, "--json", env=env)
+        err = json_error(r.stdout, cmd[0], 2)
+        assert err["type"] == "InsufficientResourcesError", err
+        assert re.fullmatch(rf"{re.escape(str(named))} has [\d,]+ bytes free; this run needs [\d,]+ there "
+                            rf"\({what} [\d,]+ bytes\)", err["message"]), err["message"]
+        needed = int(err["message"].split("(")[1].split()[-2].replace(",", ""))
+        assert BIG < needed <= total + 64 * 1024, (cmd[0], needed, total)
+        assert list(small_fs.iterdir()) == [], cmd[0]

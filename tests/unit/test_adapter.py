@@ -1,0 +1,312 @@
+"""LoRA adapter artifacts: a real peft adapter on the tiny Llama is judged against its base artifact;
+twins with one defect each (rank above --max-lora-rank, another hidden size, a module vLLM does not apply
+LoRA to, no base) give exactly that finding code. The adapter ingest stores ``kind: lora`` with the base
+by digest and a serve/vllm.yaml that loads it with --enable-lora."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from modelyard.artifact.manifest import Manifest
+from modelyard.artifact.store import Store
+from modelyard.checks.adapter import LORA_MODULES, read_adapter, serve_rank
+from modelyard.stages.adapter import lora_overrides, verify_adapter
+from tests.fixtures import make_tiny_llama
+
+
+def make_adapter(base_model: Path, out: Path, *, r: int = 8, targets: tuple[str, ...] = ("q_proj", "v_proj"),
+                 nonzero: bool = True) -> Path:
+    """A peft LoRA adapter of ``base_model`` saved to ``out``; ``nonzero`` fills lora_B (peft initialises it to
+    zero, which leaves the output equal to the base's) so that applying it changes the logits."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch.bfloat16)
+    peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(targets),
+                                                  lora_dropout=0.0, task_type="CAUSAL_LM"))
+    if nonzero:
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.5)
+    peft_model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def _store_base(store_home: Path, model: Path, name: str = "tiny") -> Path:
+    """A minimal base artifact ``name@r1`` in the folder store at ``store_home`` (manifest + model/)."""
+    art = store_home / name / "r1"
+    shutil.copytree(model, art / "model")
+    Manifest.from_dict({"schema_version": "1", "name": name, "revision": "r1",
+                        "content_digest": "sha256:" + "0" * 64}).save(art)
+    return art
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lora")
+    base = make_tiny_llama(root / "tiny")
+    store = Store(root / "store")
+    _store_base(store.home, base)
+    return root, base, store
+
+
+@pytest.fixture(scope="module")
+def healthy(world):
+    root, base, _ = world
+    return make_adapter(base, root / "adapter")
+
+
+def _codes(report):
+    return [(f.code, f.severity.value) for f in report.findings if f.severity.value != "info"]
+
+
+def test_healthy_adapter_passes(world, healthy):
+    _, _, store = world
+    report, base = verify_adapter(healthy, "tiny@r1", store)
+    assert _codes(report) == [] and report.passed
+    assert base.record() == {"name": "tiny", "revision": "r1", "digest": "sha256:" + "0" * 64}
+    a = read_adapter(healthy)
+    assert a.rank == 8 and len(a.tensors) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B)
+    # the base by its folder too
+    report2, base2 = verify_adapter(healthy, str(store.home / "tiny" / "r1"), store)
+    assert report2.passed and base2.digest == base.digest
+
+
+def test_rank_above_max_lora_rank(world, healthy, tmp_path):
+    root, base, store = world
+    big = make_adapter(base, tmp_path / "r32", r=32)
+    report, _ = verify_adapter(big, "tiny@r1", store, max_lora_rank=16)
+    assert _codes(report) == [("adapter.rank_too_high", "error")]
+    f = report.errors[0]
+    assert (f.value, f.limit) == (32, 16) and "--max-lora-rank 32" in f.fix
+    # without an explicit limit the serve plan picks the smallest allowed value that holds it
+    assert verify_adapter(big, "tiny@r1", store)[0].passed and serve_rank(read_adapter(big)) == 32
+    assert serve_rank(read_adapter(healthy)) == 16  # vLLM's default holds r=8
+
+
+def test_other_hidden_size_is_a_shape_mismatch(world, tmp_path):
+    root, _, store = world
+    wide = make_tiny_llama(tmp_path / "wide", hidden=128, intermediate=256)
+    adapter = make_adapter(wide, tmp_path / "wide-adapter")
+    report, _ = verify_adapter(adapter, "tiny@r1", store)
+    assert sorted(set(_codes(report))) == [("adapter.shape_mismatch", "error")]
+    f = report.errors[0]
+    assert f.field == "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+    assert f.value == [8, 128] and f.limit == [64, 64]
+
+
+def test_more_layers_than_the_base(world, tmp_path):
+    _, _, store = world
+    deep = make_tiny_llama(tmp_path / "deep", layers=3)
+    report, _ = verify_adapter(make_adapter(deep, tmp_path / "deep-adapter"), "tiny@r1", store)
+    assert sorted(set(_codes(report))) == [("adapter.module_missing", "error")]
+    assert "layer 2 is past the base's 2 layers" in report.errors[0].message
+
+
+def test_target_module_vllm_cannot_apply_lora_to(world, tmp_path):
+    root, base, store = world
+    # rotary_emb is no linear layer: peft refuses it, so the twin renames q_proj's tensors to a module
+    # name the base holds but vLLM's Llama does not adapt (input_layernorm's weight is 1-D, so use a made-up
+    # linear name): the config and the tensors both say "rotary_proj"
+    d = Path(shutil.copytree(make_adapter(base, tmp_path / "a"), tmp_path / "bad"))
+    from safetensors.torch import load_file, save_file
+    t = load_file(str(d / "adapter_model.safetensors"))
+    save_file({k.replace("v_proj", "rotary_proj"): v for k, v in t.items()}, str(d / "adapter_model.safetensors"))
+    cfg = json.loads((d / "adapter_config.json").read_text())
+    cfg["target_modules"] = ["q_proj", "rotary_proj"]
+    (d / "adapter_config.json").write_text(json.dumps(cfg))
+    report, _ = verify_adapter(d, "tiny@r1", store)
+    assert _codes(report) == [("adapter.target_module_unsupported", "error")]
+    assert report.errors[0].value == "rotary_proj"
+    assert report.errors[0].limit == sorted(LORA_MODULES["LlamaForCausalLM"])
+
+
+def test_missing_base(world, healthy):
+    _, _, store = world
+    for ref in ("tiny@nope", "nothere", str(healthy)):
+        report, base = verify_adapter(healthy, ref, store)
+        assert base is None and _codes(report) == [("adapter.base_missing", "error")], ref
+
+
+def test_modules_to_save_and_dora(world, healthy, tmp_path):
+    _, _, store = world
+    d = Path(shutil.copytree(healthy, tmp_path / "mts"))
+    cfg = json.loads((d / "adapter_config.json").read_text())
+    (d / "adapter_config.json").write_text(json.dumps({**cfg, "modules_to_save": ["lm_head"], "use_dora": True}))
+    report, _ = verify_adapter(d, "tiny@r1", store)
+    assert _codes(report) == [("adapter.modules_to_save", "error"), ("adapter.unsupported_feature", "error")]
+
+
+def test_serve_overrides(healthy):
+    assert lora_overrides([("tiny-lora", healthy, "model")]) == {
+        "enable-lora": True, "lora-modules": ["tiny-lora=model"], "max-lora-rank": 16, "max-loras": 1}
+
+
+def test_serve_overrides_of_two_adapters(world, healthy, tmp_path):
+    """Two adapters on one base: both in lora-modules, max-loras 2, max-lora-rank the larger rank's (32 for r 24)."""
+    _, base, _ = world
+    wide = make_adapter(base, tmp_path / "wide", r=24)
+    assert lora_overrides([("a", healthy, "adapters/a"), ("b", wide, "adapters/b")]) == {
+        "enable-lora": True, "lora-modules": ["a=adapters/a", "b=adapters/b"], "max-lora-rank": 32, "max-loras": 2}
+
+
+def test_ingest_adapter_artifact(world, healthy, tmp_path, monkeypatch):
+    """`ingest file://ADAPTER --base NAME@REV --no-smoke`: a kind lora artifact naming its base by digest,
+    with serve/vllm.yaml serving the base with the adapter."""
+    from modelyard.flows.adapter import ingest_adapter
+    from modelyard.flows.options import IngestOptions
+
+    _, _, store = world
+    res = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora"),
+                         home=str(store.home))
+    art = Path(res.artifact.path)
+    m = Manifest.load(art)
+    assert m.kind == "lora" and m.is_lora
+    assert m.base.to_dict() == {"name": "tiny", "revision": "r1", "digest": "sha256:" + "0" * 64}
+    assert sorted(f.path for f in m.files) == ["model/adapter_config.json", "model/adapter_model.safetensors"]
+    cfg = yaml.safe_load((art / "serve" / "vllm.yaml").read_text())
+    assert cfg["model"] == "../../tiny/r1/model"
+    assert (cfg["enable-lora"], cfg["lora-modules"], cfg["max-lora-rank"], cfg["max-loras"]) == \
+        (True, ["tiny-lora=model"], 16, 1)
+    assert (art / cfg["model"]).resolve() == (store.home / "tiny" / "r1" / "model").resolve()
+
+
+def _compose_config(compose: Path, env: dict[str, str] | None = None) -> dict:
+    """`docker-compose config` of ``compose`` (Debian docker-compose 1.29.2, no engine needed): the file
+    as Compose resolves it, relative mounts made absolute against the compose file's folder."""
+    import os
+    import subprocess
+
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose is not installed (make test installs it)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCKER_", "MODEL_DIR", "BASE_MODEL_DIR"))} \
+        | (env or {})
+    r = subprocess.run([exe, "-f", str(compose), "config"], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=compose.parent)
+    assert r.returncode == 0, r.stderr
+    return yaml.safe_load(r.stdout)
+
+
+def _mounts(service: dict) -> dict[str, str]:
+    """``{container path: host path}`` of a resolved compose service's volumes."""
+    out = {}
+    for v in service["volumes"]:
+        if isinstance(v, str):
+            host, target = v.split(":")[:2]
+        else:
+            host, target = v["source"], v["target"]
+        out[target] = host
+    return out
+
+
+def test_stored_adapter_compose_runs_the_base_with_the_adapter(world, healthy):
+    """The stored LoRA artifact's serve/compose.yaml: vLLM is started on the base model, mounted from the
+    store where vllm.yaml's relative ``model`` points, and the adapter (``lora-modules`` ``NAME=model``,
+    relative to the working folder) is the artifact's own model/."""
+    from modelyard.flows.adapter import ingest_adapter
+    from modelyard.flows.options import IngestOptions
+
+    _, _, store = world
+    res = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora3"),
+                         home=str(store.home))
+    art = Path(res.artifact.path)
+    svc = _compose_config(art / "serve" / "compose.yaml")["services"]["vllm"]
+    root = f"/store/tiny-lora3/{res.artifact.revision}"
+    assert svc["working_dir"] == root
+    assert svc["command"][:3] == ["/store/tiny/r1/model", "--config", f"{root}/serve/vllm.yaml"]
+    mounts = _mounts(svc)
+    assert Path(mounts["/store/tiny/r1/model"]).resolve() == (store.home / "tiny" / "r1" / "model").resolve()
+    assert Path(mounts[f"{root}/model"]).resolve() == (art / "model").resolve()
+    assert Path(mounts[f"{root}/serve/vllm.yaml"]).resolve() == (art / "serve" / "vllm.yaml").resolve()
+    cfg = yaml.safe_load((art / "serve" / "vllm.yaml").read_text())
+    # vllm.yaml's relative paths resolve in the container as on the host
+    assert os.path.normpath(os.path.join(root, cfg["model"])) == "/store/tiny/r1/model"
+    assert cfg["lora-modules"] == ["tiny-lora3=model"]
+
+
+def test_serve_plan_of_the_adapter_artifact(world, healthy, tmp_path):
+    """`serve-plan ADAPTER_ARTIFACT --output DIR`: the base's plan, vllm.yaml with the adapter's LoRA keys,
+    the base at DIR/model and the adapter at DIR/adapters/NAME (no path of this host in the files, which
+    are copied to other hosts); compose mounts $MODEL_DIR / $ADAPTERS_DIR when set."""
+    from tests.conftest import run_cli
+
+    _, _, store = world
+    from modelyard.flows.adapter import ingest_adapter
+    from modelyard.flows.options import IngestOptions
+
+    res = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora2"),
+                         home=str(store.home))
+    out = tmp_path / "out"
+    r = run_cli("serve-plan", str(res.artifact.path), "--gpu", "H100-80GB", "--output", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    base_model = (store.home / "tiny" / "r1" / "model").resolve()
+    adapter_model = Path(res.artifact.path).resolve() / "model"
+    assert f"ln -s {base_model} {out}/model; ln -s {adapter_model} {out}/adapters/tiny-lora2" \
+        in " ".join(r.stdout.split())
+    cfg = yaml.safe_load((out / "serve" / "vllm.yaml").read_text())
+    assert cfg["model"] == "model"
+    assert cfg["enable-lora"] is True and cfg["lora-modules"] == ["tiny-lora2=adapters/tiny-lora2"]
+    assert (cfg["max-lora-rank"], cfg["max-loras"], cfg["served-model-name"]) == (16, 1, "tiny")
+    for p in (out / "serve").iterdir():
+        text = p.read_text()
+        assert str(store.home) not in text and str(store.home.resolve()) not in text, p.name
+    svc = _compose_config(out / "serve" / "compose.yaml")["services"]["vllm"]
+    assert svc["command"][0] == "/artifact/model" and svc["working_dir"] == "/artifact"
+    assert _mounts(svc) == {"/artifact/model": str(out / "model"), "/artifact/adapters": str(out / "adapters"),
+                            "/artifact/serve/vllm.yaml": str(out / "serve" / "vllm.yaml")}
+    svc = _compose_config(out / "serve" / "compose.yaml", {"MODEL_DIR": "/srv/base", "ADAPTERS_DIR": "/srv/loras"}
+                          )["services"]["vllm"]
+    assert _mounts(svc)["/artifact/model"] == "/srv/base" and _mounts(svc)["/artifact/adapters"] == "/srv/loras"
+
+
+def test_serve_plan_of_a_base_with_two_adapters(world, healthy, tmp_path):
+    """`serve-plan BASE --lora A --lora B -o DIR`: one server, both adapters (vLLM names them by their
+    lora-modules names); an adapter of another base is refused (exit 1, adapter.base_missing), as are --k8s
+    (exit 2) and two adapters of one name (exit 2)."""
+    from modelyard.flows.adapter import ingest_adapter
+    from modelyard.flows.options import IngestOptions
+    from tests.conftest import json_envelope, json_result, run_cli
+
+    root, base, store = world
+    wide = make_adapter(base, tmp_path / "wide", r=24)
+    a = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="lora-a"),
+                       home=str(store.home)).artifact
+    b = ingest_adapter(f"file://{wide}", IngestOptions(base="tiny@r1", smoke=False, name="lora-b"),
+                       home=str(store.home)).artifact
+    out = tmp_path / "out"
+    (out / "adapters").mkdir(parents=True)
+    r = run_cli("serve-plan", "tiny@r1", "--store", str(store.home), "--lora", f"lora-a@{a.revision}",
+                "--lora", str(b.path), "--gpu", "H100-80GB", "-o", str(out), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json_result(r.stdout, "serve-plan")["served_model_name"] == "tiny"
+    cfg = yaml.safe_load((out / "serve" / "vllm.yaml").read_text())
+    assert (cfg["model"], cfg["lora-modules"], cfg["max-lora-rank"], cfg["max-loras"]) == (
+        "model", ["lora-a=adapters/lora-a", "lora-b=adapters/lora-b"], 32, 2)
+    svc = _compose_config(out / "serve" / "compose.yaml")["services"]["vllm"]
+    assert _mounts(svc)["/artifact/adapters"] == str(out / "adapters")  # the folder that exists, not $ADAPTERS_DIR
+    # an adapter of another base
+    _store_base(store.home, base, name="other")
+    m = Manifest.load(Path(b.path)).to_dict()
+    stray = root / "stray"
+    shutil.copytree(b.path, stray)
+    Manifest.from_dict({**m, "base": {"name": "other", "revision": "r1", "digest": "sha256:" + "1" * 64}}).save(stray)
+    r = run_cli("serve-plan", "tiny@r1", "--store", str(store.home), "--lora", str(stray), "--gpu", "H100-80GB",
+                "--no-write", "--json")
+    error = json_envelope(r.stdout, "serve-plan", 1)["error"]
+    assert r.returncode == 1 and [f["code"] for f in error["report"]["findings"]] == ["adapter.base_missing"]
+    assert f"the adapter lora-b ({stray}) applies to sha256:{'1' * 64}, not to the base tiny" in error["message"]
+    r = run_cli("serve-plan", "tiny@r1", "--store", str(store.home), "--lora", str(a.path), "--gpu", "H100-80GB",
+                "--k8s", "--no-write")
+    assert r.returncode == 2 and "serve/k8s does not carry LoRA adapters" in r.stderr
+    r = run_cli("serve-plan", str(a.path), "--lora", str(a.path), "--gpu", "H100-80GB", "--no-write")
+    assert r.returncode == 2 and "two adapters share a name (lora-a, lora-a)" in r.stderr
