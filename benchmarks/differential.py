@@ -24,7 +24,7 @@ modelyard's verdict (error / warning / pass) agrees with the outcome when: error
 warning ↔ wrong or fine; pass ↔ fine (a template-shape mutant that vLLM refuses in its shape agrees with a
 warning or an error: which one is the serving policy). The strict figure (a warning counts as a pass) is
 printed too.
-The last line is ``agreement: A/N``. ``--limit N`` takes an even spread of N mutants (CI runs 12).
+The last line is ``agreement: A/N``. ``--limit N`` takes an even spread of N mutants (CI runs 6).
 """
 
 from __future__ import annotations

@@ -105,12 +105,13 @@ def test_unavailable_runtime_is_a_warning_not_a_pass():
 
 
 def test_differential_sample():
-    """The CI sample of benchmarks/differential.py: 12 mutants, each loaded by the real vLLM."""
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "differential.py"), "--limit", "12"],
+    """The CI sample of benchmarks/differential.py: 6 mutants, each loaded by the real vLLM (~11 s each here;
+    the whole set runs in the benchmark)."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "differential.py"), "--limit", "6"],
                        capture_output=True, text=True, timeout=1500, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     last = r.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"agreement: (\d+)/(\d+)", last)
     assert m, r.stdout[-2000:]
     a, n = int(m.group(1)), int(m.group(2))
-    assert n >= 10 and a >= n - 1, r.stdout[-3000:]
+    assert n >= 4 and a >= n - 1, r.stdout[-3000:]
