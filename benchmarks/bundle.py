@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from modelyard.model.digest import tree_digest  # noqa: E402
-from modelyard.model.snapshot import FileEntry  # noqa: E402
-from modelyard.transport.refs import bundle_artifact  # noqa: E402
+from modelyard.model.digest import tree_digest
+from modelyard.model.snapshot import FileEntry
+from modelyard.transport.refs import bundle_artifact
 
 
 def make_artifact(root: Path, size_mb: int) -> Path:

@@ -46,9 +46,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from modelyard.model import digest as hashing  # noqa: E402
-from modelyard.model.digest import DigestCache, git_blob_id, hash_snapshot  # noqa: E402
-from modelyard.model.snapshot import FileEntry, Snapshot  # noqa: E402
+from modelyard.model import digest as hashing
+from modelyard.model.digest import DigestCache, git_blob_id, hash_snapshot
+from modelyard.model.snapshot import FileEntry, Snapshot
 
 CONFIG = json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
                      "num_hidden_layers": 32, "torch_dtype": "bfloat16"}, indent=2).encode() + b"\n"

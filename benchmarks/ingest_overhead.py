@@ -65,12 +65,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.ingest_io import find_model, make_tiny  # noqa: E402
-from modelyard.flows.options import IngestOptions  # noqa: E402
-from modelyard.runtime.venv import runtime_env  # noqa: E402
-from modelyard.settings import Settings  # noqa: E402
-from modelyard.stages.smoke import RUNNER, SMOKE_LEN_CAP  # noqa: E402
-from tests.e2e.prefect_server import PrefectServer  # noqa: E402
+from benchmarks.ingest_io import find_model, make_tiny
+from modelyard.flows.options import IngestOptions
+from modelyard.runtime.venv import runtime_env
+from modelyard.settings import Settings
+from modelyard.stages.smoke import RUNNER, SMOKE_LEN_CAP
+from tests.e2e.prefect_server import PrefectServer
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = ROOT / ".venv" / "bin" / "python"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -63,7 +64,17 @@ class Settings(BaseSettings):
     hf_token: SecretStr | None = None
     vllm_python: Path | None = None
     smoke_timeout: float = 900.0
+    #: where the load smoke's vLLM engine runs: "inline" (default: in the runner's own process, vLLM's
+    #: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one interpreter) or "process" (an engine-core process and a worker
+    #: process beside it, as ``vllm serve`` runs; on the CPU build each is spawned and imports vLLM again, about
+    #: 20 s more per smoke on 2 cores). The server smoke always runs the real ``vllm serve``.
+    smoke_engine: Literal["inline", "process"] = "inline"
     vllm_kvcache_space_gib: int = 1
+    #: where the vLLM runtime keeps its own caches between runs (``VLLM_CACHE_ROOT``: above all the model-class
+    #: inspection results, which a cold cache recomputes in a second interpreter, 15-17 s of every load on 2
+    #: cores); default ``<home>/.cache/vllm``, one folder per runtime interpreter; ``off``: a fresh temp folder
+    #: each run (modelyard.runtime.venv.vllm_cache_root)
+    vllm_cache: str | None = None
     #: ingest's runtime oracle: "auto" asks the runtime venv's vLLM whenever it exists, "none" never.
     verify_runtime: str = "auto"
     registry_user: str | None = None
@@ -85,6 +96,9 @@ class Settings(BaseSettings):
     facts_cache: str | None = None
     #: the Unix socket of a warm facts worker verify asks (modelyard.checks.facts_worker; set by the CLI; ``off``: none)
     facts_worker: str | None = None
+    #: the Unix socket of a warm vLLM engine host that runner scripts are handed to instead of a cold interpreter
+    #: (modelyard.runtime.engine_host; the test suite starts one per session; ``off``: none)
+    engine_host: str | None = None
     #: the Prefect API of a command's flow runs when none is configured: "auto" (the kept
     #: ``modelyard server`` of the store, else a private ephemeral server started early) or "ephemeral"
     #: (Prefect's own, started inside the flow call); see modelyard.runtime.prefect_server

@@ -21,10 +21,15 @@ from tests.fixtures import make_tiny_llama
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_CASES = ROOT.parent / "shared" / "cases"
 
+# the tiers (unit, integration, slow) and the suite's clock and budget
+pytest_plugins = ["tests.suite_clock"]
+
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run the real `modelyard` CLI in a subprocess (as a user would)."""
-    e = {**os.environ, **(env or {})}
+    """Run the real `modelyard` CLI in a subprocess (as a user would). ``env`` adds to this process's
+    environment; a key given as None is removed (e.g. ``PREFECT_API_URL=None``: the command starts its own
+    private Prefect API instead of the session's server)."""
+    e = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
     return subprocess.run([sys.executable, "-m", "modelyard", *args], capture_output=True, text=True, env=e,
                           timeout=timeout, cwd=ROOT)
 
@@ -106,3 +111,117 @@ def legacy_quantized(tiny128, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("legacy")
     return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.LEGACY_SCHEMES}
+
+
+# --------------------------------------------------------------------------- one Prefect server per session
+
+_SESSION_SERVER: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start ONE Prefect server and ONE warm facts worker for the whole run, the product's own kept server
+    (``modelyard server start``: modelyard.runtime.prefect_server.start), before any test module is imported,
+    and hand them to every command through the environment: ``PREFECT_API_URL`` (so no ``ingest`` starts a
+    private API server) and ``MODELYARD_FACTS_WORKER`` (so no ``verify`` imports transformers cold). In this
+    process the worker is not asked (in-process tests patch the code it would run); it serves subprocesses.
+
+    ``MODELYARD_TEST_SHARED_PREFECT=0`` leaves every command to start its own private API, as a user's
+    first command does. Tests that check that path drop ``PREFECT_API_URL`` themselves and say why."""
+    global _SESSION_SERVER
+    if not os.environ.get("MODELYARD_VLLM_CACHE") and not hasattr(config, "workerinput"):
+        # one vLLM cache for every runtime subprocess of the run (modelyard.runtime.venv.vllm_cache_root): the
+        # first load inspects each model class, the others read it (each test's store is fresh, so the default,
+        # <home>/.cache/vllm, would be cold every time)
+        import tempfile
+
+        os.environ["MODELYARD_VLLM_CACHE"] = tempfile.mkdtemp(prefix="modelyard-test-vllm-cache-")
+    _start_engine_host(config)
+    if os.environ.get("MODELYARD_TEST_SHARED_PREFECT", "1") == "0" or os.environ.get("PREFECT_API_URL") \
+            or config.option.collectonly or hasattr(config, "workerinput"):
+        return
+    import tempfile
+
+    from modelyard.checks import facts_worker
+    from modelyard.runtime import prefect_server
+
+    _SESSION_SERVER = Path(tempfile.mkdtemp(prefix="modelyard-test-prefect-"))
+    st, _ = prefect_server.start(_SESSION_SERVER)
+    os.environ["PREFECT_API_URL"] = st.api_url
+    if st.facts_socket and not os.environ.get(facts_worker.ENV):
+        os.environ[facts_worker.ENV] = st.facts_socket
+        facts_worker._dead.add(st.facts_socket)  # this process computes its facts itself (docstring)
+
+
+_ENGINE_HOST = None
+
+
+def _start_engine_host(config: pytest.Config) -> None:
+    """ONE warm vLLM engine host for the run (modelyard.runtime.engine_host): the runtime venv's interpreter with
+    vLLM imported once; every load smoke, support measurement and runtime oracle of the runtime venv runs in a fork
+    of it, a fresh process each, instead of importing vLLM again (7-10 s of CPU each on 2 cores). A run whose
+    variables read at import differ (another thread count, an ISA cap) is refused by the host and starts cold.
+    ``MODELYARD_ENGINE_HOST=off`` runs every one cold."""
+    global _ENGINE_HOST
+    if os.environ.get("MODELYARD_ENGINE_HOST") or config.option.collectonly or hasattr(config, "workerinput"):
+        return
+    import tempfile
+
+    from modelyard.runtime import engine_host
+    from modelyard.runtime.venv import runtime_env
+    from modelyard.settings import Settings
+
+    settings = Settings()
+    python = settings.vllm_interpreter()
+    if not python.exists():
+        return
+    tmp = tempfile.mkdtemp(prefix="modelyard-test-engine-")
+    # the smoke's environment (modelyard.stages.smoke.smoke_load): the runtime's, compile off
+    env = runtime_env(settings, tmp) | {"TORCH_COMPILE_DISABLE": "1"}
+    proc, sock = engine_host.start(python, env, log=Path(tmp) / "engine-host.log")
+    _ENGINE_HOST = (proc, Path(tmp), Path(sock).parent)
+    os.environ["MODELYARD_ENGINE_HOST"] = sock
+
+
+def engine_host_log() -> str:
+    """What the session's engine host logged (its runs and refusals), or ""."""
+    if _ENGINE_HOST is None:
+        return ""
+    try:
+        return (_ENGINE_HOST[1] / "engine-host.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's TerminalReporter
+    log = engine_host_log()
+    if log:
+        runs = log.count("engine host: run ")
+        refused = [line for line in log.splitlines() if line.startswith("engine host: refused")]
+        terminalreporter.write_line(f"engine host: {runs} runs in forks of one warm vLLM interpreter, {len(refused)} "
+                                    "refused (started cold)")
+        for line in sorted(set(refused))[:10]:
+            terminalreporter.write_line(f"  {line}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _SESSION_SERVER, _ENGINE_HOST
+    if _ENGINE_HOST is not None:
+        import shutil
+
+        proc, tmp, sock_dir = _ENGINE_HOST
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except Exception:
+            proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        _ENGINE_HOST = None
+    if _SESSION_SERVER is not None:
+        import shutil
+
+        from modelyard.runtime import prefect_server
+
+        prefect_server.stop(_SESSION_SERVER)
+        shutil.rmtree(_SESSION_SERVER, ignore_errors=True)
+        _SESSION_SERVER = None

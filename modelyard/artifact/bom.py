@@ -49,7 +49,7 @@ def model_card(m: Manifest, config: dict[str, Any], calibration_ref: str | None)
     dataset, the measured figures as performance metrics (quality gate of quantize, numerical gate of the
     smoke: perplexity, mean KL in nats per token)."""
     params: dict[str, Any] = {"task": "text-generation"}
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text: dict[str, Any] = config["text_config"] if isinstance(config.get("text_config"), dict) else config
     if isinstance(text.get("model_type") or config.get("model_type"), str):
         params["architectureFamily"] = text.get("model_type") or config.get("model_type")
     arch = config.get("architectures")
@@ -73,7 +73,7 @@ def model_card(m: Manifest, config: dict[str, Any], calibration_ref: str | None)
     return card
 
 
-def build_bom(artifact_dir: Path) -> dict[str, Any]:
+def build_bom(artifact_dir: Path) -> dict[str, Any]:  # noqa: C901
     """The CycloneDX 1.6 ML-BOM (a JSON-ready dict) of the artifact folder ``artifact_dir``. Raises
     ``OSError`` when a listed file cannot be read, :class:`~modelyard.errors.ManifestError` when
     ``manifest.json`` is not a manifest."""
@@ -168,7 +168,7 @@ def build_bom(artifact_dir: Path) -> dict[str, Any]:
                                      for k in ("samples", "max_seq_len", "used") if k in q.calibration])
         bom.components.add(data)
         bom.register_dependency(model, [data])
-    doc = json.loads(JsonV1Dot6(bom).output_as_string())
+    doc: dict[str, Any] = json.loads(JsonV1Dot6(bom).output_as_string())
     doc["metadata"]["component"]["modelCard"] = model_card(m, config, calibration_ref)
     return doc
 

@@ -179,14 +179,14 @@ def source_record(snapshot: Snapshot) -> dict[str, Any]:
             "revision": snapshot.revision, "commit": snapshot.commit, **snapshot.provenance}
 
 
-def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,
+def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Report, report_json: bytes,  # noqa: PLR0913
                    smoke: dict[str, Any] | None, files: tuple[FileEntry, ...] | None = None,
                    plan: PatchPlan | None = None, quantization: dict[str, Any] | None = None,
                    serve: dict[str, Any] | None = None) -> Manifest:
     """The manifest. ``files`` are the artifact's ``model/`` entries (default: the snapshot's);
     a patched file lists its new ``sha256`` and its ``original_sha256``; ``patches`` holds the
     plan's ops (``patches.json``) and its digest; ``serve`` the serve plan that serve/ was written for."""
-    files = sorted(files if files is not None else snapshot.files, key=lambda f: f.path)
+    entries = sorted(files if files is not None else snapshot.files, key=lambda f: f.path)
     tools = tool_versions()
     if smoke and smoke.get("vllm_version"):
         tools["vllm"] = smoke["vllm_version"]
@@ -194,11 +194,11 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
         "schema_version": SCHEMA_VERSION,
         "name": name,
         "revision": revision,
-        "content_digest": "sha256:" + tree_digest(tuple(files)),
+        "content_digest": "sha256:" + tree_digest(tuple(entries)),
         "created_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
         "source": source_record(snapshot),
         "files": [{"path": f"model/{f.path}", "size": f.size, "sha256": f.sha256, "origin": f.origin,
-                   **({"original_sha256": f.original_sha256} if f.patched else {})} for f in files],
+                   **({"original_sha256": f.original_sha256} if f.patched else {})} for f in entries],
         "patches": None if plan is None or plan.empty else {
             "count": len(plan.ops), "sha256": plan.digest,
             "ops": [{"file": o.file, "pointer": o.pointer, "old": o.old, "new": o.new, "code": o.code, "reason": o.reason}

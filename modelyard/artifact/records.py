@@ -47,12 +47,14 @@ class Record(BaseModel):
         record = handler(data)
         stored = isinstance(info.context, dict) and info.context.get(STORED)
         if stored and isinstance(data, dict) and isinstance(record, Record) and record._keys is None:
-            record.__pydantic_private__["_keys"] = tuple(data)  # frozen model: private state set once, here
+            private = record.__pydantic_private__
+            assert private is not None  # a model with a PrivateAttr always has its private dict
+            private["_keys"] = tuple(data)  # frozen model: private state set once, here
         return record
 
     @model_serializer(mode="wrap")
     def _in_read_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out = handler(self)
+        out: dict[str, Any] = handler(self)
         if self._keys is None:
             return out
         return {k: out[k] for k in self._keys if k in out}

@@ -36,4 +36,5 @@ def render(model: type[Record]) -> str:
 
 def load(path: Path) -> dict[str, Any]:
     """A published schema file, parsed. Raises ``OSError`` when it cannot be read."""
-    return json.loads(path.read_text())
+    schema: dict[str, Any] = json.loads(path.read_text())
+    return schema

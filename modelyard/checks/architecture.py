@@ -86,14 +86,15 @@ def _dense_of(name: str) -> tuple[str, str] | None:
 
 
 def _quant_bits(cfg: dict[str, Any]) -> int | None:
-    q = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    q: dict[str, Any] = cfg["quantization_config"] if isinstance(cfg.get("quantization_config"), dict) else {}
     bits = q.get("bits") or q.get("w_bit")
     if isinstance(bits, int):
         return bits
     for grp in (q.get("config_groups") or {}).values():
         w = grp.get("weights") if isinstance(grp, dict) else None
         if isinstance(w, dict) and isinstance(w.get("num_bits"), int):
-            return w["num_bits"]
+            num_bits: int = w["num_bits"]
+            return num_bits
     return None
 
 
@@ -129,7 +130,7 @@ def _names(names: list[str]) -> str:
 
 
 @check("architecture")
-def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
+def parameters(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:  # noqa: C901
     """Missing, unexpected and wrong-shaped tensors; ``tie_word_embeddings`` against ``lm_head``."""
     cfg_dict = ckpt.config
     if not isinstance(cfg_dict, dict) or not ckpt.weights_readable:
@@ -283,10 +284,10 @@ def _head_dim_hint(ckpt: Checkpoint, shape_bad: list[str]) -> str | None:
     if "head_dim" in cfg or not any(re.search(r"\.(q|k|v|o)_proj\.", b) for b in shape_bad):
         return None
     heads, kv, hidden = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads"), cfg.get("hidden_size")
-    if not all(isinstance(x, int) and x > 0 for x in (heads, hidden)):
+    if not (isinstance(heads, int) and heads > 0 and isinstance(hidden, int) and hidden > 0):
         return None
     kv = kv if isinstance(kv, int) and kv > 0 else heads
-    rows = {}
+    rows: dict[str, int] = {}
     for name, t in ckpt.tensors.items():
         for proj in ("q_proj", "k_proj"):
             if name.endswith(f"self_attn.{proj}.weight") and len(t.shape) == 2:

@@ -198,7 +198,7 @@ def _rope(cfg: dict[str, Any], ctx: CheckContext) -> Iterator[Finding]:
                             "at startup)"),
                            path, rtype, f"Serve with vLLM >= {need} (state it with --vllm-version to confirm).",
                            "vllm-project/vllm#6689 (Llama 3.1 rope), transformers 4.43 release notes")
-        elif need and version_lt(vllm, need):
+        elif need and vllm is not None and version_lt(vllm, need):
             yield _finding("config.rope.unsupported_by_runtime", Severity.ERROR,
                            f"config.json {path} uses rope_type {rtype!r}, which vLLM {vllm} cannot parse (needs >= {need})",
                            path, rtype, f"Upgrade the runtime to vLLM >= {need}.",

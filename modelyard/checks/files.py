@@ -129,12 +129,14 @@ def pickle_tensor_names(path: Path) -> set[str] | None:
                 last = ("global", f"{strings[-2]}.{strings[-1]}")
                 last_str = strings[-3] if len(strings) >= 3 else None
             elif n in ("BINPUT", "LONG_BINPUT", "PUT"):
+                assert arg is not None  # the memo opcodes carry their index (int(None) would raise as well)
                 memo[int(arg)] = last
                 continue
             elif n == "MEMOIZE":
                 memo[len(memo)] = last
                 continue
             elif n in ("BINGET", "LONG_BINGET", "GET"):
+                assert arg is not None
                 last = memo.get(int(arg), ("op", n))
                 if last[0] == "str":
                     last_str = last[1]

@@ -218,7 +218,8 @@ def conversion(model_type: str) -> tuple[list[tuple[str, str]], list[Fusion]]:
     try:
         from transformers.conversion_mapping import get_checkpoint_conversion_mapping  # noqa: PLC0415 - heavy: transformers, imported on first use
 
-        mapping = get_checkpoint_conversion_mapping(model_type) or []
+        # transformers leaves this function unannotated
+        mapping = get_checkpoint_conversion_mapping(model_type) or []  # type: ignore[no-untyped-call]
     except Exception:
         return [], []
     renames: list[tuple[str, str]] = []
@@ -332,7 +333,8 @@ class HFFacts:
 
     def model_type(self) -> str | None:
         """The loaded config's ``model_type`` (None when it does not load)."""
-        return self._get("model_type", lambda: getattr(self._ckpt.hf_config[0], "model_type", None))
+        mt: str | None = self._get("model_type", lambda: getattr(self._ckpt.hf_config[0], "model_type", None))
+        return mt
 
     # -- architecture
     def has_class(self, name: str) -> bool:
@@ -342,7 +344,8 @@ class HFFacts:
         return bool(self._get(f"backbone:{arch}", lambda: backbone_class(arch)))
 
     def causal(self, model_type: str) -> str | None:
-        return self._get(f"causal:{model_type}", lambda: causal_class(model_type))
+        name: str | None = self._get(f"causal:{model_type}", lambda: causal_class(model_type))
+        return name
 
     def parameters(self, arch: str) -> Parameters:
         """:func:`expected_parameters` of the loaded config for class ``arch`` (call only when the config loads)."""
@@ -515,7 +518,8 @@ def _load(path: Path, key: str) -> dict[str, Any]:
         with open(path, encoding="utf-8") as fh:
             d = json.load(fh)
         if d.get("key") == key and d.get("schema") == SCHEMA and isinstance(d.get("facts"), dict):
-            return d["facts"]
+            facts: dict[str, Any] = d["facts"]
+            return facts
     except (OSError, ValueError, AttributeError):
         pass
     return {}

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import Any, NamedTuple
 
 from modelyard.checks.base import Finding, Severity
 
@@ -125,9 +125,10 @@ def text_figures(name: str, vllm: dict[str, Any], reference: list[dict[str, Any]
     ids, lps = vllm["ids"], vllm["logprobs"]
     n = len(ids)
     nll = -sum(lps[1:]) / max(n - 1, 1)
-    fig = dict(name=name, tokens=n, ppl_vllm=round(math.exp(nll), 4), continuation=vllm.get("continuation"), prose=prose)
+    fig = TextFigures(name=name, tokens=n, ppl_vllm=round(math.exp(nll), 4), continuation=vllm.get("continuation"),
+                      prose=prose)
     if reference is None:
-        return TextFigures(**fig)
+        return fig
     if len(reference) != n - 1:
         raise ValueError(f"{name}: reference has {len(reference)} positions, vLLM {n - 1}")
     nll_ref = kl = agree = 0.0
@@ -144,10 +145,27 @@ def text_figures(name: str, vllm: dict[str, Any], reference: list[dict[str, Any]
     m = max(n - 1, 1)
     ppl_ref = math.exp(nll_ref / m)
     d, i = worst
-    return TextFigures(**fig, ppl_reference=round(ppl_ref, 4), ppl_ratio=round(math.exp(nll) / ppl_ref, 5),
-                       kl_mean=round(kl / m, 6), top1=round(agree / m, 4), max_abs_diff=round(d, 6),
-                       worst={"position": i, "token_id": ids[i], "vllm": round(lps[i], 5),
-                              "reference": round(reference[i - 1]["actual"], 5)} if i else None)
+    return replace(fig, ppl_reference=round(ppl_ref, 4), ppl_ratio=round(math.exp(nll) / ppl_ref, 5),
+                   kl_mean=round(kl / m, 6), top1=round(agree / m, 4), max_abs_diff=round(d, 6),
+                   worst={"position": i, "token_id": ids[i], "vllm": round(lps[i], 5),
+                          "reference": round(reference[i - 1]["actual"], 5)} if i else None)
+
+
+class _Compared(NamedTuple):
+    """The figures of a text that a reference ran on (:func:`text_figures` sets ``kl_mean``, ``top1`` and
+    ``ppl_ratio`` together)."""
+
+    name: str
+    tokens: int
+    kl_mean: float
+    top1: float
+    ppl_ratio: float
+    worst: dict[str, Any] | None
+
+
+def _compared(texts: list[TextFigures]) -> list[_Compared]:
+    return [_Compared(t.name, t.tokens, t.kl_mean, t.top1, t.ppl_ratio, t.worst) for t in texts
+            if t.kl_mean is not None and t.top1 is not None and t.ppl_ratio is not None]
 
 
 @dataclass(frozen=True)
@@ -185,7 +203,7 @@ def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False,
     ran (a warning: never a silent pass)."""
     lim = QUANTIZED_LIMITS if quantized else LIMITS
     findings: list[Finding] = []
-    compared = [t for t in texts if t.kl_mean is not None]
+    compared = _compared(texts)
     weights = [t.tokens - 1 for t in compared]
     total = sum(weights) or 1
     kl = round(sum(t.kl_mean * w for t, w in zip(compared, weights)) / total, 6) if compared else None
@@ -220,7 +238,7 @@ def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False,
                      f"{vocab_size}, so the bound says nothing; judged by agreement alone (a test model)")
         findings.append(Finding("smoke.numeric.bound_not_judged", Severity.INFO, bound_why, field="vocab_size",
                                 value=vocab_size, limit=MIN_VOCAB_FOR_BOUND, source=SOURCE))
-    elif prose_ppl > PPL_BOUND:
+    elif prose_ppl is not None and prose_ppl > PPL_BOUND:
         findings.append(Finding(
             "smoke.numeric.perplexity_bound", Severity.ERROR,
             f"perplexity {prose_ppl:.1f} on plain English prose ({prose[0].name}, {prose[0].tokens} tokens) is above "
@@ -248,7 +266,7 @@ def judge_parent(texts: list[TextFigures], *, quantized: bool, not_compared: str
     perplexity ratio is one-sided (artifact / parent): an artifact that scores better is no defect. This is
     the quantize quality gate measured where the artifact is served (vLLM), not in transformers alone."""
     lim = QUANTIZED_LIMITS if quantized else LIMITS
-    compared = [t for t in texts if t.kl_mean is not None]
+    compared = _compared(texts)
     if not compared:
         why = not_compared or "no text was compared"
         return ({"compared": False, "not_compared": why, "limits": asdict(lim), "reference": reference},

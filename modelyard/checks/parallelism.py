@@ -48,12 +48,13 @@ def quant_group_size(cfg: dict[str, Any]) -> int | None:
     if isinstance(groups, dict):
         for grp in groups.values():
             w = grp.get("weights") if isinstance(grp, dict) else None
-            if isinstance(w, dict) and w.get("strategy") == "group" and isinstance(w.get("group_size"), int) \
-                    and w["group_size"] > 0:
-                return w["group_size"]
+            size = w.get("group_size") if isinstance(w, dict) and w.get("strategy") == "group" else None
+            if isinstance(size, int) and size > 0:
+                return size
     block = q.get("weight_block_size")
     if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
-        return block[1]
+        cols: int = block[1]
+        return cols
     return None
 
 

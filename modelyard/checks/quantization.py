@@ -142,7 +142,7 @@ def _compressed_tensors(ckpt: Checkpoint, q: dict[str, Any], qt: list[str]) -> I
         try:
             QuantizationConfig.model_validate(q)
         except Exception as exc:
-            errs = getattr(exc, "errors", lambda: [])()
+            errs: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
             where = ".".join(str(x) for x in errs[0]["loc"] if "function-after" not in str(x)) if errs else None
             why = errs[0]["msg"] if errs else str(exc).splitlines()[0]
             yield _f("quantization.config_invalid", Severity.ERROR,
@@ -151,7 +151,7 @@ def _compressed_tensors(ckpt: Checkpoint, q: dict[str, Any], qt: list[str]) -> I
                      "Quantize again with llm-compressor (a release that matches the runtime's compressed-tensors), "
                      "or restore the block the quantizer wrote.", _SRC_CT)
             return
-    groups = q.get("config_groups") if isinstance(q.get("config_groups"), dict) else {}
+    groups: dict[str, Any] = q["config_groups"] if isinstance(q.get("config_groups"), dict) else {}
     if qt and groups and all(not (g or {}).get("targets") for g in groups.values()):
         yield _f("quantization.no_targets", Severity.ERROR,
                  f"every config group has an empty targets list, yet {len(qt)} tensor(s) are quantized (e.g. {qt[0]}): "

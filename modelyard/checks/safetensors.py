@@ -14,12 +14,8 @@ from collections.abc import Iterator
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
 from modelyard.checks.files import LFS_POINTER_PREFIX
-from modelyard.model.checkpoint import (
-    INDEX_NAME,
-    Checkpoint,
-    SafetensorsHeaderError,
-    tensor_nbytes,
-)
+from modelyard.errors import SafetensorsHeaderError
+from modelyard.model.checkpoint import INDEX_NAME, Checkpoint, tensor_nbytes
 
 _SRC = "safetensors format spec (huggingface/safetensors README, 'Format')"
 _LIST_MAX = 12  # tensor names quoted in one message

@@ -89,7 +89,8 @@ def _ws(text: str, i: int) -> int:
 
 def _locate(text: str, field: str) -> int | None:
     """The offset of ``field``'s key (or array element) in the JSON ``text``; None when absent."""
-    from json.decoder import scanstring  # noqa: PLC0415
+    # typeshed omits json.decoder.scanstring, the string scanner json itself uses
+    from json.decoder import scanstring  # type: ignore[attr-defined]  # noqa: PLC0415
 
     skip = json.JSONDecoder().raw_decode
     i, rest, at = _ws(text, 0), field, None

@@ -185,7 +185,7 @@ _FIX_ESCAPE = ("Do not serve this checkpoint: replace the chat template with the
                "find out who changed it.")
 
 
-def static_findings(source: str, file: str, field: str) -> list[Finding]:
+def static_findings(source: str, file: str, field: str) -> list[Finding]:  # noqa: C901
     """``security.template.*`` findings of one template's source, from its Jinja AST alone (nothing is
     rendered). A template that does not parse yields nothing here (the render check reports it)."""
     from jinja2 import TemplateSyntaxError, nodes  # noqa: PLC0415

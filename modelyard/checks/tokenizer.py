@@ -88,7 +88,7 @@ def special_tokens(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
     data, _ = ckpt.json("tokenizer.json")
     added = data.get("added_tokens") if isinstance(data, dict) else None
     if isinstance(added, list):
-        plain = [t.get("content") for t in added
+        plain = [t["content"] for t in added
                  if isinstance(t, dict) and isinstance(t.get("content"), str) and CONTROL_TOKEN.match(t["content"])
                  and t.get("special") is False]
         if plain:
@@ -190,9 +190,9 @@ def chat_template(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
                  "send system messages), then check that a system+user+assistant conversation renders.",
                  "vLLM chat_utils apply_hf_chat_template; vllm-project/vllm#2964, huggingface/chat-ui#1386")
     failed: dict[str, list[str]] = {}
-    for shape, gen, err in tok.shapes:
+    for shape, add_gen, err in tok.shapes:
         if err is not None and shape != "system+user":  # a system message: tokenizer.chat_template.no_system_role
-            failed.setdefault(shape, []).append(f"add_generation_prompt={gen}: {err}")
+            failed.setdefault(shape, []).append(f"add_generation_prompt={add_gen}: {err}")
     for shape, errs in failed.items():
         completion = ctx.target.serve == "completion"
         bad = Severity.INFO if completion else (sev if shape == "user" else Severity.WARNING)

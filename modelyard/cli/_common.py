@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import typer
 from rich.console import Console, ConsoleDimensions
@@ -24,6 +24,7 @@ from rich.filesize import decimal
 from rich.markup import escape
 from rich.segment import Segment
 from rich.traceback import Traceback
+from typer._click.core import Context as ClickContext  # the context typer's commands receive; typer exports no name for it
 from typer.core import TyperCommand
 
 from modelyard import progress
@@ -35,7 +36,7 @@ from modelyard.text import printable
 # Our own handle on the terminal's stderr: libraries that print progress bars and warnings to fd 2 are
 # silenced during long stages (pipeline.quantize.quiet_libraries) while this console keeps reporting.
 try:
-    _ERR_FILE = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    _ERR_FILE: TextIO | None = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
 except OSError:  # no stderr (a daemon): let rich pick
     _ERR_FILE = None
 
@@ -75,7 +76,7 @@ def choice(values: Iterable[str]) -> Any:
     is not one of 'a', 'b', 'c'.``, exit 2) before the command runs. Build it from the registry that
     owns the valid set (schemes, the GPU table, smoke levels...), so that the CLI and the code that
     uses the value agree; the command receives a plain ``str``. Case-sensitive."""
-    return Literal[tuple(values)]  # type: ignore[valid-type]
+    return Literal[tuple(values)]
 
 
 #: ``--help`` text of ``--serve``: ``ingest`` and ``verify`` judge the same folder the same way by default
@@ -296,7 +297,7 @@ def _stop_progress() -> None:
     global _reporter
     progress.set_reporter(None)
     if _reporter is not None:
-        _reporter, reporter = None, _reporter
+        reporter, _reporter = _reporter, None
         reporter.close()
 
 
@@ -421,7 +422,7 @@ class Command(TyperCommand):
                                         "fix": f"See `modelyard {info_name} --help`."}))
             raise typer.Exit(code) from exc
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: ClickContext) -> Any:
         _state.command = _command_name(ctx.parent, ctx.info_name)
         _state.verbose = bool(ctx.params.get("verbose"))
         try:

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union, get_args, get_origin
 
 import annotated_types
 import typer
+from pydantic import BaseModel
 
 from modelyard.cli._common import choice
 from modelyard.model.options import Flag, flag_of
@@ -79,7 +80,7 @@ def _to_field(value: Any, field: Any, flag: Flag) -> Any:
     return value
 
 
-def declared_flags(models: Iterable[type], exclude: Iterable[str] = ()) -> list[tuple[str, Any, Flag]]:
+def declared_flags(models: Iterable[type[BaseModel]], exclude: Iterable[str] = ()) -> list[tuple[str, Any, Flag]]:
     """``(field name, FieldInfo, Flag)`` of every field of ``models`` that has a :class:`Flag`, in
     declaration order, less ``exclude``."""
     skip = set(exclude)
@@ -87,7 +88,7 @@ def declared_flags(models: Iterable[type], exclude: Iterable[str] = ()) -> list[
             if name not in skip and (flag := flag_of(f)) is not None]
 
 
-def stage_flags(*models: type, exclude: Iterable[str] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def stage_flags(*models: type[BaseModel], exclude: Iterable[str] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command whose parameter ``options`` stands for the flags of ``models`` (pydantic models
     whose fields carry a :class:`~modelyard.model.options.Flag`), less the fields named in ``exclude``."""
     flags = declared_flags(models, exclude)

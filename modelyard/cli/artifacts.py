@@ -62,7 +62,7 @@ def bundle_cmd(
         out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
 
 
-def unbundle_cmd(
+def unbundle_cmd(  # noqa: PLR0913
     bundle: Path = typer.Argument(..., help="a .tar.zst made by `modelyard bundle`"),
     output: Optional[Path] = output_option("new artifact folder to create"),
     into: Optional[Path] = alias_option("--into"),

@@ -50,7 +50,7 @@ from modelyard.stages.verify.options import TargetFlags
 
 
 @stage_flags(TargetFlags, FetchFlags, ServeFlags, exclude=("allow_patterns", "ignore_patterns"))
-def verify(
+def verify(  # noqa: PLR0913
     path: str = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/), NAME[@REVISION] "
                                           "of an artifact in the store (re-hashed against its manifest), or "
                                           "hf://org/name@revision: judged from its small files and safetensors "
@@ -154,7 +154,7 @@ def patch_cmd(
 
 
 @stage_flags(QuantizeFlags, exclude=("quantize",))
-def quantize_cmd(
+def quantize_cmd(  # noqa: PLR0913
     path: Path = typer.Argument(..., help="a model folder (or an artifact / patch output with model/)"),
     scheme: Scheme = typer.Option(..., "--scheme", help="the quantization scheme (legacy formats: gptq with gptqmodel, "
                                                          "awq-gemm with autoawq)"),

@@ -122,7 +122,7 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
 
 @stage_flags(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFlags, ServeFlags,
              exclude=("transformers_version", "gpu_cc"))
-def ingest(
+def ingest(  # noqa: PLR0913
     source: str = typer.Argument(..., help="hf://org/name@revision (or https://huggingface.co/org/name/tree/REV), "
                                            "file:///path, gguf:///path/model.gguf, or tar:///path/bundle.tar.zst"),
     name: Optional[str] = typer.Option(None, "--name", help="artifact name (default: from the source)"),

@@ -128,7 +128,7 @@ def approve(
         out.print(f"{'approved' if not reject else 'rejected'} flow run {run_id} as {escape(by)}", highlight=False)
 
 
-def deploy(
+def deploy(  # noqa: PLR0913
     config: Path = typer.Option(..., "--config", help="watch YAML (its absolute path must be readable by the worker)"),
     pool: str = typer.Option(..., "--pool", help="Prefect work pool (process, docker or kubernetes)"),
     cron: str = typer.Option("*/30 * * * *", "--cron", help="schedule of the watch runs (cron, UTC by default)"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 
 def _cell(text: object) -> str:
@@ -55,6 +56,7 @@ def _section(cmd: Any, path: list[str], parent: Any) -> list[str]:
 def markdown(app: typer.Typer) -> str:
     """The reference page of ``app``: one section per command, in ``--help`` order."""
     root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)  # an app of several commands
     ctx = root.context_class(root, info_name="modelyard")
     lines = ["# CLI reference", "",
              "Every command and flag, generated from the CLI itself (`modelyard/cli/reference.py`; do not edit by hand:",

@@ -22,7 +22,7 @@ from modelyard.stages.smoke import bench
 
 
 @stage_flags(RolloutFlags)
-def rollout_cmd(
+def rollout_cmd(  # noqa: PLR0913
     canary: str = typer.Argument(..., help="the canary artifact (folder or NAME[@REVISION]): what the vllm-canary "
                                            "server serves"),
     serve_dir: Path = typer.Option(Path("serve"), "--serve", help="the canary form of serve/ (written by `serve-plan "

@@ -118,7 +118,7 @@ def print_sweep(b: dict[str, Any]) -> None:
 
 
 @stage_flags(SmokeFlags, BenchLoadFlags, exclude=("smoke", "smoke_level"))
-def smoke_cmd(
+def smoke_cmd(  # noqa: PLR0913
     path: Path = typer.Argument(..., help="an artifact folder (manifest.json + model/ [+ serve/]) or a model folder"),
     smoke_level: Optional[SmokeLevel] = typer.Option(None, "--smoke", help="the smoke level (default: server)"),
     level: Optional[SmokeLevel] = alias_option("--level"),
@@ -165,6 +165,7 @@ def smoke_cmd(
             raise MissingConfigError(f"{model_dir}/config.json does not exist", fix="Pass a model or artifact folder.")
         settings = Settings()
         cap = min(max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP)
+        res: smoke.SmokeResult | serve_smoke.ServerSmokeResult
         if level == "load":
             res = smoke.smoke_load(model_dir, settings, question=question, max_tokens=max_tokens,
                                    max_model_len=max_model_len, mode=mode)
@@ -198,7 +199,7 @@ def smoke_cmd(
 
 
 @stage_flags(ServePlanFlags, VerifyOnLoadFlags, CanaryFlags, LoraFlags)
-def serve_plan_cmd(
+def serve_plan_cmd(  # noqa: C901, PLR0913
     path: Path = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/) or NAME[@REVISION] "
                                           "of an artifact in the store"),
     options: dict[str, Any] = STAGE_OPTIONS,
@@ -351,12 +352,12 @@ def doctor(
                      ("vLLM", facts.vllm_version)):
         out.print(f"{label}: {escape(v) if v else 'not found'}", highlight=False)
     out.print(f"vLLM runtime: {escape(facts.vllm_python or '')}", highlight=False)
-    c = facts.nccl
-    if c is not None and c.ok:
-        out.print(f"NCCL all-reduce across {c.world_size} GPUs: ok, {(c.bytes or 0) / 2**20:.0f} MiB in "
-                  f"{(c.seconds_per_op or 0) * 1e3:.2f} ms, bus bandwidth {c.busbw_gbps:.1f} GB/s", highlight=False)
-    elif c is not None:
-        out.print(f"NCCL all-reduce across {c.world_size} GPUs: [red]FAILED[/] ({escape(c.error or '')})",
+    allreduce = facts.nccl
+    if allreduce is not None and allreduce.ok:
+        out.print(f"NCCL all-reduce across {allreduce.world_size} GPUs: ok, {(allreduce.bytes or 0) / 2**20:.0f} MiB in "
+                  f"{(allreduce.seconds_per_op or 0) * 1e3:.2f} ms, bus bandwidth {allreduce.busbw_gbps:.1f} GB/s", highlight=False)
+    elif allreduce is not None:
+        out.print(f"NCCL all-reduce across {allreduce.world_size} GPUs: [red]FAILED[/] ({escape(allreduce.error or '')})",
                   highlight=False)
     for p in facts.problems:
         err.print(f"[yellow]note:[/] {escape(p)}", highlight=False, soft_wrap=True)

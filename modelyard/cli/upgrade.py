@@ -66,7 +66,7 @@ def upgrade_check_cmd(
             if o.error:
                 err.print(f"{escape(a.name)} on {label} vLLM {escape(str(o.vllm_version))}: {escape(o.error)}",
                           highlight=False, soft_wrap=True)
-    if code:
+    if error is not None:
         err.print(f"[bold red]regression:[/] {escape(error['message'])}", highlight=False, soft_wrap=True)
     else:
         out.print(f"no regression on vLLM {escape(str(cand.vllm_version))} ({len(res.artifacts)} artifact"

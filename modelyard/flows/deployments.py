@@ -25,7 +25,7 @@ import contextlib
 import io
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from modelyard.errors import DeployError, InvalidTargetError, ModelyardError
@@ -133,12 +133,16 @@ def ensure_crash_recovery(deployment_id: UUID, *, within: float = 90.0) -> tuple
                              for_each={"prefect.resource.id"}, posture=Posture.Reactive, threshold=1),
         actions=[ChangeFlowRunState(state=StateType.SCHEDULED, name="AwaitingRetry",
                                     message="rescheduled after a crash; another worker of the pool picks it up")])
-    ids = []
+    # Prefect's async_dispatch methods are annotated as (or as possibly) coroutines; called outside an event
+    # loop, as here, they return the automation itself
+    ids: list[UUID] = []
     try:
         for automation in (zombie, retry):
             with contextlib.suppress(ValueError):  # not there yet
-                Automation.read(name=automation.name).delete()
-            ids.append(automation.create().id)
+                cast(Automation, Automation.read(name=automation.name)).delete()
+            created = cast(Automation, automation.create())
+            assert created.id is not None  # the server gave it one
+            ids.append(created.id)
     except Exception as exc:  # noqa: BLE001 - httpx and Prefect errors
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DeployError(f"cannot create the crash-recovery automations of deployment {deployment_id}: {msg}",

@@ -519,7 +519,7 @@ def _check_serve_plan(r: _Run, store: StoreProtocol, existing: Artifact, prev: M
             "or ingest under another --name.")
 
 
-def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan, files: tuple[FileEntry, ...],
+def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan, files: tuple[FileEntry, ...],  # noqa: PLR0913
            digest: str, report: Report, precopy: Path | None) -> tuple[Report, dict[str, Any] | None, str]:
     """package → (verify the patched copy) → (quantize → verify → gates) → serve plan → smoke →
     report and manifest, in ``draft``. Returns the report, the smoke result and the content digest

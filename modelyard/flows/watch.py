@@ -29,6 +29,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -247,9 +248,9 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
                      reason=f"hub: {exc.message}")
         _record(home, entry, state, d)
         return d
-    base = dict(repo=entry.repo, revision=entry.revision, commit=head, previous=last)
+    decide = partial(Decision, repo=entry.repo, revision=entry.revision, commit=head, previous=last)
     if head == last or (state.get("last_seen") or {}).get("commit") == head:
-        d = Decision(**base, action="unchanged", reason=f"{entry.revision} is still at {head[:12]}")
+        d = decide(action="unchanged", reason=f"{entry.revision} is still at {head[:12]}")
         _record(home, entry, state, d)
         return d
     new_files = list_files(entry.repo, head, settings)
@@ -263,7 +264,7 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
         changed = diff_files(old_files, new_files)
         model = [p for p in changed if is_model_file(p)]
         if not model:
-            d = Decision(**base, action="skipped", changed=tuple(changed),
+            d = decide(action="skipped", changed=tuple(changed),
                          reason=("no model file changed (" + ", ".join(changed[:5]) + ("" if len(changed) <= 5 else ", ...")
                                  + ")") if changed else "no file changed")
             _record(home, entry, state, d)
@@ -274,10 +275,10 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
         result = ingest(f"hf://{entry.repo}@{head}", entry.ingest_options(), settings.store_spec(), entry.gpu_pool)
     except Exception as exc:  # noqa: BLE001 - one repo's failure must not stop the others
         msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-        d = Decision(**base, action="failed", changed=tuple(changed), reason=f"ingest failed: {msg}")
+        d = decide(action="failed", changed=tuple(changed), reason=f"ingest failed: {msg}")
         _record(home, entry, state, d)
         return d
-    d = Decision(**base, action="ingested", changed=tuple(changed), reason=reason, artifact=result.artifact.location)
+    d = decide(action="ingested", changed=tuple(changed), reason=reason, artifact=result.artifact.location)
     _record(home, entry, state, d, files=new_files)
     return d
 

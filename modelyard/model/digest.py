@@ -162,7 +162,7 @@ def file_digest(path: Path | str, *, git: bool = False, cache: DigestCache | Non
                 h.update(chunk)
                 if g is not None:
                     g.update(chunk)
-                if out is not None:
+                if out is not None and copy_to is not None:
                     _write_all(out, chunk, copy_to)
                 n += k
                 if advance is not None:
@@ -174,11 +174,11 @@ def file_digest(path: Path | str, *, git: bool = False, cache: DigestCache | Non
             os.chmod(copy_to, 0o444)
         after = os.fstat(fh.fileno())
     # n != st_size only when the file changed while read: the sizes and git id then fail their checks
-    out = FileDigest(h.hexdigest(), g.hexdigest() if g is not None else None, n, n, False)
+    digest = FileDigest(h.hexdigest(), g.hexdigest() if g is not None else None, n, n, False)
     if (cache is not None and _key(after) == _key(st) and n == st.st_size
             and max(st.st_mtime_ns, st.st_ctime_ns) < (started - RACY_S) * 1e9):
-        cache.put(st, out)
-    return out
+        cache.put(st, digest)
+    return digest
 
 
 def _open_copy(dst: Path) -> int:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +23,7 @@ from typing import Any
 from modelyard.checks.facts_worker import ENV, PROTOCOL, SESSIONS, TMP_PREFIX, libraries, read_line
 from modelyard.checks.hf import HFFacts
 from modelyard.model.checkpoint import Checkpoint
+from modelyard.runtime.scripts.unix_socket import die_with_parent, listen_private
 from modelyard.version import code_digest
 
 #: a word of the worker's command line, by which a recorded pid is known to still be a worker
@@ -109,24 +108,13 @@ def _answer(sessions: OrderedDict[str, Any], req: dict[str, Any]) -> dict[str, A
 def serve(path: str, parent: int | None = None) -> None:
     """Import, then answer on the Unix socket ``path`` until SIGTERM (or, with ``parent``, until that
     process is gone); one question per connection, one at a time."""
-    if parent is not None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (AttributeError, OSError):
-            pass
-        if os.getppid() != parent:
-            return
+    if parent is not None and not die_with_parent(parent):
+        return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).unlink(missing_ok=True)
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        srv.bind(path)
-    finally:
-        os.umask(old)
-    srv.listen(64)  # bound before the imports: a client's connection waits in the backlog meanwhile
+    srv = listen_private(path)  # bound before the imports: a client's connection waits in the backlog meanwhile
     _warm()
     sessions: OrderedDict[str, Any] = OrderedDict()
     try:

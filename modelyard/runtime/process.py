@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelyard.runtime import engine_host
+
 #: bytes of a runner's log that an error message quotes
 TAIL_BYTES = 3000
 
@@ -30,7 +32,7 @@ class ScriptRun:
     tail: str
 
 
-def kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+def kill_group(proc: subprocess.Popen | engine_host.HostedProcess, grace: float = 10.0) -> None:
     """SIGTERM ``proc``'s process group, SIGKILL it after ``grace`` seconds, and reap ``proc``.
     A group already gone is not an error."""
     try:
@@ -68,22 +70,34 @@ def run_script(python: Path | str, script: Path | str, args: Sequence[str], *, e
     the group is killed too. Never raises for the child's failure: the caller reads :class:`ScriptRun`
     (and the result file its script was asked to write). Raises :class:`OSError` when ``python`` cannot
     be started."""
-    cmd = [str(python), str(script), *args]
     t0 = time.perf_counter()
     timed_out = False
-    with open(log, "ab") as lf:
-        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, env=dict(env), cwd=cwd,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            if proc.poll() is None:
-                kill_group(proc, grace)
-            reap_group(proc.pid)
+    proc = start_script(python, script, args, env=env, log=log, cwd=cwd)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        if proc.poll() is None:
+            kill_group(proc, grace)
+        reap_group(proc.pid)
     return ScriptRun(returncode=None if timed_out else proc.returncode, timed_out=timed_out,
                      seconds=round(time.perf_counter() - t0, 3), tail=log_tail(log))
+
+
+def start_script(python: Path | str, script: Path | str, args: Sequence[str], *, env: Mapping[str, str], log: Path,
+                 cwd: Path | str | None = None) -> subprocess.Popen[bytes] | engine_host.HostedProcess:
+    """Start ``python script *args`` in its own session (its pid is its process group), its output appended to
+    ``log``; returns at once. When a warm engine host of ``python`` runs (``MODELYARD_ENGINE_HOST``,
+    :mod:`.engine_host`) and takes the run, the process is a fork of it (the same environment, folder, log and
+    process group, without the interpreter's imports); otherwise a new interpreter. Raises :class:`OSError` when
+    ``python`` cannot be started."""
+    hosted = engine_host.submit(python, script, args, env=env, log=log, cwd=cwd)
+    if hosted is not None:
+        return hosted
+    with open(log, "ab") as lf:
+        return subprocess.Popen([str(python), str(script), *args], stdout=lf, stderr=subprocess.STDOUT, env=dict(env),
+                                cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

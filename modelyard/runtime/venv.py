@@ -7,6 +7,7 @@ clash with the pipeline's; the legacy quantizers each have one too (:mod:`modely
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -33,11 +34,36 @@ def isolated_env(tmp: str) -> dict[str, str]:
     return env
 
 
+def vllm_cache_root(settings: Settings, tmp: str) -> str:
+    """The ``VLLM_CACHE_ROOT`` of a runtime subprocess: ``MODELYARD_VLLM_CACHE`` (default
+    ``<home>/.cache/vllm``), in a sub-folder named after the runtime interpreter's path (a digest), so that two
+    runtimes (``upgrade-check``'s candidate) never read each other's entries; ``tmp/vllm`` when the setting is
+    ``off`` or the folder cannot be made (a read-only store).
+
+    What vLLM keeps there is keyed by content and written atomically: its model registry's inspection of a model
+    class (``modelinfos/``, each entry with the hash of the class's source files; vLLM's
+    ``_LazyRegisteredModel``), which a cold cache recomputes in a second interpreter that imports vLLM again,
+    15-17 s of every load on 2 cores (benchmarks/README.md, "Smoke"); and torch.compile artifacts keyed by
+    vLLM's config hash. Nothing of a model's own files or of the hub is cached there (``HF_HOME`` stays under
+    ``tmp``)."""
+    value = settings.vllm_cache
+    if value and value.lower() in ("off", "none", "0"):
+        return f"{tmp}/vllm"
+    base = Path(value).expanduser() if value else settings.cache_dir() / "vllm"
+    key = hashlib.sha256(str(settings.vllm_interpreter().absolute()).encode()).hexdigest()[:12]
+    root = base.absolute() / key
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return f"{tmp}/vllm"
+    return str(root)
+
+
 def runtime_env(settings: Settings, tmp: str) -> dict[str, str]:
     """The environment of a vLLM runtime subprocess: :func:`isolated_env`, plus ``VLLM_CPU_KVCACHE_SPACE``
-    (GiB) from the settings, vLLM's cache under ``tmp`` and no usage stats."""
+    (GiB) from the settings, vLLM's own cache (:func:`vllm_cache_root`) and no usage stats."""
     return isolated_env(tmp) | {"VLLM_CPU_KVCACHE_SPACE": str(settings.vllm_kvcache_space_gib),
-                                "VLLM_CACHE_ROOT": f"{tmp}/vllm", "VLLM_NO_USAGE_STATS": "1"}
+                                "VLLM_CACHE_ROOT": vllm_cache_root(settings, tmp), "VLLM_NO_USAGE_STATS": "1"}
 
 
 def vllm_python(settings: Settings, otherwise: str | None = None) -> Path:

@@ -366,7 +366,7 @@ def collect_host_facts(settings: Settings | None = None, *, timeout: float = 60.
                      cuda_available=probe.get("cuda_available"))
 
 
-def artifact_needs(path: Path) -> ArtifactNeeds:
+def artifact_needs(path: Path) -> ArtifactNeeds:  # noqa: C901
     """Needs of a model or artifact folder: the parallel layout, context and GPU from
     ``serve/vllm.yaml`` and the manifest's serve plan (else the manifest's target, else TP 1), dtype,
     rope and quantization from config.json, weight bytes from the headers, the smoke's vLLM release

@@ -84,7 +84,7 @@ FIXABLE = frozenset({
 _MISSING = object()
 
 
-def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str] = (),
+def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str] = (),  # noqa: C901
                  chat_template: Path | None = None) -> PatchPlan:
     """Plan the repairs for the folder ``root`` judged by ``report``; reads, never writes.
 
@@ -98,9 +98,9 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
     def doc(rel: str) -> Any:
         if rel not in docs:
             p = root / rel
-            texts[rel] = p.read_text(encoding="utf-8") if p.is_file() else None
+            text = texts[rel] = p.read_text(encoding="utf-8") if p.is_file() else None
             try:
-                docs[rel] = json.loads(texts[rel]) if texts[rel] is not None else {}
+                docs[rel] = json.loads(text) if text is not None else {}
             except ValueError as exc:
                 raise PatchError(f"{rel} is not valid JSON ({exc}); it cannot be patched",
                                  fix=f"Restore {rel} from the source model first.") from exc

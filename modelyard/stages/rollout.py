@@ -120,7 +120,7 @@ def _write_history(path: Path, doc: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def rollout(canary_model: Path, serve_dir: Path, settings: Settings, *, steps: Sequence[int], canary_url: str,
+def rollout(canary_model: Path, serve_dir: Path, settings: Settings, *, steps: Sequence[int], canary_url: str,  # noqa: PLR0913
             front_url: str, reload: str = DEFAULT_RELOAD, stable_server: str = STABLE_SERVER,
             canary_server: str = CANARY_SERVER, slo: dict[str, float] | None = None, slo_class: str | None = None,
             bench: BenchSpec | None = None, mode: str = DEFAULT_SERVE, max_model_len: int = 2048,

@@ -346,5 +346,5 @@ def upgrade_check(roots: Sequence[tuple[str, str, Path]], current: Runtime, cand
                     for rt in (current, candidate)]
         outcomes = [o if o.vllm_version else replace(o, vllm_version=rt.vllm_version)
                     for o, rt in zip(outcomes, (current, candidate))]
-        checks.append(judge(name, revision, str(root), mode, *outcomes))
+        checks.append(judge(name, revision, str(root), mode, outcomes[0], outcomes[1]))
     return UpgradeCheck(current=current, candidate=candidate, artifacts=tuple(checks), max_tokens=max_tokens)

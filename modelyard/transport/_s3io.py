@@ -99,7 +99,7 @@ def put_bytes(fs, bucket: str, key: str, data: bytes, sha: str, uri: str, rel: s
         fs.invalidate_cache()
 
 
-def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str,  # noqa: ANN001
+def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str,  # noqa: ANN001, C901
                   concurrency: int = DEFAULT_CONCURRENCY, journal: Path | None = None) -> int:
     """Upload ``f`` to ``key`` in parts of ``part`` bytes (more when the file would need over
     :data:`MAX_PARTS`), up to ``concurrency`` parts in flight (the file is read once, in order, so that every
@@ -276,7 +276,7 @@ def _abort(fs, bucket: str, key: str, upload_id: str) -> None:  # noqa: ANN001
         pass
 
 
-def read_ranges(fs, path: str, size: int, rel: str, uri: str, adv,  # noqa: ANN001, ANN202
+def read_ranges(fs, path: str, size: int, rel: str, uri: str, adv,  # noqa: ANN001, ANN202, PLR0913
                 part: int = RANGE_PART, concurrency: int = RANGE_CONCURRENCY, start: int = 0):
     """The bytes ``[start, size)`` of the object ``path`` (``size`` bytes, as the artifact records), in order,
     fetched as ranged GETs of ``part`` bytes, up to ``concurrency`` in flight (:func:`~._transfer.ordered_parts`),

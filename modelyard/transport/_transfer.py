@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable
 
-from modelyard.artifact.index import FORMAT, INDEX, VERSION, dump_index, index_folder
-from modelyard.artifact.layout import MANIFEST
+from modelyard.artifact.index import FORMAT, VERSION, dump_index, index_folder
+from modelyard.artifact.layout import INDEX, MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, HashMismatchError, ManifestError, PublishError
 from modelyard.paths import require_space
 from modelyard.transport.unbundle import (
     BundleContents,
     FolderSink,
+    MemberFile,
     name_problem,
     parse_contents,
     remove_tree,
@@ -274,7 +275,7 @@ class Staging:
         n = have
         if have:
             os.chmod(self.tmp / rel, 0o644)
-            fh: BinaryIO = open(self.tmp / rel, "ab")  # noqa: SIM115 - closed below or by commit()
+            fh: MemberFile = open(self.tmp / rel, "ab")  # noqa: SIM115 - closed below or by commit()
         else:
             fh = self.sink.open(rel)
         try:

@@ -29,7 +29,7 @@ import secrets
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 import zstandard
 
@@ -40,7 +40,7 @@ from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, StoreError
 from modelyard.paths import require_space
 
-TAR_FORMAT = tarfile.PAX_FORMAT
+TAR_FORMAT: Final = tarfile.PAX_FORMAT
 BLOCK = tarfile.BLOCKSIZE  # 512
 RECORD = tarfile.RECORDSIZE  # 20 blocks: the archive is padded to a multiple of this
 CHUNK = 4 * 1024 * 1024  # bytes per read

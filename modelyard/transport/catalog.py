@@ -59,6 +59,7 @@ def list_artifacts(home: str | Path | None = None) -> list[ArtifactSummary]:
 def show_artifact(ref: str | Path, home: str | Path | None = None) -> dict[str, Any]:
     """A summary of one artifact (``NAME[@REV]`` in the store ``home``, or a folder): identity, source,
     files, quantization, verification and smoke, signature presence, and the report's counts."""
+    store: StoreProtocol
     try:
         if Path(ref).expanduser().exists():
             root = resolve_artifact(ref, home)

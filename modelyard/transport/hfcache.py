@@ -31,7 +31,6 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError
@@ -40,6 +39,7 @@ from modelyard.transport.unbundle import (
     DEFAULT_MAX_RATIO,
     BundleContents,
     Discard,
+    MemberFile,
     Sink,
     read_bundle,
     read_manifest,
@@ -110,14 +110,14 @@ class HFCacheSink(Sink):
     def wants_git(self, rel: str) -> bool:
         return rel.startswith("model/") and not self._lfs(rel)
 
-    def open(self, rel: str) -> BinaryIO:
+    def open(self, rel: str) -> MemberFile:
         if not rel.startswith("model/"):
-            return Discard()  # type: ignore[return-value]
+            return Discard()
         p = self.blobs / f".incoming-{len(self._incoming)}"
         self._incoming[rel] = p
         return open(p, "xb")  # noqa: SIM115 - closed in commit()
 
-    def commit(self, rel: str, fh: BinaryIO, sha256: str, git_sha1: str | None) -> None:
+    def commit(self, rel: str, fh: MemberFile, sha256: str, git_sha1: str | None) -> None:
         fh.close()
         if not rel.startswith("model/"):
             return
@@ -152,9 +152,9 @@ def rehydrate(bundle: Path, cache_dir: Path, *, repo_id: str | None = None,
         repo_dir = cache_dir / ("models--" + repo.replace("/", "--"))
         for sub in ("blobs", "snapshots", "refs"):
             (repo_dir / sub).mkdir(parents=True, exist_ok=True)
-        for blob in sink.blobs.iterdir():
-            if not (repo_dir / "blobs" / blob.name).exists():
-                os.rename(blob, repo_dir / "blobs" / blob.name)
+        for blob_path in sink.blobs.iterdir():
+            if not (repo_dir / "blobs" / blob_path.name).exists():
+                os.rename(blob_path, repo_dir / "blobs" / blob_path.name)
         snap = repo_dir / "snapshots" / commit
         reused = snap.exists()
         if reused:

@@ -186,7 +186,7 @@ def model_config(art: LocalArtifact, diff_ids: list[str]) -> dict[str, Any]:
         cfg = json.loads((art.root / "model" / "config.json").read_text())
     except (OSError, ValueError):
         pass
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    text: dict[str, Any] = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
     quant = m.scheme or _hf_quant(cfg)
     precision = text.get("dtype") or text.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype")
     params = _param_count(art)
@@ -206,7 +206,7 @@ def model_config(art: LocalArtifact, diff_ids: list[str]) -> dict[str, Any]:
         config["precision"] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(str(precision), str(precision))
     if quant:
         config["quantization"] = str(quant)
-    tc = {k: v for k, v in (("numLayers", text.get("num_hidden_layers")),
+    tc: dict[str, int | str] = {k: v for k, v in (("numLayers", text.get("num_hidden_layers")),
                              ("numAttentionHeads", text.get("num_attention_heads")),
                              ("numKVHeads", text.get("num_key_value_heads") or text.get("num_attention_heads")),
                              ("hiddenSize", text.get("hidden_size")),
@@ -292,7 +292,7 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
     target, art, client, container = push_target(artifact_dir, ref, settings=settings, insecure=insecure, home=home)
     entries = [(MANIFEST, len(art.manifest_bytes), _sha(art.manifest_bytes), None)]
     entries += [(f.rel, f.size, f.sha256, f.path) for f in art.files]
-    layers = [{"mediaType": media_type(rel), "digest": f"sha256:{sha}", "size": size,
+    layers: list[dict[str, Any]] = [{"mediaType": media_type(rel), "digest": f"sha256:{sha}", "size": size,
                "annotations": {TITLE: rel, FILEPATH: rel}} for rel, size, sha, _ in entries]
     config_bytes = json.dumps(model_config(art, [lay["digest"] for lay in layers]), sort_keys=True,
                               separators=(",", ":")).encode()
@@ -345,7 +345,7 @@ def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, home
     container = client.get_container(f"{src.repo}@{src.digest}" if src.digest else f"{src.repo}:{src.tag}")
     manifest, digest = _get_manifest(client, container, src)
     theirs = (manifest.get("annotations") or {}).get("dev.modelyard.content-digest")
-    layer = next((lay for lay in manifest.get("layers", []) if (lay.get("annotations") or {}).get(TITLE) == MANIFEST), {})
+    layer: dict[str, Any] = next((lay for lay in manifest.get("layers", []) if (lay.get("annotations") or {}).get(TITLE) == MANIFEST), {})
     ours = art.manifest.content_digest
     if theirs != ours or layer.get("digest") != f"sha256:{_sha(art.manifest_bytes)}":
         said = (f"holds content {theirs or 'not from modelyard'}, not this artifact's {ours}" if theirs != ours else
@@ -413,7 +413,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
+def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,  # noqa: C901
              insecure: bool | None = None) -> PullResult:
     """Pull ``ref`` (``oci://host/repo:tag`` or ``@sha256:...``) into the new folder ``into``, checking
     every blob's digest while streaming it; the folder appears only when everything matched. A killed pull of

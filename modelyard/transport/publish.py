@@ -98,8 +98,10 @@ def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings
         return pull_oci(ref, into, public_key=public_key, settings=settings)
     if ref.startswith("s3://"):
         stored = _STORE_REF.match(ref.rstrip("/"))
-        if stored is not None and (res := _pull_stored(ref, *stored.groups(), into, public_key, settings)) is not None:
-            return res
+        if stored is not None:
+            store_uri, name, revision = stored.groups()
+            if (res := _pull_stored(ref, store_uri, name, revision, into, public_key, settings)) is not None:
+                return res
         return pull_s3(ref, into, public_key=public_key, settings=settings)
     raise PublishError(f"{ref!r} is not a source modelyard can pull from", fix=_FIX)
 

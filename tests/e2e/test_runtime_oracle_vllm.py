@@ -104,6 +104,7 @@ def test_unavailable_runtime_is_a_warning_not_a_pass():
     assert [(f.code, f.severity.value, f.value) for f in got] == [("runtime.unavailable", "warning", "ImportError: no vllm")]
 
 
+@pytest.mark.timeout(1560)  # its own subprocess may take 1500 s
 def test_differential_sample():
     """The CI sample of benchmarks/differential.py: 6 mutants, each loaded by the real vLLM (~11 s each here;
     the whole set runs in the benchmark)."""

@@ -67,6 +67,7 @@ def test_bench_reports_latency_and_throughput(bench_run):
     assert b["output_throughput"] > 0 and b["client"].startswith("vllm.benchmarks.serve")
 
 
+@pytest.mark.timeout(1260)  # its own subprocess may take 1200 s
 def test_golden_miss_is_an_error(vllm_server, tmp_path):
     """A golden prompt whose answer lacks the expected text fails the smoke (exit 1), naming it; at the
     `server` level, against the session's server (`--url`)."""

@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.prefect_server]
 
 
 def _env(tmp_path) -> dict[str, str]:
-    """No Prefect API configured: the ingest must find the kept server itself."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    """No Prefect API configured and no facts worker named (the suite's session server hands out both): the
+    ingest must find the kept server, and its worker, itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API") and k != "MODELYARD_FACTS_WORKER"}
     env.update(PREFECT_HOME=str(tmp_path / "client-home"), MODELYARD_HOME=str(tmp_path / "elsewhere"))
     return env
 

@@ -197,6 +197,7 @@ def test_rope_llama3_missing_key_then_fixed(m):
     edit_json(m / "config.json", rope_parameters=LLAMA3_ROPE)
     assert found(verify_folder(m, Target(vllm_version="0.6.3"))) == []
     assert found(verify_folder(m)) == [("config.rope.needs_recent_runtime", "rope_parameters")]
+    assert found(verify_folder(m, Target(transformers_version="4.50.0"))) == []  # no vLLM version named: no vLLM rule
     assert found(verify_folder(m, Target(vllm_version="0.5.2")), "error") == [
         ("config.rope.unsupported_by_runtime", "rope_parameters")]
 

@@ -13,9 +13,11 @@ from tests.conftest import run_cli
 CANARY = f"hf_CANARY{secrets.token_hex(12)}"
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def _env(tmp_path: Path, **extra: str) -> dict[str, str | None]:
+    """The canary token, and a Prefect of the command's own: no session server (``PREFECT_API_URL`` dropped),
+    so that Prefect's database and logs land under ``tmp_path/prefect`` where the test reads them."""
     return {"HF_TOKEN": CANARY, "MODELYARD_HF_TOKEN": CANARY, "PREFECT_HOME": str(tmp_path / "prefect"),
-            "MODELYARD_HOME": str(tmp_path / "store"), **extra}
+            "PREFECT_API_URL": None, "MODELYARD_HOME": str(tmp_path / "store"), **extra}
 
 
 def _assert_nowhere(tmp_path: Path, *outputs: str) -> int:

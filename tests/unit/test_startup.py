@@ -18,9 +18,11 @@ from tests.conftest import ROOT, json_error
 
 def _imports(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, set[str]]:
     """Run ``python -X importtime -m modelyard ARGS``; returns the process (stderr without the import
-    lines) and the top-level names of every module it imported."""
+    lines) and the top-level names of every module it imported. The command asks no facts worker (the suite's
+    session worker is dropped from its environment): what it imports is what it imports on its own."""
+    e = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "MODELYARD_FACTS_WORKER"}
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "modelyard", *args], capture_output=True,
-                       text=True, cwd=ROOT, env={**os.environ, **(env or {})}, timeout=300)
+                       text=True, cwd=ROOT, env=e, timeout=300)
     mods, rest = set(), []
     for line in p.stderr.splitlines():
         if line.startswith("import time:"):

@@ -1,15 +1,48 @@
-"""The package's shape, measured with the stdlib ``ast``: no import circle inside any package, no module over
-600 lines, and no module outside ``artifact/`` that parses ``manifest.json`` or ``report.json`` itself."""
+"""The package's shape, measured with the stdlib ``ast`` and ``tokenize``: no import circle inside any package,
+no module over 450 lines but the named ones (which may only shrink, and leave the list once at or under 450), no
+more per-function exceptions to ruff's complexity and argument-count rules than recorded, mypy strict where
+``pyproject.toml`` says, and no module outside ``artifact/`` that parses ``manifest.json`` or ``report.json``
+itself."""
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
+import tomllib
+from collections import Counter
 from pathlib import Path
+
+from mypy.main import define_options
 
 import modelyard
 
 PKG = Path(modelyard.__file__).resolve().parent
-MAX_LINES = 600
+PYPROJECT = PKG.parent / "pyproject.toml"
+MAX_LINES = 450
+#: the modules over MAX_LINES when the limit came down from 600, with their line counts then: each may only
+#: shrink, and leaves this list once it is at or under MAX_LINES (split a module past ~400 lines)
+OVER_MAX_LINES = {
+    "modelyard/checks/hf.py": 525,
+    "modelyard/checks/template_risk.py": 494,
+    "modelyard/cli/_common.py": 478,
+    "modelyard/flows/ingest.py": 581,
+    "modelyard/runtime/scripts/vllm_oracle.py": 539,
+    "modelyard/stages/doctor.py": 575,
+    "modelyard/stages/fetch/hub.py": 486,
+    "modelyard/stages/quantize/__init__.py": 594,
+    "modelyard/stages/quantize/compat.py": 462,
+    "modelyard/stages/serve/files.py": 546,
+    "modelyard/stages/serve/plan.py": 474,
+    "modelyard/stages/smoke/server.py": 485,
+    "modelyard/stages/verify/runtime.py": 546,
+    "modelyard/transport/oci.py": 600,
+    "modelyard/transport/unbundle.py": 541,
+}
+#: the functions over ruff's complexity (C901, max-complexity 15) and argument-count (PLR0913, max-args 8)
+#: limits, each marked by a noqa comment on its def line, when the rules came in: these counts may only go down
+NOQA_BUDGET = {"C901": 10, "PLR0913": 21}
 
 
 def _modules() -> dict[str, Path]:
@@ -98,10 +131,49 @@ def test_no_import_circle_inside_any_package():
     assert circles == {}
 
 
-def test_no_module_over_600_lines():
-    long = {str(p.relative_to(PKG.parent)): n for p in MODULES.values()
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert long == {}
+def test_no_module_over_450_lines_but_the_named_ones_and_those_only_shrink():
+    lines = {str(p.relative_to(PKG.parent)): len(p.read_text().splitlines()) for p in MODULES.values()}
+    new = {m: n for m, n in lines.items() if n > MAX_LINES and m not in OVER_MAX_LINES}
+    assert new == {}, f"over {MAX_LINES} lines: split these modules"
+    grown = {m: (OVER_MAX_LINES[m], n) for m, n in lines.items() if m in OVER_MAX_LINES and n > OVER_MAX_LINES[m]}
+    assert grown == {}, "(recorded, now): these modules over the limit grew; split them instead"
+    done = {m: lines.get(m) for m in OVER_MAX_LINES if lines.get(m, 0) <= MAX_LINES}
+    assert done == {}, f"at or under {MAX_LINES} lines now (or gone): remove them from OVER_MAX_LINES"
+
+
+def _noqa_codes(source: str) -> list[str]:
+    """The rule codes of every ``# noqa: CODE[, CODE...]`` comment in ``source``."""
+    codes = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT and (m := re.search(r"#\s*noqa:\s*([A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)", tok.string)):
+            codes += [c.strip() for c in m.group(1).split(",")]
+    return codes
+
+
+def test_the_noqa_count_reads_comments_only():
+    src = 'def f(a, b):  # noqa: ANN001, C901 - legacy\n    s = "# noqa: C901"\n    return s  # noqa:PLR0913\n'
+    assert _noqa_codes(src) == ["ANN001", "C901", "PLR0913"]
+
+
+def test_complexity_and_argument_exceptions_only_go_down():
+    found = Counter(c for p in MODULES.values() for c in _noqa_codes(p.read_text()) if c in NOQA_BUDGET)
+    over = {c: (NOQA_BUDGET[c], found[c]) for c in NOQA_BUDGET if found[c] > NOQA_BUDGET[c]}
+    assert over == {}, ("(recorded, now) noqa comments per rule in modelyard/: the number may only go down; "
+                        "split the function or group its parameters instead of adding an exception")
+
+
+def test_mypy_strict_override_sets_every_strict_flag():
+    """``strict = true`` in a mypy override would turn strict mode on for every module, so the override lists
+    the flags; it must list every one that ``mypy --strict`` sets (``warn_redundant_casts`` is global only)."""
+    _, _, strict_flags = define_options()
+    cfg = tomllib.loads(PYPROJECT.read_text())["tool"]["mypy"]
+    strict = [o for o in cfg["overrides"] if "modelyard.checks.*" in o["module"]]
+    assert len(strict) == 1 and sorted(strict[0]["module"]) == [
+        "modelyard.artifact.*", "modelyard.checks.*", "modelyard.model.*"]
+    missing = {k: v for k, v in strict_flags if k != "warn_redundant_casts" and strict[0].get(k) != v}
+    assert missing == {}
+    assert cfg["warn_redundant_casts"] is True
+    assert all("strict" not in o for o in cfg["overrides"])
 
 
 def _parses_artifact_record(tree: ast.AST, source: str) -> list[int]:

@@ -141,6 +141,7 @@ def run_evaluate(a: argparse.Namespace, spec: dict, res: dict) -> None:
 
     res["tools"] = _tools("transformers", "torch", "gptqmodel", "optimum")
     sq = importlib.util.spec_from_file_location("_modelyard_quality", Path(__file__).with_name("quality.py"))
+    assert sq is not None and sq.loader is not None  # a .py file's spec, with its source loader
     quality = importlib.util.module_from_spec(sq)
     sq.loader.exec_module(quality)
     tok = AutoTokenizer.from_pretrained(str(a.model))

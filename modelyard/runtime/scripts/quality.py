@@ -21,7 +21,7 @@ def windows(ids: Sequence[int], max_seq_len: int) -> list[list[int]]:
 def model_device(model: Any) -> Any:
     """The device of ``model``'s first parameter (where its inputs must be); CPU for a model without
     parameters."""
-    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
+    import torch  # heavy: torch, imported on first use
 
     return next((p.device for p in model.parameters()), torch.device("cpu"))
 
@@ -35,8 +35,8 @@ def compare(load_parent: Callable[[], Any], load_quant: Callable[[], Any], wins:
 
     Each model runs where it was loaded (CPU or a GPU: the token ids go to :func:`model_device`); the
     logits come back to the CPU as float32, so the sums are the same code on both."""
-    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
-    import torch.nn.functional as F  # noqa: PLC0415 - heavy: torch, imported on first use
+    import torch  # heavy: torch, imported on first use
+    import torch.nn.functional as F  # heavy: torch, imported on first use
 
     parent_logits = []
     model = load_parent()

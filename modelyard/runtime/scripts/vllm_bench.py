@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import traceback
+from typing import Any
 
 #: requests of one level sized from a duration, at most (bounds the prompt list vLLM bench builds up front)
 MAX_SIZED = 10000
@@ -94,7 +95,7 @@ def _bench(args: list[str], n: int) -> dict:
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     result = bench_main(parser.parse_args([*args, "--num-prompts", str(n)]))
-    keep = {k: v for k, v in result.items() if isinstance(v, (int, float, str, type(None)))}
+    keep: dict[str, Any] = {k: v for k, v in result.items() if isinstance(v, (int, float, str, type(None)))}
     keep["errors"] = [e for e in result.get("errors") or [] if e][:10]
     return keep
 

@@ -145,7 +145,7 @@ def _norm_ws(text: str) -> str:
     return " ".join(text.split())
 
 
-def _probe(tok, texts, folder) -> dict:
+def _probe(tok, texts, folder) -> dict:  # noqa: C901
     """The served tokenizer over ``texts`` against an independent reading of its vocabulary (module doc)."""
     out: dict = {"ok": True, "texts": len(texts)}
     vocab = tok.get_vocab()

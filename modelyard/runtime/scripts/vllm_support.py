@@ -90,7 +90,7 @@ def _append(path: str, rec: dict) -> None:
         os.fsync(fh.fileno())
 
 
-def main() -> int:
+def main() -> int:  # noqa: C901
     spec_path, out_path = sys.argv[1], sys.argv[2]
     spec = json.load(open(spec_path))
     done = set()

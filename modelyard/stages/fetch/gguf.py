@@ -128,7 +128,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Non
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
         apply_special_tokens(tok, model, gguf_special_token_ids(gguf_path))  # see module docstring
-        model.hf_quantizer = None  # weights are already dequantized; see module docstring
+        # weights are already dequantized, see module docstring (torch types a Module's attributes Tensor | Module)
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.config.__dict__.pop("_name_or_path", None)

@@ -263,10 +263,10 @@ class HubSession:
                         if url.startswith("file://"):  # the user's own hub cache: copied, hashed on the way
                             with open(url_to_path(url), "rb") as src:
                                 src.seek(resumed)
-                                shutil.copyfileobj(src, w, 8 << 20)  # type: ignore[misc]
-                        else:
-                            http_get(url, w, resume_size=resumed, expected_size=f.size, headers=headers,
-                                     displayed_filename=f.path, tqdm_class=silent_tqdm)  # type: ignore[arg-type]
+                                shutil.copyfileobj(src, w, 8 << 20)
+                        else:  # http_get annotates temp_file as BinaryIO; it calls write, tell, seek and truncate
+                            http_get(url, w, resume_size=resumed, expected_size=f.size, headers=headers,  # type: ignore[arg-type]
+                                     displayed_filename=f.path, tqdm_class=silent_tqdm)
                     got = w.digest()
                     problems = differences(f.entry(), got)
                     if problems:
@@ -466,7 +466,7 @@ def _download(hub: HubSession, pool: ThreadPoolExecutor, files: list[HubFile], l
     if not files:
         return
     with progress.task(what, total=sum(f.size for f in files)) as adv:
-        for fut in [pool.submit(hub.download, f, located[f.path], adv) for f in files]:
+        for fut in [pool.submit(hub.download, f, loc, adv) for f in files if (loc := located[f.path]) is not None]:
             fut.result()
 
 

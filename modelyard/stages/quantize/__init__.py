@@ -365,7 +365,7 @@ def _staged_output(model_dir: Path, out_model: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe_file: Path | None = None,
+def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe_file: Path | None = None,  # noqa: PLR0913
                    calibration: Path | None = None, num_samples: int = 64, max_seq_len: int = 512,
                    quality_text: Path | None = None, max_ppl_ratio: float | None = None,
                    max_kl: float | None = None, evaluate: bool = True) -> QuantizeResult:
@@ -426,7 +426,7 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     return QuantizeResult(sch.name, out_model, recipe, calib_rec, quality, pf, seconds, tool_versions())
 
 
-def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Recipe, pf: Preflight, *,
+def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Recipe, pf: Preflight, *,  # noqa: PLR0913
                      calibration: Path | None, num_samples: int, max_seq_len: int, quality_text: Path | None,
                      max_ppl_ratio: float | None, max_kl: float | None, evaluate: bool) -> QuantizeResult:
     """:func:`quantize_model` for the legacy formats: the backend runs in its own venv

@@ -278,8 +278,8 @@ def _run_support_runner(settings: Settings, spec: dict[str, Any],
                 label = next(x for x in labels if x not in recs)
             error = (f"TimeoutError: no result within {timeout:.0f} s" if timed_out
                      else cause or f"the runtime process died (exit code {proc.returncode})")
-            with open(out, "a") as fh:
-                fh.write(json.dumps({"label": label, "ok": False, "phase": "crash", "error": error}) + "\n")
+            with open(out, "a") as rec:
+                rec.write(json.dumps({"label": label, "ok": False, "phase": "crash", "error": error}) + "\n")
             headers, recs = read()
     return headers[0], recs
 
@@ -385,7 +385,7 @@ def scheme_label(qcfg: dict[str, Any]) -> str | None:
     method and bits (GPTQ-W4, AWQ-W4); None if unknown."""
     if qcfg.get("quant_method") in ("gptq", "awq"):
         return f"{str(qcfg['quant_method']).upper()}-W{qcfg.get('bits')}"
-    groups = qcfg.get("config_groups") if isinstance(qcfg.get("config_groups"), dict) else {}
+    groups: dict[str, Any] = qcfg["config_groups"] if isinstance(qcfg.get("config_groups"), dict) else {}
     for g in groups.values():
         w, a = (g or {}).get("weights") or {}, (g or {}).get("input_activations")
         bits, typ = w.get("num_bits"), w.get("type")

@@ -324,7 +324,7 @@ Check the host first with `modelyard doctor <artifact>` (GPU count, compute capa
 {key_doc}{monitoring.readme_section(plan.served_model_name)}{render_multinode_readme(plan)}"""
 
 
-def write_serve_files(artifact_dir: Path, plan: ServePlan, *, overrides: Mapping[str, Any] | None = None,
+def write_serve_files(artifact_dir: Path, plan: ServePlan, *, overrides: Mapping[str, Any] | None = None,  # noqa: PLR0913
                       model: str = "model", model_mount: str | None = None, proxy: bool = False,
                       image: str = VLLM_IMAGE, base: BaseMount | None = None,
                       adapters_mount: str | None = None) -> ServeFiles:

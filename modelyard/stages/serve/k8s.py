@@ -399,7 +399,7 @@ curl -s localhost:{PORT}/v1/models
 {kserve}"""
 
 
-def write_k8s_files(artifact_dir: Path, plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int,
+def write_k8s_files(artifact_dir: Path, plan: ServePlan, config: Mapping[str, Any], *, model_bytes: int,  # noqa: PLR0913
                     storage: str | None = None, image: str = VLLM_IMAGE, namespace: str | None = None,
                     verify: VerifyOnLoad | None = None, canary_percent: int | None = None) -> K8sFiles:
     """Write ``artifact_dir/serve/k8s/`` (see the module docstring) and return the paths. Files there are

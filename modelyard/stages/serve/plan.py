@@ -265,7 +265,7 @@ def _largest_tp(valid: list[int], gpus: int) -> int:
     return max([t for t in valid if t <= gpus] or [1])
 
 
-def smallest_multinode(size: ModelSize, gpu: GpuSpec, util: float, kv_bytes: int, valid: list[int],
+def smallest_multinode(size: ModelSize, gpu: GpuSpec, util: float, kv_bytes: int, valid: list[int],  # noqa: PLR0913
                        gpus_per_node: int, length: int, *, min_nodes: int = 2,
                        weight_scale: float = 1.0) -> tuple[int, int, int] | None:
     """``(nodes, tp, pp)`` of the fewest nodes of ``gpus_per_node`` ``gpu`` (from ``min_nodes`` up to

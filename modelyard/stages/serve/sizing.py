@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from modelyard.checks.config import declared_dtype, derived_max_len, stored_dtype
 from modelyard.errors import MissingConfigError, ServePlanError
@@ -80,6 +80,10 @@ def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     return tuple(parts)
 
 
+@overload
+def _int(cfg: dict[str, Any], key: str, default: int) -> int: ...
+@overload
+def _int(cfg: dict[str, Any], key: str, default: None = None) -> int | None: ...
 def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int | None:
     v = cfg.get(key, default)
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else default

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard import progress
-from modelyard.checks.numeric import degenerate, degenerate_finding
+from modelyard.checks.numeric import NumericVerdict, degenerate, degenerate_finding
 from modelyard.errors import SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, judge_answer
 from modelyard.runtime.process import run_script
@@ -220,7 +220,7 @@ def root_cause(log: str) -> str | None:
     return None
 
 
-def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,
+def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,  # noqa: PLR0913
                max_model_len: int | None = None, timeout: float | None = None,
                mode: str = DEFAULT_SERVE, numbers: bool = True, parent: Path | None = None,
                lora: tuple[str, Path, int] | None = None) -> SmokeResult:
@@ -259,6 +259,10 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
         # (batched_count_greater_than) per new shape into this fresh cache: 13-17 s of the numerical gate's
         # prompt_logprobs on the demo, 1.5 s without (benchmarks/README.md, "Numerical gate").
         env.setdefault("TORCH_COMPILE_DISABLE", "1")
+        # The engine in the runner's own process unless the settings ask for vllm serve's process layout: the
+        # model, its tokenizer, template and numbers are judged the same way, and on the CPU build the engine-core
+        # and worker processes are spawned, each importing vLLM again (about 20 s per smoke on 2 cores).
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if settings.smoke_engine == "inline" else "1"
         dtype = cpu_smoke_dtype(model_dir) or "auto"
         spec = Path(tmp) / "reference.json"
         spec.write_text(json.dumps(numeric.reference_spec()))
@@ -309,10 +313,10 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
                    numeric_seconds=numeric_seconds)
 
 
-def judge_numbers(model_dir: Path, records: list[dict[str, Any]], vocab_size: int, answer: list[Any], *,
+def judge_numbers(model_dir: Path, records: list[dict[str, Any]], vocab_size: int, answer: list[Any], *,  # noqa: PLR0913
                   finish_reason: str | None, text: str | None, special: frozenset[int] = frozenset(),
                   meminfo: Path = numeric.MEMINFO, early: numeric.EarlyReference | None = None,
-                  parent: Path | None = None) -> tuple[numeric.NumericVerdict, list[dict[str, Any]]]:
+                  parent: Path | None = None) -> tuple[NumericVerdict, list[dict[str, Any]]]:
     """The numerical gate (:func:`numeric.numeric_gate`) over the reference ``records`` (the runner's, or
     the server's) and the degenerate-answer check (:func:`modelyard.checks.numeric.degenerate`) over
     ``answer`` (token ids, or words), as one verdict and its findings (dicts). The verdict fails when

@@ -169,7 +169,7 @@ def missed(result: Mapping[str, Any]) -> list[str]:
     return [f"slo:{v['target']}" for v in (result.get("slo") or {}).get("verdicts", []) if not v["passed"]]
 
 
-def run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchSpec, env: dict[str, str],
+def run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchSpec, env: dict[str, str],  # noqa: PLR0913
               tmp: Path, mode: str = DEFAULT_SERVE, *, slo: Mapping[str, float] | None = None,
               cls: str | None = None) -> dict[str, Any]:
     """Run vLLM's benchmark client (interpreter ``python``) against the server at ``base`` serving

@@ -172,7 +172,8 @@ def reference_logprobs(model_dir: Path, records: list[dict[str, Any]],
     position i >= 1, ``{actual, top, argmax, max}`` read from its float32 log-softmax at i - 1, on the
     record's own ids (``early``'s rows where its ids are the same). Raises whatever transformers raises when
     it cannot build or run the model."""
-    model, rows = None, {}
+    model: Any = None
+    rows: dict[Any, Any] = {}
     if early is not None:
         try:
             model, rows = early.result()

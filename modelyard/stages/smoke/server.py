@@ -345,7 +345,7 @@ def _attach(url: str, model_dir: Path, settings: Settings, config: dict[str, Any
         yield RunningServer(base, served_name(config, model_dir), {}, 0.0, python, env, Path(tmpd))
 
 
-def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any], question: str,
+def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any], question: str,  # noqa: PLR0913
                  max_tokens: int = 64, golden: list[GoldenPrompt] | None = None, golden_source: str | None = None,
                  bench: BenchSpec | None = None, max_model_len: int = 2048,
                  timeout: float | None = None, mode: str = DEFAULT_SERVE, url: str | None = None,
@@ -442,7 +442,8 @@ def score_over_api(client: httpx.Client, name: str, spec: dict[str, Any], max_mo
         r.raise_for_status()
         choice = r.json()["choices"][0]
         ids = [int(i) for i in choice["prompt_token_ids"]]
-        logprobs, top = [None], [[]]
+        logprobs: list[float | None] = [None]
+        top: list[list[list[float]]] = [[]]
         for pos, entry in enumerate(choice["prompt_logprobs"][1:len(ids)], start=1):
             logprobs.append(float(entry[str(ids[pos])]["logprob"]))
             ranked = sorted(entry.items(), key=lambda kv: kv[1]["rank"])[:k]

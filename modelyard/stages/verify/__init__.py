@@ -99,9 +99,8 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
         if oracle is not None:
             oracle.answers(timeout=0.01)  # stop and clean up
         raise
-    if oracle is not None or runtime_answer is not None:
-
-        answer = runtime_answer or oracle.answers()[0]
+    answer = runtime_answer if runtime_answer is not None else oracle.answers()[0] if oracle is not None else None
+    if answer is not None:
         found = runtime_findings(answer, target)
         findings = defer_to_loader(findings, answer) + found + reconcile(findings, found, answer.vllm_version)
     return Report(findings=tuple(findings), target=target)

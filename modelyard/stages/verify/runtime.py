@@ -30,7 +30,7 @@ from typing import Any
 
 from modelyard.checks.base import Finding, Severity, Target
 from modelyard.checks.gguf_tokenizer import probe_texts
-from modelyard.runtime.process import kill_group
+from modelyard.runtime.process import kill_group, start_script
 from modelyard.runtime.scripts import SCRIPTS
 from modelyard.runtime.venv import runtime_env, vllm_python
 from modelyard.settings import Settings
@@ -78,13 +78,12 @@ class OracleRun:
         self.tmp = tempfile.TemporaryDirectory(prefix="modelyard-oracle-")
         tmp = self.tmp.name
         texts = probe_texts()
-        self.jobs = [{"model": str(Path(d).resolve()), "max_model_len": t.max_model_len, "dtype": t.dtype,
+        self.jobs: list[dict[str, Any]] = [{"model": str(Path(d).resolve()), "max_model_len": t.max_model_len, "dtype": t.dtype,
                       "dry_load": True, "gpu_cc": t.gpu_cc, "tensor_parallel_size": t.tensor_parallel_size,
                       "probe_texts": texts, "out": f"{tmp}/answer-{i}.json"} for i, (d, t) in enumerate(items)]
         Path(tmp, "batch.json").write_text(json.dumps(self.jobs))
-        self.log = open(Path(tmp) / "log", "wb")
-        self.proc = subprocess.Popen([str(python), str(RUNNER), "--batch", f"{tmp}/batch.json"], stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=runtime_env(settings, tmp), start_new_session=True)
+        self.proc = start_script(python, RUNNER, ["--batch", f"{tmp}/batch.json"], env=runtime_env(settings, tmp),
+                                 log=Path(tmp) / "log")
 
     def answers(self, timeout: float = ORACLE_TIMEOUT) -> list[RuntimeAnswer]:
         """Wait (at most ``timeout`` s, plus 30 s per further folder) and read every answer; cleans up."""
@@ -93,7 +92,6 @@ class OracleRun:
                 self.proc.wait(timeout + 30 * (len(self.jobs) - 1))
             except subprocess.TimeoutExpired:
                 kill_group(self.proc)
-            self.log.close()
             wall = round(time.perf_counter() - self.t0, 2)
             out = []
             for job in self.jobs:
