@@ -25,7 +25,10 @@ def _req(**kw):
 def test_a_run_of_this_venv_and_a_runner_script_is_taken():
     assert HOST["refusal"](_req(), BASE, PREFIX) is None
     # per-run values: the compile switch (set in the run), the hub's home, the tmp folders
-    env = {**BASE, "TORCH_COMPILE_DISABLE": "0", "HF_HOME": "/tmp/b/hf", "TMPDIR": "/tmp/b", "VLLM_CPU_KVCACHE_SPACE": "4"}
+    env = {**BASE, "TORCH_COMPILE_DISABLE": "0", "HF_HOME": "/tmp/b/hf", "TMPDIR": "/tmp/b", "VLLM_CPU_KVCACHE_SPACE": "4",
+           # what the CLI sets to quiet the libraries: set again in the run
+           "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
     assert HOST["refusal"](_req(env=env), BASE, PREFIX) is None
 
 

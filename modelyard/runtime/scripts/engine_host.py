@@ -18,8 +18,9 @@ Protocol (one connection per run, one JSON line each way, then one more from the
 A run is refused (the caller then starts its own interpreter, as without a host) when the caller's interpreter
 is not this venv's, the script is not one of this folder's runners, or a variable that the imports already read
 differs from the host's (:data:`IMPORT_TIME`: thread pools, ISA caps, logging, offline switches):
-the environment a run sees must be the one it would have had. ``TORCH_COMPILE_DISABLE``, which torch reads into
-``torch._dynamo.config.disable`` at import, is set there from the run's environment instead. What stays the
+the environment a run sees must be the one it would have had. Those read at import that can be set again (torch's
+compile switch, the hub libraries' verbosity, progress bars and telemetry: :data:`PER_RUN`) are set in each run
+from its own environment instead. What stays the
 host's: constants libraries computed from ``HF_HOME`` at import (the hub's cache paths; runs are offline and read
 local folders, so nothing is fetched into them).
 """
@@ -40,8 +41,30 @@ _SOCK = runpy.run_path(os.path.join(_HERE, "unix_socket.py"))  # the private soc
 IMPORT_TIME = ("OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "TORCH_", "PYTORCH_", "LD_PRELOAD", "LD_LIBRARY_PATH",
                "PYTHON", "CUDA_", "HF_HUB_", "TRANSFORMERS_", "TOKENIZERS_", "VLLM_LOGGING", "VLLM_CONFIGURE_LOGGING",
                "VLLM_TARGET_DEVICE", "VLLM_PLUGINS")
-#: handled per run (module doc)
-PER_RUN = ("TORCH_COMPILE_DISABLE",)
+#: read at import too, but set again in each run from its own environment (:func:`_per_run`): torch's compile
+#: switch, and how loud the hub libraries are (the CLI quiets them; the pipeline's own calls do not)
+PER_RUN = ("TORCH_COMPILE_DISABLE", "TOKENIZERS_PARALLELISM", "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS",
+           "HF_HUB_DISABLE_TELEMETRY")
+
+
+def _per_run():
+    """In a run: what the imports read from :data:`PER_RUN`, set from the run's environment. The tokenizers
+    library reads ``TOKENIZERS_PARALLELISM`` when it first runs in parallel, so it needs nothing here."""
+    env = os.environ
+    dynamo = sys.modules.get("torch._dynamo.config")
+    if dynamo is not None:
+        dynamo.disable = env.get("TORCH_COMPILE_DISABLE", "0") == "1"
+    tlog = sys.modules.get("transformers.utils.logging")
+    if tlog is not None:
+        tlog.set_verbosity(tlog.log_levels.get(env.get("TRANSFORMERS_VERBOSITY", ""), tlog._default_log_level))
+    consts = sys.modules.get("huggingface_hub.constants")
+    if consts is not None:
+        consts.HF_HUB_DISABLE_TELEMETRY = env.get("HF_HUB_DISABLE_TELEMETRY", "").upper() in ("1", "ON", "YES", "TRUE")
+    bars = sys.modules.get("huggingface_hub.utils.tqdm")
+    if bars is not None:
+        value = env.get("HF_HUB_DISABLE_PROGRESS_BARS", "").upper()
+        bars.HF_HUB_DISABLE_PROGRESS_BARS = True if value in ("1", "ON", "YES", "TRUE") else \
+            False if value in ("0", "OFF", "NO", "FALSE") else None
 
 
 def _import_time(env):
@@ -71,12 +94,13 @@ def refusal(req, host_env, prefix):
     return None
 
 
-def _run_child(req, conn, srv):
-    """In the forked child: become the run (module doc) and never return."""
+def _run_child(req, conns):
+    """In the forked child: become the run (module doc) and never return. ``conns``: the host's sockets (its
+    listening one, this run's and the other runs' connections), closed here."""
     code = 1
     try:
         os.setsid()
-        for s in (conn, srv):
+        for s in conns:
             s.close()
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
@@ -95,9 +119,7 @@ def _run_child(req, conn, srv):
         import tempfile
 
         tempfile.tempdir = None  # read TMPDIR again: the run's, not the host's
-        dynamo = sys.modules.get("torch._dynamo.config")
-        if dynamo is not None:
-            dynamo.disable = os.environ.get("TORCH_COMPILE_DISABLE", "0") == "1"
+        _per_run()
         sys.argv = [req["script"], *req["args"]]
         sys.path[0] = os.path.dirname(req["script"])
         try:
@@ -181,7 +203,7 @@ def serve(path, parent=None):
                     pid = os.fork()
                     if pid == 0:
                         req["env"] = {**req["env"], **added}
-                        _run_child(req, conn, srv)
+                        _run_child(req, [srv, conn, *running.values()])
                     running[pid] = conn
                     print(f"engine host: run {pid}: {os.path.basename(req['script'])}", flush=True)
                     _send(conn, {"ok": True, "pid": pid})
