@@ -34,3 +34,15 @@ def test_a_named_cache_folder_off_and_an_unwritable_one(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     blocked = Settings(vllm_python=py, vllm_cache=str(tmp_path / "file"))
     assert vllm_cache_root(blocked, "/t") == "/t/vllm"
+
+
+def test_the_load_smoke_runs_inline_but_for_int8_activations(tmp_path):
+    from modelyard.stages.smoke import _inline
+
+    plain, w8a8 = tmp_path / "plain", tmp_path / "w8a8"
+    for d, cfg in ((plain, {"model_type": "llama"}),
+                   (w8a8, {"quantization_config": {"config_groups": {"g": {"input_activations": {"type": "int", "num_bits": 8}}}}})):
+        d.mkdir()
+        (d / "config.json").write_text(__import__("json").dumps(cfg))
+    assert [_inline(d, Settings(smoke_engine="inline")) for d in (plain, w8a8, tmp_path / "none")] == [True, False, True]
+    assert _inline(plain, Settings(smoke_engine="process")) is False
