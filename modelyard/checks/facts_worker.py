@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.checks.versions import FACTS_LIBRARIES
+from modelyard.unixsock import read_line
 from modelyard.version import code_digest, library_versions
 
 PROTOCOL = 1
@@ -112,17 +113,6 @@ def _connect(s: socket.socket, path: str) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
-
-
-def read_line(s: socket.socket) -> bytes:
-    """One newline-terminated message from ``s``; raises :class:`OSError` when the peer closes first."""
-    buf = bytearray()
-    while not buf.endswith(b"\n"):
-        chunk = s.recv(1 << 16)
-        if not chunk:
-            raise OSError("the facts worker closed the connection")
-        buf += chunk
-    return bytes(buf)
 
 
 def wait_ready(path: str, timeout: float) -> bool:

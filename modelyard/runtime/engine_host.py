@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from modelyard.runtime.scripts.unix_socket import read_line
 from modelyard.settings import env_value
+from modelyard.unixsock import read_line
 
 #: seconds a caller waits for the host to accept and answer (the first run waits for the host's imports)
 ANSWER_TIMEOUT = 180.0

@@ -20,10 +20,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from modelyard.checks.facts_worker import ENV, PROTOCOL, SESSIONS, TMP_PREFIX, libraries, read_line
+from modelyard.checks.facts_worker import ENV, PROTOCOL, SESSIONS, TMP_PREFIX, libraries
 from modelyard.checks.hf import HFFacts
 from modelyard.model.checkpoint import Checkpoint
-from modelyard.runtime.scripts.unix_socket import die_with_parent, listen_private
+from modelyard.unixsock import die_with_parent, listen_private, read_line
 from modelyard.version import code_digest
 
 #: a word of the worker's command line, by which a recorded pid is known to still be a worker

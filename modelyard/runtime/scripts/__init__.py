@@ -1,9 +1,8 @@
 """The runner scripts: each runs INSIDE another interpreter (the vLLM runtime venv, a legacy quantizer's
 venv, one process per GPU), started by :func:`modelyard.runtime.process.run_script` or a stage, never
-imported by the pipeline (except :mod:`.quality`'s math, which both sides use, and :mod:`.unix_socket`, the
-private-socket helpers of the warm workers and their clients). Standard library only at module level, plus the
-libraries of the interpreter they run in; nothing of modelyard. :mod:`.amx` and :mod:`.unix_socket` are their
-shared stdlib helpers, loaded by path (``runpy``)."""
+imported by the pipeline (except :mod:`.quality`'s math, which both sides use). Standard library only at
+module level, plus the libraries of the interpreter they run in; nothing of modelyard. :mod:`.amx` is their
+shared stdlib helper, loaded by path (``runpy``), as the engine host loads :mod:`modelyard.unixsock`."""
 
 from pathlib import Path
 

@@ -35,7 +35,8 @@ import time
 import traceback
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_SOCK = runpy.run_path(os.path.join(_HERE, "unix_socket.py"))  # the private socket's helpers (stdlib)
+#: the private socket's helpers (stdlib only, shared with the pipeline's side: modelyard/unixsock.py)
+_SOCK = runpy.run_path(os.path.join(_HERE, os.pardir, os.pardir, "unixsock.py"))
 #: variables read while importing torch, vLLM or the hub libraries (prefixes and names): a run whose value
 #: differs from the host's is refused, so that no run sees a setting it did not ask for
 IMPORT_TIME = ("OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "TORCH_", "PYTORCH_", "LD_PRELOAD", "LD_LIBRARY_PATH",

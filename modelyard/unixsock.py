@@ -1,6 +1,6 @@
-"""Stdlib only: what a warm worker process and its clients share about a private Unix socket. Loaded by path
-(``runpy``) by the engine host, which runs in the vLLM interpreter, and imported by the facts worker's server and
-the engine host's client, which run in the pipeline's."""
+"""Stdlib only: what the warm worker processes and their clients share about a private Unix socket. Imported by
+the facts worker (client and server) and the engine host's client; loaded by path (``runpy``) by the engine host
+itself, which runs in the vLLM interpreter and must not import modelyard."""
 
 from __future__ import annotations
 
