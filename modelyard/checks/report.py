@@ -23,6 +23,22 @@ from modelyard.version import __version__
 SCHEMA_VERSION = "1"
 
 
+def replaced_files(source: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The files of an artifact that modelyard wrote instead of the source's, read from the manifest's ``source``
+    record: ``[{file, by, why, evidence}]``. Today one kind: a GGUF import's ``tokenizer.json`` rebuilt from the
+    GGUF's own ``tokenizer.ggml.*`` arrays because the tokenizer transformers converted read text otherwise than
+    the GGUF does (its ``tokenizer_check`` record, :mod:`modelyard.stages.fetch.gguf`)."""
+    check = (source or {}).get("tokenizer_check") or {}
+    if not check.get("repaired"):
+        return []
+    why = "; ".join(f"{f.get('code')}: {f.get('message')}" for f in check.get("findings") or [])
+    left = check.get("after") or []
+    evidence = (f"after the rebuild it reads the {check.get('checked')} probe texts as {check.get('reference')} does"
+                if not left else f"{len(left)} disagreement(s) remain after the rebuild")
+    return [{"file": "tokenizer.json", "by": "rebuilt from the GGUF's tokenizer.ggml.* arrays", "why": why,
+             "evidence": evidence}]
+
+
 def counted(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1: ``1 error``, ``2 errors``, ``0 warnings`` (every verdict
     line modelyard prints counts this way)."""
@@ -107,6 +123,11 @@ class Report:
                 lines.append("| " + " | ".join(printable(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         else:
             lines.append("No findings.")
+        replaced = replaced_files(self.source)
+        if replaced:
+            lines += ["", "## Files written instead of the source's", ""]
+            lines += [f"- `{r['file']}` {r['by']}: {printable(r['evidence'])}. Why: {printable(r['why'])[:600]}"
+                      for r in replaced]
         q = self.quantization
         if q:
             lines += ["", "## Quantization", ""]

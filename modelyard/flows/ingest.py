@@ -62,7 +62,7 @@ from modelyard.model.source import Source, parse_source, sanitize_name
 from modelyard.settings import Settings
 from modelyard.stages import cache as stage_cache
 from modelyard.stages import fetch as fetch_stage
-from modelyard.stages import quantize, serve, smoke, verify
+from modelyard.stages import patch, quantize, serve, smoke, verify
 from modelyard.stages.serve.files import vllm_config, write_serve_files
 from modelyard.stages.smoke import bench, warmup
 from modelyard.stages.smoke import server as serve_smoke
@@ -180,7 +180,7 @@ def plan_task(snapshot: Snapshot, report: Report, options: PatchOptions) -> Patc
     if plan.empty:
         return plan
     # Errors the plan does not repair block the ingest before anything is staged.
-    verify.gate(report, snapshot.source, ignore=plan.fixes)
+    verify.gate(report, snapshot.source, ignore=patch.repaired_codes(plan))
     return plan
 
 

@@ -74,7 +74,7 @@ class GateBeforeWeights:
         report = verify.verify_folder(snapshot.root, self.target)
         plan = plan_patches(snapshot.root, report, self.patching)
         verify.gate(report, f"{snapshot.source} before its weights were downloaded (config, tokenizer, safetensors "
-                    "headers)", ignore=plan.fixes)
+                    "headers)", ignore=patch.repaired_codes(plan))
         needs: list[tuple[Path, int, str]] = []
         if self.staging is None:
             return needs

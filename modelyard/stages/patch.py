@@ -30,7 +30,6 @@ artifact's ``model/``); re-planning the patched folder gives an empty plan (idem
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import json
 import os
@@ -59,7 +58,9 @@ from modelyard.model.checkpoint import Checkpoint
 from modelyard.model.options import Flag
 from modelyard.model.patchplan import PatchOp, PatchPlan, apply_plan
 from modelyard.model.snapshot import FileEntry, Snapshot
+from modelyard.model.unidiff import marked, unified_diff
 from modelyard.stages.verify import verify_folder
+from modelyard.stages.verify.runtime import PAIRS
 
 
 class PatchFlags(BaseModel):
@@ -82,6 +83,17 @@ FIXABLE = frozenset({
     "tokenizer.eos_token.disagrees",
 })
 _MISSING = object()
+#: each :data:`FIXABLE` code -> the runtime oracle's codes for the same defect (the hand/runtime pairs of
+#: :data:`modelyard.stages.verify.runtime.PAIRS`): the repair answers either, so neither refuses an ingest before
+#: the repair, and the runtime judges the patched folder again
+RUNTIME_TWINS: dict[str, frozenset[str]] = {
+    hand: frozenset(rt) for hands, rt, _ in PAIRS for hand in hands if hand in FIXABLE}
+
+
+def repaired_codes(plan: PatchPlan) -> frozenset[str]:
+    """The finding codes ``plan`` repairs: its ops' codes and their runtime twins (:data:`RUNTIME_TWINS`), for the
+    gate before patching (``gate(..., ignore=repaired_codes(plan))``); the patched copy is verified again."""
+    return plan.fixes | frozenset(c for code in plan.fixes for c in RUNTIME_TWINS.get(code, ()))
 
 
 def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str] = (),  # noqa: C901
@@ -118,6 +130,7 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
         ops.append(PatchOp(rel, pointer, None if old is _MISSING else old, new, code, reason))
 
     codes = {f.code for f in report.findings}
+    codes |= {hand for hand, rt in RUNTIME_TWINS.items() if rt & codes}  # the runtime's word for the same defect
     if "tokenizer.stop_tokens.missing_turn_terminator" in codes:
         _plan_stop_tokens(ckpt, doc, set_)
     if "tokenizer.control_tokens.not_special" in codes:
@@ -157,22 +170,12 @@ def plan_patches(root: Path, report: Report, *, add_special_tokens: Iterable[str
     originals = {rel: (hashlib.sha256((root / rel).read_bytes()).hexdigest() if (root / rel).is_file() else None)
                  for rel in new_files}
     diff = "".join(
-        "".join(_marked(difflib.unified_diff((texts.get(rel) or "").splitlines(keepends=True),
-                                             new_files[rel].decode("utf-8").splitlines(keepends=True),
-                                             fromfile=f"a/{rel}" if texts.get(rel) is not None else "/dev/null",
-                                             tofile=f"b/{rel}")))
+        "".join(marked(unified_diff((texts.get(rel) or "").splitlines(keepends=True),
+                                     new_files[rel].decode("utf-8").splitlines(keepends=True),
+                                     fromfile=f"a/{rel}" if texts.get(rel) is not None else "/dev/null",
+                                     tofile=f"b/{rel}")))
         for rel in sorted(new_files))
     return PatchPlan(tuple(ops), new_files, originals, diff)
-
-
-def _marked(lines: Iterable[str]) -> Iterable[str]:
-    """Unified-diff lines with git's "\\ No newline at end of file" marker after a last line that
-    has no newline, so that `git apply` / `patch` accept the diff."""
-    for line in lines:
-        if line.endswith("\n"):
-            yield line
-        else:
-            yield line + "\n\\ No newline at end of file\n"
 
 
 def _plan_stop_tokens(ckpt: Checkpoint, doc, set_) -> None:  # noqa: ANN001
@@ -328,7 +331,9 @@ def _dump_like(data: Any, original: str | None) -> str:
 
 
 def _has_non_ascii(s: str) -> bool:
-    return any(ord(c) > 127 for c in s[:100000])
+    """Whether ``s`` holds a non-ASCII character anywhere (the whole text: Gemma-3's tokenizer.json has none in
+    its first 100,000 characters, then ``▁`` in every piece, and was re-escaped whole when only the start was read)."""
+    return not s.isascii()
 
 
 @dataclass(frozen=True)

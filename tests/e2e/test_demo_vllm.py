@@ -36,7 +36,7 @@ def test_demo_smoke_carries_the_numerical_gate(demo_run):
     assert n["reference"].startswith("transformers 5.") and n["reference"].endswith(", float32, CPU")
     # token counts are the served tokenizer's (deterministic); the figures vary a little with the CPU's kernels
     assert [(t["name"], t["tokens"]) for t in n["texts"]] == [
-        ("prose-en", 188), ("code-python", 122), ("prose-fr", 104), ("prose-de", 96), ("prose-es", 66)]
+        ("prose-en", 188), ("code-python", 122), ("code-open", 18), ("prose-fr", 104), ("prose-de", 96), ("prose-es", 66)]
     assert 15 < n["prose_ppl"] < 30  # measured 22.25 (benchmarks/README.md, "Numerical gate")
     assert n["kl_mean"] < n["limits"]["kl_max"] and n["top1"] >= n["limits"]["top1_min"]
     assert 1.0 <= n["ppl_ratio_worst"] <= n["limits"]["ppl_ratio_max"]

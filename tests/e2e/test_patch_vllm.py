@@ -67,3 +67,26 @@ def test_broken_runs_past_end_of_turn_and_patch_stops_it(broken_smollm2, tmp_pat
     # Nothing after the answer: the one <|im_end|> is the last token.
     assert fixed.text_with_special_tokens.count("<|im_end|>") == 1
     assert fixed.text_with_special_tokens.endswith("<|im_end|>")
+
+
+def test_ingest_repairs_what_the_runtime_also_finds_before_refusing(broken_smollm2, tmp_path):
+    """With the runtime oracle on, vLLM's own reading of the same defect (runtime.chat.turn_terminator_not_stop,
+    the twin of tokenizer.stop_tokens.missing_turn_terminator) refused the ingest before the patch stage repaired
+    it. Now the repair comes first and the runtime judges the patched folder: repaired, smoked, published."""
+    from tests.conftest import store_artifacts
+
+    home = tmp_path / "store"
+    r = run_cli("ingest", f"file://{broken_smollm2}", "--serve", "chat", "--out", str(home), "--json",
+                env={"MODELYARD_VERIFY_RUNTIME": "local"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json_result(r.stdout, "ingest")
+    assert (res["patches"], res["smoke"]["passed"], res["smoke"]["finish_reason"]) == (1, True, "stop")
+    assert "Paris" in res["smoke"]["text"]
+    (art,) = store_artifacts(home)
+    diff = (art / "patch.diff").read_text()
+    assert diff.startswith("--- a/generation_config.json") and '-  "eos_token_id": 0,' in diff
+    assert '"eos_token_id": [\n+    0,\n+    2\n+  ]' in diff
+    report = json.loads((art / "report.json").read_text())
+    codes = {f["code"] for f in report["findings"]}
+    assert report["summary"]["passed"] is True
+    assert not codes & {"runtime.chat.turn_terminator_not_stop", "tokenizer.stop_tokens.missing_turn_terminator"}

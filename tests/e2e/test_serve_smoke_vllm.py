@@ -54,7 +54,7 @@ def test_server_smoke_checks_the_openai_api(bench_run):
     n = s["numeric"]
     assert (n["passed"], n["compared"], n["bound_judged"]) == (True, True, True)
     assert [(t["name"], t["tokens"]) for t in n["texts"]] == [
-        ("prose-en", 188), ("code-python", 122), ("prose-fr", 104), ("prose-de", 96), ("prose-es", 66)]
+        ("prose-en", 188), ("code-python", 122), ("code-open", 18), ("prose-fr", 104), ("prose-de", 96), ("prose-es", 66)]
     assert 15 < n["prose_ppl"] < 30 and n["ppl_ratio_worst"] <= n["limits"]["ppl_ratio_max"]
 
 

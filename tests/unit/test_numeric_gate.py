@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -102,6 +103,33 @@ def test_the_gemma_answer_is_degenerate_by_words_too():
     words = ("is " * 64).split()
     assert numeric.degenerate(words, finish_reason="length") == (
         "the answer repeats the 1-item cycle ['is'] over its last 64 of 64 items up to the length limit")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (None, None),
+    ("", "empty (the end of text or special tokens only)"),
+    (" \n \n \n \n", "whitespace only (8 characters)"),  # the Gemma-3 GGUF import's code continuation
+    (" is" * 16, "the words ['is'] repeated"),
+    (" a b" * 6, "the words ['a', 'b'] repeated"),
+    (" a b" * 5, None),  # 10 words: a 16-token continuation of a real text may loop that short
+    ("\n\nEl cielo, el cielo, el cielo", None),  # SmolLM2-135M-Instruct on prose-es, a healthy model
+    ("```\n\nThis script uses the `read_lines` function to read a", None),
+])
+def test_degenerate_continuations(text, expected):
+    assert numeric.degenerate_continuation(text) == expected
+
+
+def test_a_degenerate_continuation_of_any_text_fails_the_gate_though_both_agree():
+    code = replace(_fig("code-python", 3.9), continuation=" \n \n \n \n")
+    prose = replace(_fig("prose-en", 17.9, prose=True), continuation=" said he, and")
+    v, f = numeric.judge([prose, code], 262144)
+    assert (v.passed, [x.code for x in f]) == (False, ["smoke.numeric.degenerate_continuation"])
+    assert f[0].message == ("the greedy continuation of 1 of 2 reference text(s) is degenerate: code-python: "
+                            "whitespace only (8 characters) (' \\n \\n \\n \\n')")
+    assert f[0].value == {"code-python": " \n \n \n \n"}
+    # a random-weight test model (a vocabulary below the bound's minimum) continues with anything
+    v, f = numeric.judge([prose, code], 128)
+    assert v.passed and "smoke.numeric.degenerate_continuation" not in [x.code for x in f]
 
 
 def test_the_early_reference_reads_the_same_rows_and_reruns_texts_whose_ids_differ(tiny_llama_dir):

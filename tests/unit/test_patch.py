@@ -5,10 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from modelyard.checks import Target
+from modelyard.model.unidiff import unified_diff
 from modelyard.stages.patch import PatchError, patch_folder
 from modelyard.stages.verify import verify_folder
 from tests.conftest import SHARED_CASES, json_result, run_cli, store_artifacts
@@ -227,3 +231,77 @@ def test_ingest_no_patch_fails_and_unfixable_blocks(broken, tmp_path):
     assert "found 1 error(s): [architecture.shape_mismatch]" in r.stderr  # the fixable one does not block
     assert store_artifacts(tmp_path / "s2") == []
     assert not os.path.exists(tmp_path / "s2" / ".staging") or not any((tmp_path / "s2" / ".staging").iterdir())
+
+
+# --- the diff ------------------------------------------------------------------------------------
+
+def _apply_unified(old: list[str], diff: list[str]) -> list[str]:
+    """``old`` with the unified ``diff`` (as :func:`unified_diff` writes it) applied, checking every context
+    and removed line against ``old``."""
+    out, i, k = [], 0, 2
+    while k < len(diff):
+        h = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", diff[k])
+        assert h, diff[k]
+        first, length = int(h.group(1)), int(h.group(2) or 1)
+        start = first - 1 if length else first
+        out += old[i:start]
+        i, k = start, k + 1
+        while k < len(diff) and not diff[k].startswith("@@"):
+            mark, line = diff[k][0], diff[k][1:]
+            if mark in " -":
+                assert old[i] == line
+                i += 1
+            if mark in " +":
+                out.append(line)
+            k += 1
+    return out + old[i:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["0\n", "1\n", "2\n", "3\n"]), max_size=30),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.sampled_from(["1\n", "7\n", "x\n"])), max_size=4))
+def test_the_diff_applies_back_to_the_patched_file(old, edits):
+    new = list(old)
+    for kind, at, line in edits:
+        if kind == 0 and new:
+            new.pop(at % len(new))
+        elif kind == 1:
+            new.insert(at % (len(new) + 1), line)
+        elif new:
+            new[at % len(new)] = line
+    diff = list(unified_diff(old, new, "a/f", "b/f"))
+    assert (diff == []) == (old == new)
+    if diff:
+        assert diff[:2] == ["--- a/f\n", "+++ b/f\n"]
+        assert _apply_unified(old, diff) == new
+
+
+def test_the_diff_of_a_million_line_tokenizer_json_is_its_two_hunks():
+    """difflib's matcher took more than 10 minutes on Gemma-3's 33 MB tokenizer.json with two tokens marked
+    special; the lines the two files share at start and end are no longer matched."""
+    old = [f'    "tok{i}": {i},\n' for i in range(1_000_000)]
+    new = list(old)
+    new[10] = '    "tok10": 10, "special": true,\n'
+    new[999_990] = '    "tok999990": 999990, "special": true,\n'
+    diff = "".join(unified_diff(old, new, "a/tokenizer.json", "b/tokenizer.json"))
+    assert diff == ('--- a/tokenizer.json\n+++ b/tokenizer.json\n@@ -8,7 +8,7 @@\n'
+                    '     "tok7": 7,\n     "tok8": 8,\n     "tok9": 9,\n-    "tok10": 10,\n'
+                    '+    "tok10": 10, "special": true,\n     "tok11": 11,\n     "tok12": 12,\n     "tok13": 13,\n'
+                    '@@ -999988,7 +999988,7 @@\n     "tok999987": 999987,\n     "tok999988": 999988,\n'
+                    '     "tok999989": 999989,\n-    "tok999990": 999990,\n+    "tok999990": 999990, "special": true,\n'
+                    '     "tok999991": 999991,\n     "tok999992": 999992,\n     "tok999993": 999993,\n')
+
+
+def test_a_patched_json_keeps_non_ascii_that_appears_late_in_the_file():
+    """Gemma-3's tokenizer.json is ASCII for its first 100,000 characters, then has "▁" in every piece: only the
+    start was read, so the patched copy was re-escaped whole ("\\u2581"), 2.4 million lines in the diff."""
+    from modelyard.stages.patch import _dump_like
+
+    doc = {"added_tokens": [{"id": i, "content": f"<unused{i}>", "special": False} for i in range(3000)],
+           "model": {"vocab": {"▁the": 0, "\\u0000": 1, "東京": 2}}}
+    original = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    assert original[:100_000].isascii() and "▁the" in original
+    doc["added_tokens"][7]["special"] = True
+    patched = _dump_like(doc, original)
+    assert [(a, b) for a, b in zip(original.splitlines(), patched.splitlines()) if a != b] == [
+        ('      "special": false', '      "special": true')]

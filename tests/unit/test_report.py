@@ -81,3 +81,22 @@ def test_stored_report_of_the_wrong_shape_names_the_field():
     with pytest.raises(ManifestError) as e:
         ReportRecord.from_bytes(b"{not json")
     assert e.value.message.startswith("report.json: (the document): Invalid JSON")
+
+
+def test_a_rebuilt_tokenizer_is_named_in_the_report_with_why_and_the_evidence():
+    from modelyard.checks.report import Report, replaced_files
+
+    check = {"model": "llama", "checked": 31, "reference": "llama.cpp (llama-cpp-python 0.3.36)", "repaired": True,
+             "findings": [{"code": "tokenizer.gguf.bos_policy", "message": "the converted tokenizer does not add <bos>"}],
+             "after": []}
+    source = {"uri": "gguf:///m.gguf", "kind": "gguf", "tokenizer_check": check}
+    assert replaced_files(source) == [{
+        "file": "tokenizer.json", "by": "rebuilt from the GGUF's tokenizer.ggml.* arrays",
+        "why": "tokenizer.gguf.bos_policy: the converted tokenizer does not add <bos>",
+        "evidence": "after the rebuild it reads the 31 probe texts as llama.cpp (llama-cpp-python 0.3.36) does"}]
+    md = Report(target=Target(), findings=()).with_source(source).to_markdown("t")
+    assert ("## Files written instead of the source's\n\n- `tokenizer.json` rebuilt from the GGUF's tokenizer.ggml.* "
+            "arrays: after the rebuild it reads the 31 probe texts as llama.cpp (llama-cpp-python 0.3.36) does. Why: "
+            "tokenizer.gguf.bos_policy: the converted tokenizer does not add <bos>\n") in md
+    assert replaced_files({**source, "tokenizer_check": {**check, "repaired": False}}) == []
+    assert "Files written instead" not in Report(target=Target(), findings=()).with_source({"uri": "x"}).to_markdown()

@@ -154,13 +154,13 @@ def _probe(tok, texts, folder) -> dict:  # noqa: C901
     def enc(text, special=False):
         return list(tok.encode(text, add_special_tokens=special))
 
+    from transformers.convert_slow_tokenizer import bytes_to_unicode as b2u
+
     words: dict = {}
     for t in texts:
-        for w in _WORD.findall(t):
-            if w in words:
-                continue
-            for mark in ("\u0120", "\u2581"):  # Ġ (byte-level BPE), ▁ (SentencePiece, Metaspace)
-                tid = vocab.get(mark + w)
+        for w in (w for w in _WORD.findall(t) if w not in words):  # "▁w" (SentencePiece); " w" byte-level (" à": "ĠÃł")
+            for spelt in ("\u2581" + w, "".join(b2u()[b] for b in (" " + w).encode("utf-8"))):
+                tid = vocab.get(spelt)
                 if tid is not None and tid not in skip:
                     words[w] = tid
                     break

@@ -30,29 +30,36 @@ cached by a modelyard that wrote different files is redone, not reused.
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import json
 import logging
+import os
 import shutil
+import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from modelyard import progress
 from modelyard.checks.base import Finding, Severity
-from modelyard.checks.gguf_tokenizer import CONTROL, NORMAL, SOURCE, USER_DEFINED, GgufVocab, compare, probe_texts
+from modelyard.checks.gguf_tokenizer import CONTROL, NORMAL, SOURCE, UNKNOWN, USER_DEFINED, GgufVocab, Reference, compare, probe_texts
 from modelyard.errors import ConversionError, InvalidSourceError, SourceNotFoundError
 from modelyard.model.digest import sha256_file
 from modelyard.model.snapshot import FileEntry, Snapshot
 from modelyard.model.source import Source
+from modelyard.runtime.process import run_script
 from modelyard.settings import Settings
 
 _DONE = ".modelyard-converted"
 #: the version of what :func:`convert_gguf` writes; bump it whenever the written files change, so
 #: that conversions cached by an older modelyard are redone (it is part of the cache marker).
 #: 2: special tokens and their ids taken from the GGUF header. 3: the tokenizer checked (and repaired)
-#: against the GGUF's own arrays.
-CONVERTER_VERSION = "3"
+#: against the GGUF's own arrays. 4: user-defined tokens matched before the model in a rebuilt tokenizer,
+#: byte-level vocabularies read through bytes-to-unicode, llama.cpp itself as the reference where installed.
+CONVERTER_VERSION = "4"
 CHECK_FILE = ".modelyard-tokenizer-check.json"
+HAND_READING = "llama.cpp's algorithm read by hand"
 #: GGUF header key of each special-token id -> the transformers tokenizer attribute it sets
 #: (llama.cpp ``gguf-py`` ``Keys.Tokenizer``: BOS_ID, EOS_ID, PAD_ID, UNK_ID).
 SPECIAL_TOKEN_KEYS: dict[str, str] = {
@@ -172,8 +179,9 @@ def spm_tokenizer(vocab: GgufVocab) -> Any:
     """A ``tokenizers.Tokenizer`` for a SentencePiece-BPE GGUF vocabulary, built from its arrays: BPE over
     ``tokens`` whose merges are every split of a token into two tokens, ranked by the merged token's score
     (SentencePiece-BPE and llama.cpp merge the highest score first), byte fallback to ``<0xXX>``, spaces as
-    ``▁`` (one prepended when ``add_space_prefix``), control tokens special, bos/eos added as
-    ``add_bos_token``/``add_eos_token`` say."""
+    ``▁`` (one prepended when ``add_space_prefix``), control and unknown tokens special, user-defined tokens
+    (a Gemma GGUF's runs of spaces and tabs, HTML tags) added tokens matched before the model and not
+    normalized, as llama.cpp matches them; bos/eos added as ``add_bos_token``/``add_eos_token`` say."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors  # noqa: PLC0415 - heavy
 
     index = vocab.index
@@ -194,8 +202,12 @@ def spm_tokenizer(vocab: GgufVocab) -> Any:
     tk.normalizer = normalizers.Sequence([*norm, normalizers.Replace(" ", "▁")])
     dec = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     tk.decoder = decoders.Sequence(dec + ([decoders.Strip(" ", 1, 0)] if vocab.adds_space_prefix() else []))
+    # llama.cpp cuts control, unknown and user-defined tokens out of the text before the model (checks.
+    # gguf_tokenizer.partition); tokenizers does the same with added tokens that are not normalized
     tk.add_special_tokens([AddedToken(t, normalized=False, special=True) for i, t in enumerate(vocab.tokens)
-                           if vocab.type_of(i) == CONTROL])
+                           if t and vocab.type_of(i) in (CONTROL, UNKNOWN)])
+    tk.add_tokens([AddedToken(t, normalized=False, special=False) for i, t in enumerate(vocab.tokens)
+                   if t and vocab.type_of(i) == USER_DEFINED])
     bos = vocab.tokens[vocab.bos_token_id] if vocab.bos_token_id is not None else None
     eos = vocab.tokens[vocab.eos_token_id] if vocab.eos_token_id is not None else None
     single = ([f"{bos}:0"] if bos and vocab.adds_bos() else []) + ["$A:0"] + ([f"{eos}:0"] if eos and vocab.add_eos_token else [])
@@ -205,11 +217,64 @@ def spm_tokenizer(vocab: GgufVocab) -> Any:
     return tk
 
 
-def _check_folder(vocab: GgufVocab, out_dir: Path, texts: list[str]) -> list[Any]:
+LLAMA_TOKENIZE = Path(__file__).resolve().parents[2] / "runtime" / "scripts" / "llama_tokenize.py"
+
+
+@dataclass(frozen=True)
+class LlamaCppReading:
+    """llama.cpp's reading of a GGUF's vocabulary over some texts (:func:`llama_cpp_reference`): ``name`` (with
+    the llama-cpp-python version), ``ids`` per text, and ``overridden``: the ids of the tokens llama.cpp treats
+    as control though the GGUF declares them normal. ``error`` instead when llama.cpp could not read it."""
+
+    name: str
+    ids: dict[str, list[int]] = field(default_factory=dict)
+    overridden: frozenset[int] = frozenset()
+    error: str | None = None
+
+    def encode(self, text: str) -> list[int] | None:
+        """The ids of ``text`` (one of the texts read), or None where llama.cpp's reading holds an overridden
+        token (not compared: its heuristic, not the format) or the text was not read."""
+        ids = self.ids.get(text)
+        return None if ids is None or self.overridden.intersection(ids) else ids
+
+
+def llama_cpp_reference(gguf_path: Path, vocab: GgufVocab, texts: list[str], *,
+                        timeout: float = 300) -> LlamaCppReading | None:
+    """llama.cpp's own tokenizer of ``gguf_path`` over ``texts`` (PyPI ``llama-cpp-python``, the ``reference``
+    extra: ``Llama(path, vocab_only=True)`` reads the vocabulary, no weights; ``parse_special``, no bos), run in a
+    child process of this interpreter (``runtime/scripts/llama_tokenize.py``: llama.cpp aborts its process on a
+    vocabulary it cannot load). None where the package is not installed; a reading with ``error`` where llama.cpp
+    failed (the caller falls back to the hand reading and records why).
+
+    The tokens llama.cpp treats as control though ``vocab`` declares them normal are its own heuristic, not the
+    format: it makes every "control-looking" end-of-generation text control ("this is probably a bug in the
+    model. its type will be overridden", llama-vocab.cpp), so it reads a literal ``</s>`` in a Qwen2.5 text as
+    one token where the model's own tokenizer (and vLLM's) reads three; texts with them are not compared."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    name = f"llama.cpp (llama-cpp-python {md.version('llama-cpp-python')})"
+    with tempfile.TemporaryDirectory(prefix="modelyard-llama-cpp-") as tmp:
+        job, out, log = Path(tmp, "job.json"), Path(tmp, "out.json"), Path(tmp, "log")
+        job.write_text(json.dumps({"texts": texts}), encoding="utf-8")
+        env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # an abort's backtrace would attach gdb to the child
+        run = run_script(sys.executable, LLAMA_TOKENIZE, [str(gguf_path), str(job), str(out)], env=env,
+                         timeout=timeout, log=log)
+        if run.returncode != 0 or not out.is_file():
+            why = "timed out" if run.timed_out else f"exit status {run.returncode}"
+            last = [ln for ln in run.tail.splitlines() if "GGML_ASSERT" in ln or "error" in ln.lower()][-1:]
+            return LlamaCppReading(name, error=f"llama.cpp could not read the vocabulary ({why}): "
+                                               f"{(last or [run.tail.strip()[-200:]])[0][-300:]}")
+        data = json.loads(out.read_text(encoding="utf-8"))
+    over = frozenset(i for i in data["control"] if i < len(vocab.tokens) and vocab.type_of(i) == NORMAL)
+    return LlamaCppReading(name, dict(zip(texts, data["ids"])), over)
+
+
+def _check_folder(vocab: GgufVocab, out_dir: Path, texts: list[str], reference: Reference | None) -> list[Any]:
     from transformers import AutoTokenizer  # noqa: PLC0415 - heavy: transformers, imported on first use
 
     tok = AutoTokenizer.from_pretrained(str(out_dir))
-    found = compare(vocab, lambda t, special: list(tok(t, add_special_tokens=special).input_ids), texts)
+    found = compare(vocab, lambda t, special: list(tok(t, add_special_tokens=special).input_ids), texts,
+                    reference=reference)
     bad = [t for t in texts[:3] if tok.decode(tok(t, add_special_tokens=False).input_ids) != t]
     if bad:
         found.append(Finding("tokenizer.gguf.round_trip", Severity.ERROR,
@@ -220,19 +285,29 @@ def _check_folder(vocab: GgufVocab, out_dir: Path, texts: list[str]) -> list[Any
 
 
 def check_and_repair(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
-    """Check the tokenizer written in ``out_dir`` against ``gguf_path``'s own arrays (module docstring);
-    repair a SentencePiece-BPE one that disagrees. Returns the record
-    ``{model, checked, findings, repaired, after}`` (also written to :data:`CHECK_FILE`). Raises
-    :class:`ConversionError` when it still disagrees."""
+    """Check the tokenizer written in ``out_dir`` against ``gguf_path``'s own arrays (module docstring), read by
+    llama.cpp itself where ``llama-cpp-python`` is installed (:func:`llama_cpp_reference`), else by hand;
+    repair a SentencePiece-BPE one that disagrees. Returns the record ``{model, checked, reference, findings,
+    repaired, after}`` (also written to :data:`CHECK_FILE`). Raises :class:`ConversionError` when it still
+    disagrees."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: PLC0415 - heavy: transformers
 
     vocab = read_vocab(gguf_path)
-    texts = probe_texts()
-    record: dict[str, Any] = {"model": vocab.model, "checked": len(texts), "repaired": False}
+    texts = probe_texts(markers=True)
+    ref = llama_cpp_reference(gguf_path, vocab, texts) if vocab.tokens else None
+    record: dict[str, Any] = {"model": vocab.model, "checked": len(texts), "reference": HAND_READING, "repaired": False}
+    if ref is not None and ref.error:
+        record["reference_error"] = ref.error  # llama.cpp could not read it: the hand reading judges
+        ref = None
+    elif ref is not None:
+        record["reference"] = ref.name
+        if ref.overridden:
+            record["reference_overrides"] = sorted(vocab.tokens[i] for i in ref.overridden)  # not compared
     if not vocab.tokens:
         record["findings"] = []
         return record
-    found = _check_folder(vocab, out_dir, texts)
+    reference = ref.encode if ref else None
+    found = _check_folder(vocab, out_dir, texts, reference)
     record["findings"] = [f.to_dict() for f in found]
     if found and vocab.model == "llama" and vocab.scores:
         old = AutoTokenizer.from_pretrained(str(out_dir))
@@ -242,7 +317,7 @@ def check_and_repair(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
             (out_dir / name).unlink(missing_ok=True)
         fast.save_pretrained(str(out_dir))
-        after = _check_folder(vocab, out_dir, texts)
+        after = _check_folder(vocab, out_dir, texts, reference)
         record.update(repaired=True, after=[f.to_dict() for f in after])
         found = after
     if found:
