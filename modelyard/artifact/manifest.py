@@ -40,6 +40,7 @@ from modelyard.artifact.records import (
     validate,
 )
 from modelyard.checks import Report
+from modelyard.checks.report import replaced_files
 from modelyard.errors import ManifestError
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry, Snapshot
@@ -185,7 +186,11 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
                    serve: dict[str, Any] | None = None) -> Manifest:
     """The manifest. ``files`` are the artifact's ``model/`` entries (default: the snapshot's);
     a patched file lists its new ``sha256`` and its ``original_sha256``; ``patches`` holds the
-    plan's ops (``patches.json``) and its digest; ``serve`` the serve plan that serve/ was written for."""
+    plan's ops (``patches.json``) and its digest, and the files modelyard wrote instead of the source's
+    (:func:`modelyard.checks.report.replaced_files`: a GGUF import's rebuilt tokenizer); ``serve`` the serve plan
+    that serve/ was written for."""
+    source = source_record(snapshot)
+    replaced = replaced_files(source)
     entries = sorted(files if files is not None else snapshot.files, key=lambda f: f.path)
     tools = tool_versions()
     if smoke and smoke.get("vllm_version"):
@@ -196,13 +201,14 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
         "revision": revision,
         "content_digest": "sha256:" + tree_digest(tuple(entries)),
         "created_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
-        "source": source_record(snapshot),
+        "source": source,
         "files": [{"path": f"model/{f.path}", "size": f.size, "sha256": f.sha256, "origin": f.origin,
                    **({"original_sha256": f.original_sha256} if f.patched else {})} for f in entries],
-        "patches": None if plan is None or plan.empty else {
-            "count": len(plan.ops), "sha256": plan.digest,
+        "patches": None if (plan is None or plan.empty) and not replaced else {
+            "count": 0 if plan is None else len(plan.ops), "sha256": None if plan is None or plan.empty else plan.digest,
             "ops": [{"file": o.file, "pointer": o.pointer, "old": o.old, "new": o.new, "code": o.code, "reason": o.reason}
-                    for o in plan.ops]},
+                    for o in (plan.ops if plan is not None else ())],
+            **({"replaced": replaced} if replaced else {})},
         "target": report.target.to_dict(),
         "verification": {"passed": report.passed, "errors": len(report.errors),
                          "warnings": sum(1 for f in report.findings if f.severity.value == "warning"),

@@ -172,12 +172,24 @@ class PatchOpRecord(Record):
     reason: str | None = None
 
 
+class ReplacedFileRecord(Record):
+    """A file of ``model/`` that modelyard wrote instead of the source's (a GGUF import's ``tokenizer.json`` rebuilt
+    from the GGUF's own arrays): the file, what wrote it, why (the findings) and the evidence it is right."""
+
+    file: str
+    by: str | None = None
+    why: str | None = None
+    evidence: str | None = None
+
+
 class PatchesRecord(Record):
-    """The patch plan the artifact's ``model/`` was made with (``patches.json``) and its sha256."""
+    """The patch plan the artifact's ``model/`` was made with (``patches.json``) and its sha256; ``replaced``: the
+    files written instead of the source's (:class:`ReplacedFileRecord`), whole files no op of the plan describes."""
 
     count: int = Field(0, ge=0)
     sha256: str | None = None
     ops: tuple[PatchOpRecord, ...] = ()
+    replaced: tuple[ReplacedFileRecord, ...] = ()
 
 
 # --- quantization --------------------------------------------------------------------------------

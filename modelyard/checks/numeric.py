@@ -20,8 +20,9 @@ What is judged:
    :data:`TIE_NATS` of it: near-ties of nearly flat distributions are no disagreement), and the
    perplexity ratio. Limits: :data:`LIMITS` (unquantized) and :data:`QUANTIZED_LIMITS` (vLLM's
    quantized kernels against transformers' dequantized weights).
-2. **Absolute sanity**: the perplexity of plain English prose (the text marked ``prose``) at most
-   :data:`PPL_BOUND`. Agreement alone cannot see a wrong tokenizer, because both implementations share
+2. **Absolute sanity**: the perplexity of every reference text at most its own bound (``ppl_bound`` in
+   the texts' file: prose, code and each language get one chosen from real checkpoints; plain English prose
+   without one, :data:`PPL_BOUND`). Agreement alone cannot see a wrong tokenizer, because both implementations share
    it: a Gemma-3 GGUF import whose converted tokenizer split single-token words gave perplexity 962.8
    in both vLLM and transformers, while SmolLM2-135M-Instruct gives about 22 on the same kind of text.
    The bound is judged only when the vocabulary is large enough for it to mean anything
@@ -57,6 +58,9 @@ TIE_NATS = 0.05
 DEGENERATE_MAX_PERIOD = 4
 #: ... over at least this many of its last tokens, and over at least half the answer
 DEGENERATE_MIN_SPAN = 12
+#: where the per-text bounds come from
+BOUND_SOURCE = ("perplexity bounds per reference text chosen from real checkpoints (SmolLM2-135M-Instruct, Gemma-3 "
+                "270M base GGUF, Qwen2.5-Coder-0.5B-Instruct GGUF; docs/reference/smoke.md); modelyard's numerical gate")
 SOURCE = ("two implementations of one checkpoint must agree (vLLM prompt_logprobs against transformers' forward "
           "on the same token ids); modelyard's numerical gate")
 
@@ -116,20 +120,25 @@ class TextFigures:
     worst: dict[str, Any] | None = None
     continuation: str | None = None
     prose: bool = False
+    #: the perplexity any working language model of a real vocabulary stays under on this text (None: unbounded)
+    ppl_bound: float | None = None
 
 
 def text_figures(name: str, vllm: dict[str, Any], reference: list[dict[str, Any]] | None,
-                 prose: bool = False) -> TextFigures:
+                 prose: bool = False, ppl_bound: float | None = None) -> TextFigures:
     """Figures of one text. ``vllm`` is the runner's record ``{ids, logprobs, top, continuation}``:
     ``logprobs[i]`` the actual token's log-probability at position i (None at 0), ``top[i]`` vLLM's
     ``[[token_id, logprob], ...]`` there. ``reference`` is, per position i >= 1, transformers'
-    ``{actual, top: [logprob of each vLLM top id], argmax, max}``, or None when not compared.
+    ``{actual, top: [logprob of each vLLM top id], argmax, max}``, or None when not compared. ``ppl_bound``: the
+    text's absolute perplexity bound (:func:`judge` judges it), :data:`PPL_BOUND` for prose without one.
     Raises ValueError when the two do not cover the same positions."""
     ids, lps = vllm["ids"], vllm["logprobs"]
     n = len(ids)
     nll = -sum(lps[1:]) / max(n - 1, 1)
+    if ppl_bound is None and prose:
+        ppl_bound = PPL_BOUND
     fig = TextFigures(name=name, tokens=n, ppl_vllm=round(math.exp(nll), 4), continuation=vllm.get("continuation"),
-                      prose=prose)
+                      prose=prose, ppl_bound=ppl_bound)
     if reference is None:
         return fig
     if len(reference) != n - 1:
@@ -152,6 +161,12 @@ def text_figures(name: str, vllm: dict[str, Any], reference: list[dict[str, Any]
                    kl_mean=round(kl / m, 6), top1=round(agree / m, 4), max_abs_diff=round(d, 6),
                    worst={"position": i, "token_id": ids[i], "vllm": round(lps[i], 5),
                           "reference": round(reference[i - 1]["actual"], 5)} if i else None)
+
+
+def text_bound(t: TextFigures) -> float | None:
+    """The perplexity bound ``t`` is judged against: its own ``ppl_bound``, :data:`PPL_BOUND` for prose without
+    one, None for a text without a bound."""
+    return t.ppl_bound if t.ppl_bound is not None else (PPL_BOUND if t.prose else None)
 
 
 class _Compared(NamedTuple):
@@ -244,24 +259,28 @@ def judge(texts: list[TextFigures], vocab_size: int, *, quantized: bool = False,
                 "weights.", source=DEGENERATE_SOURCE))
     prose = [t for t in texts if t.prose]
     prose_ppl = prose[0].ppl_vllm if prose else None
-    bound_judged = vocab_size >= MIN_VOCAB_FOR_BOUND and prose_ppl is not None
+    prose_bound = (text_bound(prose[0]) or PPL_BOUND) if prose else PPL_BOUND
+    bounded = [(t, b) for t in texts if (b := text_bound(t)) is not None]
+    bound_judged = vocab_size >= MIN_VOCAB_FOR_BOUND and bool(bounded)
     bound_why = None
+    over = [(t, b) for t, b in bounded if t.ppl_vllm > b] if bound_judged else []
     if not bound_judged:
         bound_why = (f"a vocabulary of {vocab_size} tokens is below {MIN_VOCAB_FOR_BOUND}: uniform guessing scores "
                      f"{vocab_size}, so the bound says nothing; judged by agreement alone (a test model)")
         findings.append(Finding("smoke.numeric.bound_not_judged", Severity.INFO, bound_why, field="vocab_size",
                                 value=vocab_size, limit=MIN_VOCAB_FOR_BOUND, source=SOURCE))
-    elif prose_ppl is not None and prose_ppl > PPL_BOUND:
+    elif over:
+        detail = "; ".join(f"{t.name} {t.ppl_vllm:.1f} > {b:g} ({t.tokens} tokens)" for t, b in over)
         findings.append(Finding(
             "smoke.numeric.perplexity_bound", Severity.ERROR,
-            f"perplexity {prose_ppl:.1f} on plain English prose ({prose[0].name}, {prose[0].tokens} tokens) is above "
-            f"{PPL_BOUND:g}, which any working language model meets: the model, or the tokenizer that feeds it, is broken",
-            field="prompt_logprobs", value=prose_ppl, limit=PPL_BOUND,
+            f"perplexity above the bound that working language models meet on {len(over)} of {len(bounded)} reference "
+            f"text(s): {detail}: the model, or the tokenizer that feeds it, is broken",
+            field="prompt_logprobs", value={t.name: t.ppl_vllm for t, _ in over}, limit={t.name: b for t, b in over},
             fix="Check the tokenizer (`modelyard verify` on the folder; for a GGUF import, its tokenizer conversion) "
-                "and the weights' dtype; both implementations agreeing means they share the defect.", source=SOURCE))
+                "and the weights' dtype; both implementations agreeing means they share the defect.", source=BOUND_SOURCE))
     passed = not any(f.severity == Severity.ERROR for f in findings)
     return NumericVerdict(passed=passed, compared=bool(compared), texts=tuple(texts), kl_mean=kl, top1=top1,
-                          ppl_ratio_worst=ratio, prose_ppl=prose_ppl, ppl_bound=PPL_BOUND, bound_judged=bound_judged,
+                          ppl_ratio_worst=ratio, prose_ppl=prose_ppl, ppl_bound=prose_bound, bound_judged=bound_judged,
                           limits=asdict(lim), vocab_size=vocab_size, not_compared=not_compared,
                           bound_not_judged=bound_why, reference=reference), findings
 

@@ -167,12 +167,13 @@ def numeric_md(n: dict[str, Any], findings: Any = ()) -> list[str]:
              f"- agreement over every text: mean KL {n.get('kl_mean')} nats/token (limit {lim.get('kl_max')}), top-1 "
              f"{n.get('top1')} (limit {lim.get('top1_min')}), worst perplexity ratio {n.get('ppl_ratio_worst')} "
              f"(limit {lim.get('ppl_ratio_max')})",
-             f"- English prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')}, judged on the text marked "
-             "prose only; the other texts are judged by agreement)"
+             f"- English prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')}); every text's perplexity "
+             "against its own bound"
              + ("" if n.get("bound_judged") else f": not judged, {n.get('bound_not_judged')}"), "",
-             "| text | tokens | perplexity vLLM | perplexity reference | ratio | KL | top-1 | greedy continuation |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {t['name']} | {t['tokens']} | {t['ppl_vllm']} | {t.get('ppl_reference')} | {t.get('ppl_ratio')} | "
+             "| text | tokens | perplexity vLLM | bound | perplexity reference | ratio | KL | top-1 | greedy continuation |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {t['name']} | {t['tokens']} | {t['ppl_vllm']} | {t.get('ppl_bound')} | {t.get('ppl_reference')} | "
+              f"{t.get('ppl_ratio')} | "
               f"{t.get('kl_mean')} | {t.get('top1')} | {(t.get('continuation') or '')[:60]!r} |".replace("|'", "\\|'")
               for t in n.get("texts") or []]
     par = n.get("parent")

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.artifact.bom import build_bom, validate_bom
-from modelyard.checks.report import counted, replaced_files
+from modelyard.checks.report import counted
 from modelyard.cli._common import (
     alias_option,
     either,
@@ -302,7 +302,7 @@ def show_cmd(
     src = d["source"]
     out.print(f"source: {escape(str(src.get('uri')))}" + (f"  commit: {src['commit']}" if src.get("commit") else ""),
               highlight=False, soft_wrap=True)
-    for r in replaced_files(src):
+    for r in d.get("replaced") or []:
         out.print(f"replaced: {r['file']} {r['by']} ({escape(r['evidence'])})", highlight=False, soft_wrap=True)
     v = d.get("verification") or {}
     out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({counted(v.get('errors', 0), 'error')}, "

@@ -16,6 +16,7 @@ from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.artifact.store import Artifact, Store, StoreProtocol
+from modelyard.checks.report import replaced_files
 from modelyard.errors import BundleError, PublishError, StoreError
 from modelyard.transport.objectstore import is_remote, open_store
 from modelyard.transport.refs import find_artifact, resolve_artifact
@@ -81,11 +82,15 @@ def show_artifact(ref: str | Path, home: str | Path | None = None) -> dict[str, 
     except (OSError, ValueError):
         pass
     src, smoke = m.source, m.smoke
+    # the manifest's patch list names the files written instead of the source's; a manifest older than that list
+    # still has the record they are read from (source.tokenizer_check)
+    replaced = ([r.to_dict() for r in m.patches.replaced] if m.patches and m.patches.replaced
+                else replaced_files(src.to_dict()))
     return {**s.to_dict(), "source": {k: getattr(src, k) for k in ("uri", "kind", "repo_id", "revision", "commit")},
             "files": len(m.files), "verification": m.verification.to_dict() if "verification" in m.present else None,
             "smoke": None if not smoke else {k: getattr(smoke, k) for k in ("vllm_version", "load_seconds",
                                                                               "tokens_per_second", "finish_reason")},
-            "patches": m.patches.count if m.patches else 0, "signed": _has(store, artifact, SIGNATURE),
+            "patches": m.patches.count if m.patches else 0, "replaced": replaced, "signed": _has(store, artifact, SIGNATURE),
             "report": report}
 
 

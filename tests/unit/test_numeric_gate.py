@@ -54,8 +54,22 @@ def test_a_wrong_tokenizer_fails_the_bound_though_both_implementations_agree():
     # the Gemma-3 GGUF import: 962.8 in vLLM and in transformers
     v, f = numeric.judge([_fig("prose-en", 962.8, prose=True, tokens=337)], 262144)
     assert (v.passed, [x.code for x in f]) == (False, ["smoke.numeric.perplexity_bound"])
-    assert (f[0].value, f[0].limit) == (962.8, 100.0)
-    assert f[0].to_dict()["limit"] == 100.0
+    assert (f[0].value, f[0].limit) == ({"prose-en": 962.8}, {"prose-en": 100.0})
+    assert f[0].message == ("perplexity above the bound that working language models meet on 1 of 1 reference text(s): "
+                            "prose-en 962.8 > 100 (337 tokens): the model, or the tokenizer that feeds it, is broken")
+
+
+def test_every_text_is_judged_against_its_own_bound():
+    """Code whose whitespace the tokenizer cannot reach is judged by its own number, not by prose's alone."""
+    figs = [_fig("prose-en", 17.9, prose=True), replace(_fig("code-python", 41.5), ppl_bound=16.0),
+            replace(_fig("prose-es", 185.9), ppl_bound=750.0), _fig("unbounded", 5000.0)]
+    v, f = numeric.judge(figs, 262144)
+    assert (v.passed, v.bound_judged, v.ppl_bound, [x.code for x in f]) == (
+        False, True, 100.0, ["smoke.numeric.perplexity_bound"])
+    assert (f[0].value, f[0].limit) == ({"code-python": 41.5}, {"code-python": 16.0})
+    assert "on 1 of 3 reference text(s): code-python 41.5 > 16 (101 tokens)" in f[0].message
+    fig = numeric.text_figures("prose-en", _record([1, 7], [math.log(0.5)], [[[7, math.log(0.5)]]]), None, prose=True)
+    assert (fig.ppl_bound, numeric.text_bound(fig)) == (100.0, 100.0)
 
 
 def test_disagreement_names_the_text_and_the_limits():

@@ -1,6 +1,7 @@
 """The report's JSON follows the published schema (report.schema.json) and its Markdown escapes cells."""
 
 import json
+from pathlib import Path
 
 import jsonschema
 
@@ -100,3 +101,17 @@ def test_a_rebuilt_tokenizer_is_named_in_the_report_with_why_and_the_evidence():
             "tokenizer.gguf.bos_policy: the converted tokenizer does not add <bos>\n") in md
     assert replaced_files({**source, "tokenizer_check": {**check, "repaired": False}}) == []
     assert "Files written instead" not in Report(target=Target(), findings=()).with_source({"uri": "x"}).to_markdown()
+    # and in the manifest's patch list, beside the plan's ops (none here)
+    from modelyard.artifact.manifest import build_manifest
+    from modelyard.model.snapshot import Snapshot
+
+    snap = Snapshot(root=Path("/m"), source="gguf:///m.gguf", kind="gguf", files=(),
+                    provenance={"tokenizer_check": check})
+    report = Report(target=Target(), findings=())
+    m = build_manifest(name="m", revision="r", snapshot=snap, report=report, report_json=b"{}", smoke=None)
+    assert m.patches is not None and (m.patches.count, m.patches.sha256, m.patches.ops) == (0, None, ())
+    assert [r.model_dump() for r in m.patches.replaced] == replaced_files(source)
+    assert m.modified is True
+    plain = Snapshot(root=Path("/m"), source="gguf:///m.gguf", kind="gguf", files=())
+    assert build_manifest(name="m", revision="r", snapshot=plain, report=report, report_json=b"{}",
+                          smoke=None).patches is None

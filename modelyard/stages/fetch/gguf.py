@@ -37,6 +37,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,9 +123,45 @@ def apply_special_tokens(tok: Any, model: Any, ids: dict[str, int]) -> dict[str,
     return done
 
 
+@contextmanager
+def one_reader_per_file() -> Iterator[None]:
+    """Within the block, every ``gguf.GGUFReader(path)`` of one file returns the same reader.
+
+    A conversion reads the header of one GGUF six times: transformers' tokenizer (twice: ``AutoTokenizer`` and the
+    tokenizer's own ``__init__``), config and model loaders each construct a ``GGUFReader`` (``load_gguf_checkpoint``
+    imports it from ``gguf`` on every call), and so do :func:`gguf_special_token_ids` and :func:`read_vocab`. Parsing
+    a header is dominated by its string arrays (a 262,144-token vocabulary took 12-16 s a read on 2 cores: a Gemma-3
+    270M conversion took 115 s, 55 s with one reader; ``benchmarks/gguf_convert.py``); the reader is a
+    read-only memory map, so one per file serves every caller. The module attribute is swapped for the block and
+    restored after it; a conversion runs in one thread."""
+    import gguf  # noqa: PLC0415 - heavy: gguf, imported on first use
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, Any], Any] = {}
+
+    def shared(path: Any, mode: Any = "r") -> Any:
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original  # type: ignore[misc]
+        readers.clear()
+
+
 def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> None:
     """Write a safetensors checkpoint (config, generation config, tokenizer, chat template, weights)
-    of ``gguf_path`` into the existing empty folder ``out_dir``. Raises :class:`ConversionError`."""
+    of ``gguf_path`` into the existing empty folder ``out_dir`` (the header parsed once,
+    :func:`one_reader_per_file`). Raises :class:`ConversionError`."""
+    with one_reader_per_file():
+        _convert(gguf_path, out_dir, dtype)
+
+
+def _convert(gguf_path: Path, out_dir: Path, dtype: str) -> None:
     try:
         import torch  # noqa: PLC0415 - heavy: torch, imported on first use
         import transformers  # noqa: PLC0415 - heavy: transformers, imported on first use

@@ -34,7 +34,7 @@ MEMINFO = Path("/proc/meminfo")
 
 
 def reference_texts() -> list[dict[str, Any]]:
-    """The reference texts: ``[{name, text, prose, source}]`` from :data:`TEXTS`."""
+    """The reference texts: ``[{name, text, prose, ppl_bound, source}]`` from :data:`TEXTS`."""
     return yaml.safe_load(TEXTS.read_text(encoding="utf-8"))["texts"]
 
 
@@ -209,7 +209,7 @@ def numeric_gate(model_dir: Path, records: list[dict[str, Any]], vocab_size: int
     ``parent``: the checkpoint ``model_dir`` was derived from (quantized or patched from; it shares the
     tokenizer, so the same ids apply): transformers' forward of it on the same ids is compared with vLLM's
     numbers by :func:`modelyard.checks.numeric.judge_parent`, recorded as the verdict's ``parent``."""
-    prose = {t["name"]: bool(t.get("prose")) for t in reference_texts()}
+    declared = {t["name"]: t for t in reference_texts()}
     why = fits_on_host(model_dir, meminfo)
     refs: list[Any] = [None] * len(records)
     label = None
@@ -219,7 +219,8 @@ def numeric_gate(model_dir: Path, records: list[dict[str, Any]], vocab_size: int
             label = f"transformers {md.version('transformers')}, float32, CPU"
         except Exception as exc:  # noqa: BLE001 - any failure of the second implementation is reported, not raised
             why = f"transformers could not run the checkpoint: {type(exc).__name__}: {str(exc)[:300]}"
-    texts = [numeric.text_figures(r["name"], r, ref, prose=prose.get(r["name"], False)) for r, ref in zip(records, refs)]
+    texts = [numeric.text_figures(r["name"], r, ref, prose=bool(declared.get(r["name"], {}).get("prose")),
+                                  ppl_bound=declared.get(r["name"], {}).get("ppl_bound")) for r, ref in zip(records, refs)]
     verdict, found = numeric.judge(texts, vocab_size, quantized=_quantized(model_dir), not_compared=why, reference=label)
     if parent is None or Path(parent).resolve() == Path(model_dir).resolve():
         return verdict, found
