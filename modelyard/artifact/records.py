@@ -97,6 +97,7 @@ class TargetRecord(Record):
     vllm_version: str | None = None
     transformers_version: str | None = None
     gpu_cc: str | None = Field(None, description='CUDA compute capability, e.g. "8.0"')
+    require_judged: bool = Field(False, description="a check this host could not judge is an error")
 
 
 class FindingRecord(Record):
@@ -104,7 +105,7 @@ class FindingRecord(Record):
 
     code: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)+$",
                       description="stable dotted code, e.g. tokenizer.stop_tokens.missing_turn_terminator")
-    severity: Literal["error", "warning", "info"]
+    severity: Literal["error", "warning", "info", "not_judged"]
     message: str = Field(min_length=1)
     file: str | None = Field(None, description="path relative to the model folder")
     field: str | None = Field(None, description="dotted field in file (JSON key path) or tensor name")
@@ -120,6 +121,7 @@ class SummaryRecord(Record):
     errors: int = Field(ge=0)
     warnings: int = Field(ge=0)
     infos: int = Field(ge=0)
+    not_judged: int = Field(0, ge=0, description="checks this host could not judge (neither passed nor failed)")
     passed: bool = Field(description="true when errors is 0")
 
 

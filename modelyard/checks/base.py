@@ -8,8 +8,8 @@ rule (the runtime behaviour or public issue it comes from).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from modelyard.checks.versions import parse_version
@@ -20,9 +20,14 @@ if TYPE_CHECKING:
 
 
 class Severity(str, enum.Enum):
+    """How a finding weighs. ``NOT_JUDGED``: a check this host could not decide (a kernel or an optional package
+    the local CPU runtime lacks, a shape-only load): neither a pass nor a defect, reported in its own section and
+    counted apart; ``Target.require_judged`` (``--require-judged``) makes it an error (:func:`require_judged`)."""
+
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
+    NOT_JUDGED = "not_judged"
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class Target:
     vllm_version: str | None = None
     transformers_version: str | None = None
     gpu_cc: str | None = None
+    #: a check the local runtime could not judge (:attr:`Severity.NOT_JUDGED`) is an error (``--require-judged``)
+    require_judged: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,7 +82,7 @@ class Target:
     @classmethod
     def create(cls, *, tensor_parallel_size: int = 1, max_model_len: int | None = None, dtype: str | None = None,
                serve: str | None = None, vllm_version: str | None = None, transformers_version: str | None = None,
-               gpu_cc: str | None = None) -> Target:
+               gpu_cc: str | None = None, require_judged: bool = False) -> Target:
         """Validated constructor for user input; raises :class:`~modelyard.errors.InvalidTargetError`
         (exit 2) naming the option, the value and the accepted values."""
 
@@ -97,7 +104,8 @@ class Target:
             raise InvalidTargetError("--tensor-parallel-size and --max-model-len must be positive",
                                      fix="Pass a positive number of ranks and tokens.")
         return cls(tensor_parallel_size=tensor_parallel_size, max_model_len=max_model_len, dtype=dtype, serve=serve,
-                   vllm_version=vllm_version, transformers_version=transformers_version, gpu_cc=gpu_cc)
+                   vllm_version=vllm_version, transformers_version=transformers_version, gpu_cc=gpu_cc,
+                   require_judged=require_judged)
 
 
 #: vLLM ``--dtype`` choices (vLLM ``ModelDType``).
@@ -133,3 +141,17 @@ def check(concern: str) -> Callable[[CheckFn], CheckFn]:
         return fn
 
     return deco
+
+
+#: what :func:`require_judged` adds to the message of a not-judged finding it makes an error
+REQUIRED_NOTE = " (--require-judged: a check this host could not judge is an error)"
+
+
+def require_judged(findings: Sequence[Finding], target: Target) -> list[Finding]:
+    """``findings`` with each :attr:`Severity.NOT_JUDGED` one made an error when ``target.require_judged`` (the
+    message says why), else unchanged. For those who publish only what was judged: a CPU host without the kernel
+    of an FP8 checkpoint then refuses it instead of passing it with "1 check not judged here"."""
+    if not target.require_judged:
+        return list(findings)
+    return [replace(f, severity=Severity.ERROR, message=f.message + REQUIRED_NOTE)
+            if f.severity == Severity.NOT_JUDGED else f for f in findings]

@@ -39,6 +39,12 @@ def replaced_files(source: dict[str, Any] | None) -> list[dict[str, str]]:
              "evidence": evidence}]
 
 
+def not_judged_line(n: int) -> str:
+    """``"1 check not judged here"`` / ``"N checks not judged here"``: the verdict's note of the findings of
+    severity ``not_judged`` (:class:`~modelyard.checks.base.Severity`)."""
+    return f"{counted(n, 'check')} not judged here"
+
+
 def counted(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1: ``1 error``, ``2 errors``, ``0 warnings`` (every verdict
     line modelyard prints counts this way)."""
@@ -93,6 +99,7 @@ class Report:
                 "errors": self.count(Severity.ERROR),
                 "warnings": self.count(Severity.WARNING),
                 "infos": self.count(Severity.INFO),
+                "not_judged": self.count(Severity.NOT_JUDGED),
                 "passed": self.passed,
             },
             "findings": [f.to_dict() for f in self.findings],
@@ -107,22 +114,31 @@ class Report:
     def to_markdown(self, title: str = "modelyard verification report") -> str:
         t = self.target
         lines = [f"# {title}", ""]
+        unjudged = [f for f in self.findings if f.severity == Severity.NOT_JUDGED]
         lines.append(f"**Verdict:** {'PASS' if self.passed else 'FAIL'} "
-                     f"({counted(self.count(Severity.ERROR), 'error')}, {counted(self.count(Severity.WARNING), 'warning')})")
+                     f"({counted(self.count(Severity.ERROR), 'error')}, {counted(self.count(Severity.WARNING), 'warning')}"
+                     + (f"; {not_judged_line(len(unjudged))}" if unjudged else "") + ")")
         lines.append("")
         lines.append(f"Target: tensor_parallel_size={t.tensor_parallel_size}, max_model_len={t.max_model_len or 'derived'}, "
                      f"dtype={t.dtype or 'auto'}, serve={t.serve or 'any'}, vllm={t.vllm_version or 'any'}"
                      + (f", transformers={t.transformers_version}" if t.transformers_version else "")
                      + (f", gpu_cc={t.gpu_cc}" if t.gpu_cc else ""))
         lines.append("")
-        if self.findings:
+        judged = [f for f in self.findings if f.severity != Severity.NOT_JUDGED]
+        if judged:
             lines += ["| severity | code | where | message | fix | source |", "|---|---|---|---|---|---|"]
-            for f in self.findings:
+            for f in judged:
                 where = " ".join(x for x in (f.file, f"`{f.field}`" if f.field else None) if x)
                 cells = [f.severity.value, f"`{f.code}`", where, f.message, f.fix or "", f.source or ""]
                 lines.append("| " + " | ".join(printable(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
         else:
             lines.append("No findings.")
+        if unjudged:
+            lines += ["", "## Not judged here", "",
+                      "What this host's runtime could not decide (neither a pass nor a defect; `--require-judged` makes "
+                      "each an error):", ""]
+            lines += [f"- `{f.code}`: {printable(f.message)}" + (f" Fix: {printable(f.fix)}" if f.fix else "")
+                      for f in unjudged]
         replaced = replaced_files(self.source)
         if replaced:
             lines += ["", "## Files written instead of the source's", ""]

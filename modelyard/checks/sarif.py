@@ -27,12 +27,12 @@ from modelyard.version import __version__
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 #: SARIF ``level`` of each modelyard severity
-LEVELS = {"error": "error", "warning": "warning", "info": "note"}
+LEVELS = {"error": "error", "warning": "warning", "info": "note", "not_judged": "note"}
 INFORMATION_URI = "https://github.com/modelyard/modelyard"
 
 
 #: GitHub code scanning's ``security-severity`` (0-10) of a security rule, by severity
-SECURITY_SEVERITY = {"error": "9.0", "warning": "5.0", "info": "2.0"}
+SECURITY_SEVERITY = {"error": "9.0", "warning": "5.0", "info": "2.0", "not_judged": "2.0"}
 
 
 def _rule(code: str) -> dict[str, Any]:

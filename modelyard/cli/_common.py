@@ -453,14 +453,14 @@ def _command_name(parent: Any, info_name: str | None) -> str:
 
 
 #: the order ``verify`` lists findings in: errors first
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+SEVERITY_ORDER = {"error": 0, "warning": 1, "not_judged": 2, "info": 3}
 
 
 def findings_table(report, console: Console | None = None, by_severity: bool = False) -> None:  # noqa: ANN001
     """One finding per block: severity, code, file/field, message, then the fix (wraps cleanly), on
     ``console`` (default stderr); ``by_severity`` lists errors, then warnings, then infos (stable)."""
     console = console or err
-    colors = {"error": "red", "warning": "yellow", "info": "cyan"}
+    colors = {"error": "red", "warning": "yellow", "info": "cyan", "not_judged": "magenta"}
     findings = sorted(report.findings, key=lambda f: SEVERITY_ORDER[f.severity.value]) if by_severity else report.findings
     for f in findings:
         where = f.file or ""

@@ -13,7 +13,7 @@ from rich.markup import escape
 from modelyard.artifact.draft import write_quantization_records
 from modelyard.artifact.layout import model_root
 from modelyard.checks import Report, Target
-from modelyard.checks.report import counted
+from modelyard.checks.report import counted, not_judged_line
 from modelyard.checks.sarif import to_sarif
 from modelyard.cli._choices import ReportFormat, Scheme, Serve, VerifyRuntime
 from modelyard.cli._common import (
@@ -97,8 +97,10 @@ def verify(  # noqa: PLR0913
     else:
         folder = stored_path(src.path if src is not None and src.path else Path(path), store)
         report = verify_local(folder, target, runtime=runtime, refuse_licenses=refused, serving=serving)
+    unjudged = sum(1 for f in report.findings if f.severity.value == "not_judged")
     counts = (f"{counted(len(report.errors), 'error')}, "
-              f"{counted(sum(1 for f in report.findings if f.severity.value == 'warning'), 'warning')}")
+              f"{counted(sum(1 for f in report.findings if f.severity.value == 'warning'), 'warning')}"
+              + (f"; {not_judged_line(unjudged)}" if unjudged else ""))
     if as_json:
         emit_json(report.to_dict(), exit_code=0 if report.passed else 1,
                   error=None if report.passed else VerificationFailedError(

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from modelyard.checks import numeric
-from modelyard.checks.report import counted
+from modelyard.checks.report import counted, not_judged_line
 from modelyard.cli._choices import SmokeLevel
 from modelyard.cli._common import (
     VERBOSE_HELP,
@@ -93,7 +93,8 @@ def _print_result(d: dict[str, Any], as_json: bool) -> None:
     out.print(f"name: {d['name']}  revision: {d['revision']}", highlight=False)
     out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
     out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({counted(v['errors'], 'error')}, "
-              f"{counted(v['warnings'], 'warning')})")
+              f"{counted(v['warnings'], 'warning')}"
+              + (f"; {not_judged_line(v['not_judged'])}" if v.get("not_judged") else "") + ")")
     if d.get("left_out"):
         out.print(f"left out of model/ (no runtime reads them; see report.json): {', '.join(d['left_out'])}",
                   highlight=False, soft_wrap=True)

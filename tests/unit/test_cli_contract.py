@@ -166,7 +166,7 @@ def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeyp
     result = json_result(r.stdout, command)
     manifest = json.loads((store_artifact / "manifest.json").read_text())
     expected = {
-        "verify": lambda d: d["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "passed": True},
+        "verify": lambda d: d["summary"] == {"errors": 0, "warnings": 0, "infos": 0, "not_judged": 0, "passed": True},
         "serve-plan": lambda d: (d["gpu"], d["serve_dir"]) == ("L4-24GB", None),
         "bundle": lambda d: d["bytes_out"] == (tmp_path / "b.tar.zst").stat().st_size,
         "unbundle": lambda d: d["content_digest"] == manifest["content_digest"],

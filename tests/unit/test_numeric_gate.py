@@ -198,7 +198,7 @@ def test_dry_load_that_could_not_run_is_not_judged_never_a_pass():
     from modelyard.stages.verify.runtime import dry_load_findings
 
     fs = dry_load_findings({"ok": False, "error": "ImportError: x"}, "0.32.0", Target())
-    assert [(f.code, f.severity.value) for f in fs] == [("runtime.dry_load.not_judged", "warning")]
+    assert [(f.code, f.severity.value) for f in fs] == [("runtime.dry_load.not_judged", "not_judged")]
     assert dry_load_findings({"ok": True, "stage": "done", "target": "host", "tensor_parallel_size": 1}, "0.32.0",
                              Target()) == []
     fs = dry_load_findings({"ok": True, "stage": "track", "error": "ValueError", "uninitialized": ["a.weight", "b.weight"],

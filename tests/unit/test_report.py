@@ -20,9 +20,10 @@ def test_json_report_matches_schema_and_counts(tiny_llama_dir, tmp_path):
     r = verify_folder(d, Target(serve="chat", vllm_version="0.6.3", gpu_cc="8.0"))
     doc = json.loads(r.to_json())
     jsonschema.validate(doc, json.loads(REPORT_SCHEMA.read_text()))
-    assert doc["summary"] == {"errors": 1, "warnings": 0, "infos": 0, "passed": False}
+    assert doc["summary"] == {"errors": 1, "warnings": 0, "infos": 0, "not_judged": 0, "passed": False}
     assert doc["target"] == {"tensor_parallel_size": 1, "max_model_len": None, "dtype": None, "serve": "chat",
-                             "vllm_version": "0.6.3", "transformers_version": None, "gpu_cc": "8.0"}
+                             "vllm_version": "0.6.3", "transformers_version": None, "gpu_cc": "8.0",
+                             "require_judged": False}
     (f,) = doc["findings"]
     assert (f["code"], f["file"], f["field"], f["value"]) == (
         "tokenizer.stop_tokens.missing_turn_terminator", "generation_config.json", "eos_token_id", 1)
@@ -78,7 +79,8 @@ def test_stored_report_of_the_wrong_shape_names_the_field():
     good = {"schema_version": "1", "summary": {"errors": 0, "warnings": 0, "infos": 0, "passed": True}, "findings": []}
     with pytest.raises(ManifestError) as e:
         ReportRecord.from_bytes(json.dumps({**good, "findings": [{"code": "a.b", "severity": "fatal", "message": "m"}]}))
-    assert e.value.message.startswith("report.json: findings.0.severity: Input should be 'error', 'warning' or 'info'")
+    assert e.value.message.startswith("report.json: findings.0.severity: Input should be 'error', 'warning', 'info' or "
+                                     "'not_judged'")
     with pytest.raises(ManifestError) as e:
         ReportRecord.from_bytes(b"{not json")
     assert e.value.message.startswith("report.json: (the document): Invalid JSON")
@@ -115,3 +117,32 @@ def test_a_rebuilt_tokenizer_is_named_in_the_report_with_why_and_the_evidence():
     plain = Snapshot(root=Path("/m"), source="gguf:///m.gguf", kind="gguf", files=())
     assert build_manifest(name="m", revision="r", snapshot=plain, report=report, report_json=b"{}",
                           smoke=None).patches is None
+
+
+def test_not_judged_is_its_own_state_and_require_judged_makes_it_an_error():
+    """What the local CPU runtime could not decide (here an FP8 dry load without the kernel) is neither a warning
+    nor a pass: counted apart, in its own section of report.md, an error only with --require-judged."""
+    from modelyard.checks import Finding, Report, Severity
+    from modelyard.checks.base import REQUIRED_NOTE, require_judged
+    from modelyard.checks.sarif import to_sarif
+
+    nj = Finding("runtime.dry_load.not_judged", Severity.NOT_JUDGED,
+                 "vLLM 0.32.0's dry load (cpu, tensor_parallel_size 1) was not judged at its build step: no FP8 kernel",
+                 fix="Judge it on the target (`modelyard smoke` there), or trust the hand-written rules.")
+    info = Finding("files.left_out", Severity.INFO, "not read by vLLM or transformers: left out of model/", file="README.md")
+    r = Report(findings=(nj, info), target=Target())
+    d = r.to_dict()
+    assert (d["summary"], r.passed) == ({"errors": 0, "warnings": 0, "infos": 1, "not_judged": 1, "passed": True}, True)
+    assert d["findings"][0]["severity"] == "not_judged"
+    md = r.to_markdown("t")
+    assert "**Verdict:** PASS (0 errors, 0 warnings; 1 check not judged here)" in md
+    assert ("## Not judged here\n\nWhat this host's runtime could not decide (neither a pass nor a defect; "
+            "`--require-judged` makes each an error):\n\n- `runtime.dry_load.not_judged`: vLLM 0.32.0's dry load (cpu, "
+            "tensor_parallel_size 1) was not judged at its build step: no FP8 kernel Fix: Judge it on the target") in md
+    assert "| not_judged |" not in md  # not in the table of findings
+    assert [x["level"] for x in to_sarif(r)["runs"][0]["results"]] == ["note", "note"]
+    strict = Target(require_judged=True)
+    (e, i) = require_judged(r.findings, strict)
+    assert (e.severity, e.message, i) == (Severity.ERROR, nj.message + REQUIRED_NOTE, info)
+    assert Report(findings=(e, i), target=strict).passed is False
+    assert require_judged(r.findings, Target()) == [nj, info]

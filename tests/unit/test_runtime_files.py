@@ -49,7 +49,7 @@ def test_left_out_files_are_info_findings_in_the_report_schema():
     report = Report(findings=()).with_left_out(["eval_results.json", "trainer_state.json"])
     d = report.to_dict()
     jsonschema.validate(d, json.loads(REPORT_SCHEMA.read_text()))
-    assert d["summary"] == {"errors": 0, "warnings": 0, "infos": 2, "passed": True}
+    assert d["summary"] == {"errors": 0, "warnings": 0, "infos": 2, "not_judged": 0, "passed": True}
     assert [(f["code"], f["severity"], f["file"], f["message"]) for f in d["findings"]] == [
         ("files.left_out", "info", p, "not read by vLLM or transformers: left out of model/")
         for p in ("eval_results.json", "trainer_state.json")]

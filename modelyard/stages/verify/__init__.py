@@ -16,6 +16,7 @@ from typing import Any
 from modelyard.artifact.layout import MANIFEST, PATCHES, is_artifact
 from modelyard.artifact.manifest import Manifest
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
+from modelyard.checks.base import require_judged
 from modelyard.errors import (
     InvalidSourceError,
     InvalidTargetError,
@@ -103,7 +104,7 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
     if answer is not None:
         found = runtime_findings(answer, target)
         findings = defer_to_loader(findings, answer) + found + reconcile(findings, found, answer.vllm_version)
-    return Report(findings=tuple(findings), target=target)
+    return Report(findings=tuple(require_judged(findings, target)), target=target)
 
 
 def _check_against_manifest(artifact: Path) -> list[Finding]:

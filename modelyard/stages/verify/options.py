@@ -37,3 +37,6 @@ class TargetFlags(BaseModel):
         None, description="the transformers beside it, e.g. 4.45.2")
     gpu_cc: Annotated[Optional[str], Flag("--gpu-cc")] = Field(
         None, description="the GPU's compute capability, e.g. 8.0")
+    require_judged: Annotated[bool, Flag("--require-judged")] = Field(
+        False, description="make every check this host's runtime could not judge an error (it is reported apart, "
+                           "neither a pass nor a defect, by default)")

