@@ -53,7 +53,7 @@ class SuiteClock:
         self.tests = dict.fromkeys(TIERS, 0)
         self.over_budget: str | None = None
 
-    @pytest.hookimpl(trylast=True)
+    @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m unit` must see the tier markers
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             names = {m.name for m in item.iter_markers()}

@@ -18,6 +18,7 @@ from modelyard.checks import (  # noqa: F401 - imported for their @check registr
     files,
     hf,
     parallelism,
+    principles,
     quantization,
     safetensors,
     template_risk,

