@@ -129,4 +129,11 @@ def test_prometheus_scrapes_vllm_with_the_generated_config(vllm_server, tmp_path
         # the alerts against the live series: all evaluate, none fires for three short chats
         rules = _rules(prom)
         assert list(rules) == ALERTS
-        assert {n: (r["health"], r["state"]) for n, r in rules.items()} == dict.fromkeys(ALERTS, ("ok", "inactive"))
+        assert {n: r["health"] for n, r in rules.items()} == dict.fromkeys(ALERTS, "ok")
+        # the latency budgets (TTFT 0.5 s, end-to-end) depend on the host's speed: on a 2-core AVX2 host the three
+        # chats' TTFT exceeds 0.5 s and their burn alerts go pending (condition true, not yet for their `for`
+        # duration); none may fire, and every alert that does not measure latency stays inactive
+        speed = [n for n in ALERTS if n.startswith(("VLLMTTFT", "VLLME2ELatency"))]
+        assert {n: r["state"] for n, r in rules.items() if n not in speed} == dict.fromkeys(
+            [n for n in ALERTS if n not in speed], "inactive")
+        assert {n: rules[n]["state"] in ("inactive", "pending") for n in speed} == dict.fromkeys(speed, True)
