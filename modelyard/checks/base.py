@@ -108,6 +108,10 @@ class Target:
                    require_judged=require_judged)
 
 
+#: spellings of one torch dtype in config.json (``torch_dtype`` / ``dtype``) and their canonical name
+DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32",
+                 "torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
+
 #: vLLM ``--dtype`` choices (vLLM ``ModelDType``).
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 

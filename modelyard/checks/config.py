@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.checks.base import DTYPE_ALIASES, CheckContext, Finding, Severity, check
 from modelyard.checks.hf import facts
 from modelyard.checks.versions import version_lt
 from modelyard.model.checkpoint import Checkpoint
@@ -54,8 +54,7 @@ LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_len
 FP16_UNSTABLE_MODEL_TYPES = {"gemma2", "gemma3", "gemma3_text", "glm4"}
 #: safetensors dtype -> torch dtype name, for the floating dtypes a checkpoint is "stored in".
 STORED_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
-_DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32",
-                  "torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
+_DTYPE_ALIASES = DTYPE_ALIASES
 #: tensor-name suffixes of quantization side tensors (scales, zero points): not "the" weights' dtype.
 QUANT_AUX_SUFFIXES = ("_scale", ".scales", "_scale_inv", ".qzeros", "_zero_point", ".g_idx", "_g_idx", "_shape",
                       ".input_scale", "_global_scale")

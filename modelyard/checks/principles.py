@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from modelyard.checks.base import CheckContext, Finding, Severity, check
+from modelyard.checks.base import DTYPE_ALIASES, CheckContext, Finding, Severity, check
 
 if TYPE_CHECKING:
     from modelyard.model.checkpoint import Checkpoint
@@ -121,12 +121,8 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-_DTYPE_SPELLINGS = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
-
-
 def _norm(s: str) -> str:
-    s = s.removeprefix("torch.")
-    return _DTYPE_SPELLINGS.get(s, s)
+    return DTYPE_ALIASES.get(s, s)
 
 
 @check("config")
