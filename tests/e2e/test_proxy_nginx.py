@@ -124,7 +124,8 @@ def test_server_smoke_through_the_front(proxy, vllm_server):
         ("stream.reassembles", True), ("stream.finish_reason", True), ("stream.usage", True), ("numeric", True)]
     # the numerical gate needs only /v1/ (the prompt's ids come back with return_token_ids): the load
     # smoke's token counts through the front too
-    assert [t["tokens"] for t in s["numeric"]["texts"]] == [188, 122, 104, 96, 66]
+    assert [(t["name"], t["tokens"]) for t in s["numeric"]["texts"]] == [
+        ("prose-en", 188), ("code-python", 122), ("code-open", 18), ("prose-fr", 104), ("prose-de", 96), ("prose-es", 66)]
     assert s["vllm_version"] is None  # /version is not public behind the front
     r = run_cli("smoke", str(art), "--smoke", "server", "--url", base, "--json", timeout=600)
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
