@@ -22,8 +22,9 @@ UV_SOURCES := $(addprefix --default-index ,$(PIP_INDEX_URL_CFG)) $(addprefix --e
               $(addprefix --find-links ,$(sort $(PIP_FIND_LINKS_CFG)))
 export UV_NATIVE_TLS := 1
 export UV_PYTHON_DOWNLOADS := never
-# make a venv (with pip in it, which the wheel test and the KServe SDK install use), install into one
-UV_VENV = $(UV) venv -q --seed --python $(PYTHON)
+# make a venv (with pip in it, which the wheel test and the KServe SDK install use; an existing one is kept and
+# updated in place when its lock changes), install into one
+UV_VENV = $(UV) venv -q --seed --allow-existing --python $(PYTHON)
 UV_INSTALL = $(UV) pip install -q --index-strategy unsafe-best-match $(UV_SOURCES) --python
 
 #: seconds the whole suite may take on the 2-core CI machine (CI's limit is 90 min); tests/suite_clock.py fails
