@@ -11,21 +11,56 @@ judged the model and failed it.
 
 from __future__ import annotations
 
+import base64
+import os
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+#: the environment variables whose values are secrets (the settings' ``SecretStr`` fields and the clouds' own)
+SECRET_ENV = ("MODELYARD_HF_TOKEN", "HF_TOKEN", "MODELYARD_REGISTRY_PASSWORD", "AWS_SECRET_ACCESS_KEY",
+              "AWS_SESSION_TOKEN")
+#: credentials as servers echo them: an Authorization header (RFC 9110 11.6.2) with its scheme and value, a Basic or
+#: Bearer credential alone, a Hugging Face user token (``hf_`` + 30-odd letters), a URL's ``user:password@``
+SECRET_PATTERNS = (
+    (re.compile(r"((?:proxy-)?authorization[\"']?\s*[:=][\s\[\"']*)(?:(?:basic|bearer|token|digest)\s+)?[^\s\"',})\]]+",
+                re.IGNORECASE), r"\1[redacted]"),
+    (re.compile(r"\b(basic|bearer)\s+(?=[A-Za-z0-9._~+/-]*[0-9+/=])[A-Za-z0-9._~+/-]{12,}=*", re.IGNORECASE),
+     r"\1 [redacted]"),
+    (re.compile(r"\bhf_[A-Za-z0-9]{16,}"), "hf_[redacted]"),
+    (re.compile(r"(://[^/\s:@]+):[^/\s@]+@"), r"\1:[redacted]@"),
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret it may carry replaced by ``[redacted]``: anything :data:`SECRET_PATTERNS`
+    recognises, then the values of :data:`SECRET_ENV` set in this process (and the HTTP Basic credential
+    ``base64(user:password)`` of the registry login) wherever they still occur. Server-provided text (an error
+    body that echoes the request's headers, a URL with a password) passes through here before it reaches a
+    message, a log line or ``--json``."""
+    values = [v for name in SECRET_ENV if len(v := os.environ.get(name) or "") >= 4]
+    user, password = os.environ.get("MODELYARD_REGISTRY_USER"), os.environ.get("MODELYARD_REGISTRY_PASSWORD")
+    if user and password:
+        values.append(base64.b64encode(f"{user}:{password}".encode()).decode())
+    for pattern, into in SECRET_PATTERNS:
+        text = pattern.sub(into, text)
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, "[redacted]")
+    return text
+
 
 class ModelyardError(Exception):
-    """Base of all modelyard errors. ``exit_code`` is the CLI's exit status for it."""
+    """Base of all modelyard errors. ``exit_code`` is the CLI's exit status for it. ``message`` and ``fix`` pass
+    through :func:`redact`: an error never carries a secret, whatever text a server gave it."""
 
     exit_code: int = 2
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
-        self.message = message
-        self.fix = fix
-        super().__init__(message if not fix else f"{message} Fix: {fix}")
+        self.message = redact(message)
+        self.fix = redact(fix) if fix else fix
+        super().__init__(self.message if not self.fix else f"{self.message} Fix: {self.fix}")
 
 
 class InvalidSourceError(ModelyardError, ValueError):

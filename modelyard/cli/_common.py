@@ -29,7 +29,14 @@ from typer.core import TyperCommand
 
 from modelyard import progress
 from modelyard.cli._reporters import LineReporter, RichReporter
-from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, StoreError, VerificationFailedError
+from modelyard.errors import (
+    BundleError,
+    InvalidTargetError,
+    ModelyardError,
+    StoreError,
+    VerificationFailedError,
+    redact,
+)
 from modelyard.model.modes import DEFAULT_SERVE, SERVE_MODES
 from modelyard.text import printable
 
@@ -349,7 +356,7 @@ def _silence_stdout() -> None:
 
 
 def _internal_message(exc: BaseException) -> str:
-    return f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return redact(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
 def _render_failure(exc: BaseException, as_json: bool) -> int:

@@ -163,3 +163,26 @@ def nginx_canary(server_conf: str, *, canary_dir: Path, keys: list[str]) -> Iter
             _stop(proc)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def nginx_site(server_block: str, *, probe: str = "/") -> Iterator[str]:
+    """Debian's nginx, not as root, serving ``server_block`` (an nginx ``server { ... }`` whose ``listen`` line is
+    ``listen {listen};``) on a free port of 127.0.0.1; yields its base URL once ``probe`` answers (any status)."""
+    prefix, uid, gid = _unprivileged()
+    root = Path(tempfile.mkdtemp(prefix="modelyard-nginx-site-"))
+    port = free_port()
+    try:
+        (root / "default.conf").write_text(server_block.replace("{listen}", f"127.0.0.1:{port}"))
+        _write_main_conf(root, uid, gid)
+        log = root / "nginx.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen([*prefix, NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", "stderr"],
+                                    stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            _wait(f"http://127.0.0.1:{port}{probe}", proc, log)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            _stop(proc)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -33,6 +33,9 @@ def hub(tmp_path_factory):
     make_lfs_repo(mirrors, "org", "licensed", [{**files, "LICENSE": b"Apache License 2.0\n", "NOTICE": b"tiny, by org\n",
                                                  "README.md": b"# licensed\n", "trainer_state.json": b"{}"}])
     make_lfs_repo(mirrors, "org", "carded", [{**files, "README.md": b"---\nlicense: cc-by-nc-4.0\n---\n# carded\n"}])
+    # the same license spaced so that a string comparison misses it: a leading space and a trailing no-break space
+    make_lfs_repo(mirrors, "org", "spaced", [{**files, "README.md": "---\nlicense: other\nlicense_name: \" CC-BY-NC-4.0"
+                                                                    "\u00a0\"\n---\n# spaced\n".encode()}])
     broken = _broken_header(files["model.safetensors"])
     make_lfs_repo(mirrors, "org", "broken", [{**files, "model.safetensors": broken}])
     # one 24 MB shard (hidden 1024, one layer): more than huggingface_hub's 10 MiB download chunk, so a
@@ -468,6 +471,9 @@ def test_verify_hf_refuses_a_card_license_and_plans_the_gpu_from_headers_only(hu
         assert err["message"] == ("hf://org/carded@main: the model card (README.md) says license: cc-by-nc-4.0, "
                                   "which --refuse-license refuses")
         assert _weight_gets(proxy, first, "org/carded") == _header_ranges(hub["files"]["model.safetensors"])
+        r = run_cli("verify", "hf://org/spaced@main", "--json", "--refuse-license", "cc-by-nc-4.0", env=env)
+        assert json_error(r.stdout, "verify", 1)["message"] == (
+            "hf://org/spaced@main: the model card (README.md) says license: cc-by-nc-4.0, which --refuse-license refuses")
         r = run_cli("verify", "hf://org/carded@main", "--json", "--refuse-license", "unknown", "--gpu", "L4-24GB",
                     env=env)
         report = json_result(r.stdout, "verify")

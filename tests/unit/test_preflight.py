@@ -41,6 +41,12 @@ def test_card_license(card, expected):
     assert card_license(card) == expected
 
 
+def test_a_card_license_is_read_in_one_spelling():
+    assert card_license("---\nlicense: \" CC-BY-NC-4.0\\u00a0\\t\"\n---\n") == {"license": "CC-BY-NC-4.0"}
+    assert card_license("---\nlicense: other\nlicense_name: \"llama\\u200b3.1 \"\n---\n") == {
+        "license": "other", "license_name": "llama3.1"}
+
+
 def test_an_unreadable_card_is_refused_as_unreadable_not_as_unlicensed():
     prov = {"license_error": "the model card's license is not a license id but a mapping"}
     with pytest.raises(VerificationFailedError) as e:
@@ -57,6 +63,15 @@ def test_an_unreadable_card_is_refused_as_unreadable_not_as_unlicensed():
     ({"license": "apache-2.0 AND mit"}, ["MIT"], "mit"),  # any id of a card's list refuses it
     ({"license": "apache-2.0"}, ["unknown", "cc-by-nc-4.0"], None),
     ({"license": "cc-by-nc-4.0"}, [], None),
+    # spacing is not a license: a trailing space, a tab, a no-break space, a zero-width space, a leading space
+    ({"license": "cc-by-nc-4.0 "}, ["CC-BY-NC-4.0"], "cc-by-nc-4.0"),
+    ({"license": "cc-by-nc-4.0\t"}, ["CC-BY-NC-4.0"], "cc-by-nc-4.0"),
+    ({"license": "\u00a0cc-by-nc-4.0"}, ["CC-BY-NC-4.0"], "cc-by-nc-4.0"),
+    ({"license": "cc-by-nc\u200b-4.0"}, ["CC-BY-NC-4.0"], "cc-by-nc-4.0"),
+    ({"license": "other", "license_name": " CC-BY-NC-4.0"}, ["cc-by-nc-4.0"], "cc-by-nc-4.0"),
+    ({"license": "cc-by-nc-4.0"}, [" cc-by-nc-4.0\u00a0"], "cc-by-nc-4.0"),
+    ({"license": "(Apache-2.0 OR CC-BY-NC-4.0)"}, ["cc-by-nc-4.0"], "cc-by-nc-4.0"),  # any id of an SPDX expression
+    ({"license": "apache-2.0 and\tmit"}, ["mit"], "mit"),
 ])
 def test_refuse_license(provenance, refused, hit):
     if hit is None:

@@ -3,11 +3,13 @@ reports, serve files), Prefect's own database and logs, or exception text."""
 
 from __future__ import annotations
 
+import base64
 import secrets
 from pathlib import Path
 
 import pytest
 
+from modelyard.errors import SECRET_ENV, PublishError, redact
 from tests.conftest import run_cli
 
 CANARY = f"hf_CANARY{secrets.token_hex(12)}"
@@ -64,3 +66,33 @@ def test_endpoint_error_text_has_no_token(monkeypatch, tmp_path):
     with pytest.raises(ModelyardError) as e:
         fetch(parse_source("hf://org/name@main"), settings)
     assert CANARY not in str(e.value) and CANARY not in repr(e.value) and CANARY not in str(e.value.fix)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('HTTP 401 ({"Authorization": ["Basic YWxpY2U6czNjcjN0LXB3"]})', 'HTTP 401 ({"Authorization": ["[redacted]"]})'),
+    ("proxy-authorization=Bearer abc.def.ghi, next", "proxy-authorization=[redacted], next"),
+    ("sent Bearer eyJhbGciOiJIUzI1NiJ9.e30 twice", "sent Bearer [redacted] twice"),
+    ("token hf_abcdefghijklmnopqrstuvwxyz123 refused", "token hf_[redacted] refused"),
+    ("GET https://bob:pa55@host/v2/ failed", "GET https://bob:[redacted]@host/v2/ failed"),
+    # what must stay: ports and digests, prose that names the schemes, a failed authorization
+    ("oci://127.0.0.1:5000/org/m@sha256:abc", "oci://127.0.0.1:5000/org/m@sha256:abc"),
+    ("requires a login (HTTP basic auth)", "requires a login (HTTP basic auth)"),
+    ("Authorization failed: check the login", "Authorization failed: check the login"),
+    ("basic integrity checks", "basic integrity checks"),
+])
+def test_redact_patterns(text, expected, monkeypatch):
+    for name in (*SECRET_ENV, "MODELYARD_REGISTRY_USER"):
+        monkeypatch.delenv(name, raising=False)
+    assert redact(text) == expected
+
+
+def test_redact_the_process_secrets_and_every_error_message(monkeypatch):
+    monkeypatch.setenv("MODELYARD_REGISTRY_USER", "alice")
+    monkeypatch.setenv("MODELYARD_REGISTRY_PASSWORD", "s3cr3t-pw")
+    monkeypatch.setenv("HF_TOKEN", "tok-0123456789")
+    basic = base64.b64encode(b"alice:s3cr3t-pw").decode()
+    assert redact(f"the pw s3cr3t-pw, token tok-0123456789, credential {basic}.") == (
+        "the pw [redacted], token [redacted], credential [redacted].")
+    err = PublishError(f"registry said: s3cr3t-pw {basic}", fix="not tok-0123456789")
+    assert (err.message, err.fix, str(err)) == ("registry said: [redacted] [redacted]", "not [redacted]",
+                                                "registry said: [redacted] [redacted] Fix: not [redacted]")

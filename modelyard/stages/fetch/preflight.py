@@ -5,6 +5,8 @@ what the run will write (:func:`require_space`) and the model card's license (:f
 from __future__ import annotations
 
 import logging
+import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,26 @@ Need = tuple[Path, int, str]
 BeforeWeights = Callable[[Snapshot], "Sequence[Need] | None"]
 #: the provenance keys the card's license is recorded under (the Hub's card metadata names)
 LICENSE_KEYS = ("license", "license_name", "license_link", "license_error")
+#: what separates the ids of a license expression: SPDX's operators (AND, OR, WITH; any case, any whitespace around)
+#: and its parentheses; a card's list of ids is joined with " AND " (:func:`card_license`)
+LICENSE_SEPARATORS = re.compile(r"\s+(?:and|or|with)\s+|[()]", re.IGNORECASE)
+
+
+def clean_license(value: str) -> str:
+    """``value`` (a license id or expression as a card states it) in one spelling: NFKC-normalized (a no-break or
+    full-width space becomes a space), format characters (Unicode category Cf: zero-width spaces and joiners,
+    bidirectional marks, BOM) removed, runs of whitespace (tabs, newlines) made one space, none at the ends.
+    The same license must not read as another because of how it is spaced (``" CC-BY-NC-4.0"``,
+    ``"cc-by-nc-4.0\\t"``); SPDX ids themselves hold no whitespace (SPDX specification, annex D)."""
+    text = "".join(ch for ch in unicodedata.normalize("NFKC", value) if unicodedata.category(ch) != "Cf")
+    return " ".join(text.split())
+
+
+def license_ids(value: str) -> list[str]:
+    """The license ids of ``value`` (a card's ``license`` or ``license_name``), cleaned (:func:`clean_license`)
+    and lower-cased as SPDX compares them (ids are case-insensitive), split at :data:`LICENSE_SEPARATORS`:
+    ``"(Apache-2.0 OR MIT)"`` -> ``["apache-2.0", "mit"]``. Empty parts are dropped."""
+    return [i for part in LICENSE_SEPARATORS.split(clean_license(value)) if (i := part.strip().lower())]
 
 
 def card_license(text: str) -> dict[str, str]:
@@ -50,6 +72,8 @@ def card_license(text: str) -> dict[str, str]:
         value = data.get(key)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             value = " AND ".join(value)
+        if isinstance(value, str):
+            value = clean_license(value)
         if value in (None, "", []):
             continue
         if not isinstance(value, str):
@@ -71,14 +95,14 @@ def folder_license(root: Path) -> dict[str, str]:
 
 def refuse_license(provenance: Mapping[str, Any], refused: Iterable[str], where: str) -> None:
     """Raise :class:`VerificationFailedError` (exit 1) when the card's license recorded in ``provenance``
-    (``license``, each id of a list, and for ``other`` its ``license_name``) is one of ``refused`` (case-insensitive; the
+    (``license``, each id of a list or SPDX expression, and for ``other`` its ``license_name``) is one of ``refused``
+    (both sides read by :func:`license_ids`: case, whitespace, no-break spaces and format characters do not matter; the
     value :data:`NO_LICENSE` refuses a model whose card names none). ``where`` names the source."""
-    refused = {r.strip().lower() for r in refused if r.strip()}
+    refused = {i for r in refused for i in license_ids(r)}
     if not refused:
         return
-    names = [n for k in ("license", "license_name") if provenance.get(k)
-             for n in str(provenance[k]).split(" AND ")]  # a card's list of ids, as card_license joins it
-    hit = next((n for n in names if n.lower() in refused), None)
+    names = [n for k in ("license", "license_name") if provenance.get(k) for n in license_ids(str(provenance[k]))]
+    hit = next((n for n in names if n in refused), None)
     if hit is None and not names and NO_LICENSE in refused:
         hit = NO_LICENSE
     if hit is not None:
