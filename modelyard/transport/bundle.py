@@ -16,7 +16,8 @@ The format (version 1), which :mod:`modelyard.transport.unbundle` reads back:
   the number of threads), with a content checksum, so a flipped byte anywhere in the stream
   (tar headers and padding included) fails.
 
-The bundle is written to ``.<name>.<random>.partial`` beside the output and renamed at the end; each
+The bundle is written to ``.<name>.<random>.partial`` beside the output (locked while it is written) and renamed at
+the end; the next bundle of the same output removes the unlocked ones a killed run left; each
 file is read once, streamed through tarfile headers into the zstd writer, and its SHA256 computed on
 the way and compared with the manifest (a changed file fails the bundle instead of shipping it).
 """
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,7 @@ from modelyard.artifact.index import dump_index, index_folder
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, StoreError
-from modelyard.paths import require_space
+from modelyard.paths import open_partial, require_space, sweep_partials
 
 TAR_FORMAT: Final = tarfile.PAX_FORMAT
 BLOCK = tarfile.BLOCKSIZE  # 512
@@ -90,13 +90,15 @@ def write_bundle(root: Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: 
     meta_bytes = dump_index(meta)
     members = sorted([(d, True) for d in dirs] + [(f, False) for f in expect])
 
+    sweep_partials(out.parent, out.name)  # what a killed bundle of the same output left, before space is counted
     # zstd may not shrink weights at all: the bundle can be as large as the files (plus tar headers)
     require_space([(out.parent, meta["total_bytes"] + 1024 * (len(members) + 3), "the bundle")],
                   elsewhere="pass another -o/--output")
-    tmp = out.parent / f".{out.name}.{secrets.token_hex(4)}.partial"
+    tmp = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "xb") as fh:
+        tmp, fh = open_partial(out.parent, out.name)
+        with fh:
             cctx = zstandard.ZstdCompressor(level=level, threads=max(threads, 1) if threads != -1 else -1,
                                             write_checksum=True)
             with cctx.stream_writer(fh, closefd=False) as zw, \
@@ -117,11 +119,13 @@ def write_bundle(root: Path, out: Path, *, level: int = DEFAULT_LEVEL, threads: 
             os.fsync(fh.fileno())
         os.replace(tmp, out)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise StoreError(f"cannot write the bundle {out}: {exc.strerror or exc}",
                          fix="Check the output folder's permissions and free space.") from exc
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
     return BundleResult(out, len(manifest_bytes) + len(meta_bytes) + meta["total_bytes"], out.stat().st_size,
                         len(expect) + 2, Manifest.from_bytes(manifest_bytes).content_digest)

@@ -528,3 +528,43 @@ def test_an_unsigned_bundle_is_ingested_under_a_revision_derived_from_its_conten
     assert (m["source"]["commit"], m["source"]["bundle_claimed_commit"], m["source"]["bundle_signature"]) == (
         None, COMMIT, "none")
     assert {f["origin"] for f in m["files"]} == {"bundle"}
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from modelyard.paths import open_partial
+path, fh = open_partial(Path(sys.argv[1]), sys.argv[2])
+fh.write(b"x" * 4096)
+fh.flush()
+print(path, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_next_bundle_sweeps_what_a_killed_one_left_and_spares_a_live_one(artifact, tmp_path):
+    """A bundle writer SIGKILLed mid-write leaves its hidden ``.NAME.<rand>.partial`` (no clean-up runs); the next
+    bundle to the same output removes it. A partial that a live writer holds locked, and one younger than the grace
+    time, stay."""
+    import time
+
+    from modelyard.paths import PARTIAL_GRACE_S, open_partial
+
+    out = tmp_path / "m.tar.zst"
+    r = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path), out.name], capture_output=True, text=True)
+    assert r.returncode == -9, r.stderr
+    dead = Path(r.stdout.strip())
+    live, fh = open_partial(tmp_path, out.name)
+    young = Path(subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path), out.name], capture_output=True,
+                                text=True).stdout.strip())
+    old = time.time() - PARTIAL_GRACE_S - 5
+    for p in (dead, live):
+        os.utime(p, (old, old))
+    try:
+        bundle_artifact(str(artifact), out)
+        assert sorted(p.name for p in tmp_path.glob(".*.partial")) == sorted([live.name, young.name])
+    finally:
+        fh.close()
+    os.utime(young, (old, old))
+    bundle_artifact(str(artifact), out, force=True)
+    assert list(tmp_path.glob(".*.partial")) == [] and out.is_file()
