@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterable
 
 from modelyard.artifact.index import FORMAT, VERSION, dump_index, index_folder
-from modelyard.artifact.layout import INDEX, MANIFEST
+from modelyard.artifact.layout import INDEX, MANIFEST, SIGNATURE
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, HashMismatchError, ManifestError, PublishError
 from modelyard.paths import require_space
@@ -197,11 +198,15 @@ class Staging:
             else:
                 self.tmp = self.into.parent / f".{self.into.name}.pull-{resume.removeprefix('sha256:')[:16]}"
                 self._lock = _exclusive(self.tmp.with_name(self.tmp.name + ".lock"), self.into)
-                self.tmp.mkdir(mode=0o700, exist_ok=True)
+                _own_folder(self.tmp)
+        except PublishError:
+            self._unlock()
+            raise
         except OSError as exc:
             self._unlock()
             raise PublishError(f"cannot create a folder beside {self.into}: {exc.strerror or exc}",
                                fix="Check the permissions and free space of -o/--output's parent.") from exc
+        self._expected: set[str] | None = None  # what the artifact holds, once the caller says (expect())
         self.sink = FolderSink(self.tmp, self.into)
         self.total = total  # bytes the pull will write (0: not checked): see reserve()
 
@@ -231,13 +236,58 @@ class Staging:
 
     def _unlock(self) -> None:
         if self._lock is not None:
-            Path(self._lock.name).unlink(missing_ok=True)
+            self.tmp.with_name(self.tmp.name + ".lock").unlink(missing_ok=True)
             self._lock.close()
             self._lock = None
 
-    def put(self, rel: str, data: bytes) -> None:
+    def expect(self, rels: Iterable[str]) -> None:
+        """Say which files the artifact holds (``rels``, relative paths; ``manifest.json`` and ``model.sig`` are
+        always allowed): everything else in the folder is removed now and again at :meth:`commit`, whatever
+        planted it (a file the manifest does not list never reaches the pulled artifact, with or without a
+        signature check), and so is every symbolic link or special file at any depth (never followed)."""
+        self._expected = {*rels, MANIFEST, SIGNATURE}
+        self._prune()
+
+    def _prune(self) -> None:
+        if self._expected is None:
+            return
+        folders = {"/".join(parts[:i]) for e in self._expected if (parts := e.split("/")) for i in range(1, len(parts))}
+        for top, dirs, files in os.walk(self.tmp, topdown=True, followlinks=False):
+            here = Path(top)
+            for name in list(dirs):
+                path = here / name
+                if path.is_symlink():  # os.walk lists a link to a folder among the folders
+                    dirs.remove(name)
+                    path.unlink()
+                elif path.relative_to(self.tmp).as_posix() not in folders:
+                    dirs.remove(name)
+                    remove_tree(path)
+            for name in files:
+                path = here / name
+                if path.relative_to(self.tmp).as_posix() not in self._expected or not path.is_file() \
+                        or path.is_symlink():
+                    path.unlink()
+
+    def _inside(self, rel: str) -> Path:
+        """``tmp/rel`` once every folder on the way is a real folder inside ``tmp`` (made when missing, never a
+        symbolic link followed); raises :class:`PublishError` otherwise."""
         dst = self.tmp / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        here = self.tmp
+        for part in Path(rel).parent.parts:
+            here = here / part
+            try:
+                os.mkdir(here, 0o755)
+            except FileExistsError:
+                if here.is_symlink() or not here.is_dir():
+                    raise PublishError(f"{self.tmp}: {here.relative_to(self.tmp)} is not a folder this pull made "
+                                       "(a symbolic link or a file); nothing is written through it",
+                                       fix=f"Remove {self.tmp}, then pull again.") from None
+        if dst.is_symlink():
+            dst.unlink()
+        return dst
+
+    def put(self, rel: str, data: bytes) -> None:
+        dst = self._inside(rel)
         if self.resumable:
             dst.unlink(missing_ok=True)  # a resumed folder's copy: the small files are written again
         self.sink.put(rel, data)
@@ -245,9 +295,9 @@ class Staging:
     def _resume_from(self, rel: str, size: int, sha256: str, ranged: bool) -> tuple[int, Any]:
         """``(bytes to keep, their sha256 state)`` of a resumed folder's ``rel``: ``size`` when the whole file is
         there and matches, the partial file's length when it can be continued (``ranged``), else 0 (removed)."""
-        dst = self.tmp / rel
+        dst = self._inside(rel)
         h = hashlib.sha256()
-        if not self.resumable or not dst.is_file():
+        if not self.resumable or dst.is_symlink() or not dst.is_file():
             return 0, h
         n = dst.stat().st_size
         if n <= size and (ranged or n == size):
@@ -274,8 +324,8 @@ class Staging:
         self.continued += have
         n = have
         if have:
-            os.chmod(self.tmp / rel, 0o644)
-            fh: MemberFile = open(self.tmp / rel, "ab")  # noqa: SIM115 - closed below or by commit()
+            os.chmod(self.tmp / rel, 0o644, follow_symlinks=False)
+            fh: MemberFile = os.fdopen(os.open(self.tmp / rel, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW), "ab")
         else:
             fh = self.sink.open(rel)
         try:
@@ -300,17 +350,44 @@ class Staging:
         self.sink.commit(rel, fh, sha256, None)
 
     def commit(self) -> Path:
+        self._prune()
         os.chmod(self.tmp, 0o755)
         os.rename(self.tmp, self.into)
         return self.into
 
 
+def _own_folder(path: Path) -> None:
+    """Make ``path`` (mode 0700), or accept the one there only when it is what an earlier pull of this user made: a
+    real folder (not a symbolic link, never followed), owned by this user, closed to others (no group or other
+    bits). Its name is predictable (``.<into>.pull-<digest16>``), so anyone who can write beside ``into`` could
+    plant one pointing elsewhere: a planted link made a pull write the model files into an outside folder.
+    Raises :class:`PublishError` (exit 2) naming what is wrong."""
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    why = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder" if not stat.S_ISDIR(st.st_mode)
+           else f"owned by uid {st.st_uid}, not {os.geteuid()}" if st.st_uid != os.geteuid()
+           else f"open to other users (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o077 else None)
+    if why is not None:
+        raise PublishError(f"{path} exists and is not a pull folder this user's modelyard made ({why}); nothing was "
+                           "written through it",
+                           fix=f"Remove {path} (check who made it), then pull again.")
+
+
 def _exclusive(path: Path, into: Path) -> BinaryIO:
-    """``path`` opened and locked (flock, exclusive, not waiting). Raises :class:`PublishError` when another
-    process holds it."""
+    """``path`` opened (never through a symbolic link, mode 0600) and locked (flock, exclusive, not waiting). Raises
+    :class:`PublishError` when another process holds it or it is a link."""
     import fcntl  # noqa: PLC0415 - POSIX only, used by resumable pulls
 
-    fh = open(path, "ab")  # noqa: SIM115 - kept open while the lock is held; closed by Staging._unlock
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise PublishError(f"cannot open the pull lock {path}: {exc.strerror or exc} (a symbolic link is never "
+                           "followed)", fix=f"Remove {path}, then pull again.") from exc
+    fh = os.fdopen(fd, "ab")  # kept open while the lock is held; closed by Staging._unlock
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

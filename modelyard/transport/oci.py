@@ -463,6 +463,14 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
                 raise HashMismatchError(f"{src}: the layer of {rel} has digest {lay['digest']} ({lay['size']} bytes), "
                                         f"manifest.json records sha256:{exp.sha256} ({exp.size} bytes)",
                                         fix="The registry's copy does not match the artifact's manifest: publish again.")
+        # with --key, the signature is found before any weight byte: an unsigned artifact is refused at once
+        sig_from = None if public_key is None else "layer" if SIGNATURE in expected else "referrer"
+        sigs = _signature_referrers(client, container, manifest_digest) if sig_from == "referrer" else [None]
+        if not sigs:
+            raise SignatureError(f"{src} is unsigned: no model.sig layer and no signature referrer of its manifest "
+                                 f"{manifest_digest}; --key asks for a signed artifact, nothing was written",
+                                 fix="Sign the artifact (`modelyard sign`) and publish it again, or pull without --key.")
+        st.expect(expected)  # what a resumed folder holds beyond the artifact's files is removed, links too
         st.put(MANIFEST, manifest_bytes)
         for rel in sorted(expected):
             exp = expected[rel]
@@ -473,12 +481,6 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
                     yield c
 
             st.write(rel, chunks, exp.size, exp.sha256, str(src))
-        sig_from = None if public_key is None else "layer" if SIGNATURE in expected else "referrer"
-        sigs = _signature_referrers(client, container, manifest_digest) if sig_from == "referrer" else [None]
-        if not sigs:
-            raise SignatureError(f"{src} is unsigned: no model.sig layer and no signature referrer of its manifest "
-                                 f"{manifest_digest}; --key asks for a signed artifact, nothing was written",
-                                 fix="Sign the artifact (`modelyard sign`) and publish it again, or pull without --key.")
         for i, sig in enumerate(sigs):  # newest referrer first: any one the key verifies (several may be attached)
             if sig is not None:
                 (st.tmp / SIGNATURE).unlink(missing_ok=True)  # the one before did not verify

@@ -27,8 +27,8 @@ from typing import Any
 
 from modelyard import progress
 from modelyard.artifact.index import dump_index
-from modelyard.artifact.layout import MANIFEST
-from modelyard.errors import PublishError
+from modelyard.artifact.layout import MANIFEST, SIGNATURE
+from modelyard.errors import PublishError, SignatureError
 from modelyard.transport._s3io import (  # parse_s3_uri and the defaults are this module's API too
     DEFAULT_MULTIPART,
     MIN_PART,
@@ -150,10 +150,14 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
     except Exception as exc:  # noqa: BLE001
         raise s3_error(exc, "reading manifest.json", uri) from exc
     contents = check_index(uri, manifest_bytes, index_bytes)
+    if public_key is not None and SIGNATURE not in contents.files:  # refused before any weight byte
+        raise SignatureError(f"{uri} is unsigned (no {SIGNATURE}); --key asks for a signed artifact, nothing was written",
+                             fix="Sign the artifact (`modelyard sign`) and publish it again, or pull without --key.")
     total = sum(e.size for e in contents.files.values())
     pulled = hashlib.sha256(manifest_bytes + b"\0" + index_bytes).hexdigest()  # a killed pull of it continues
     with Staging(into, resume=pulled, total=total + len(manifest_bytes)) as st, progress.task(f"downloading {uri}", total=total) as adv:
         st.advance = adv
+        st.expect(contents.files)  # what a resumed folder holds beyond the artifact's files is removed, links too
         st.put(MANIFEST, manifest_bytes)
         for rel in sorted(contents.files):
             exp = contents.files[rel]
