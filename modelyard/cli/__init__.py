@@ -16,6 +16,8 @@ that ``modelyard --help`` stays fast.
 
 from __future__ import annotations
 
+import signal
+
 import typer
 
 from modelyard.cli import artifacts, checks, ingest, orchestration, rollout, server, serving, upgrade
@@ -74,5 +76,14 @@ for _name, _command in (
 app.add_typer(server.app, name="server")
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> None:
+    """The ``modelyard`` command. SIGTERM and SIGHUP end it as Ctrl-C does (exit 130, "interrupted"): the
+    ``finally`` blocks run, so a vLLM server it started (in its own process group) is stopped instead of being left
+    to PID 1, and temp folders are removed. Python's default for SIGTERM ends the process with no clean-up."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
     app()

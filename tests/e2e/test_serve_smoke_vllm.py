@@ -80,3 +80,56 @@ def test_golden_miss_is_an_error(vllm_server, tmp_path):
     s = env["result"]
     assert (env["error"]["type"], s["passed"], s["error"]) == ("SmokeFailedError", False, "failed: golden:wrong-capital")
     assert s["golden"][0]["missing"] == ["Lyon"]
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose parent is ``pid``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            out.append((int(d.name), cmd))
+    return out
+
+
+def test_a_terminated_bench_smoke_stops_the_server_it_started(demo_run):
+    """SIGTERM to `modelyard smoke --level bench` while its vLLM server starts: the command ends as interrupted
+    (exit 130) and the server's whole process group is gone, not left running under PID 1."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    _, out = demo_run
+    cli = subprocess.Popen([sys.executable, "-m", "modelyard", "smoke", out["artifact"], "--level", "bench", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, server = time.monotonic() + 120, None
+        while server is None and time.monotonic() < deadline and cli.poll() is None:
+            server = next((p for p, cmd in _children(cli.pid) if "vllm.entrypoints.openai.api_server" in cmd), None)
+            time.sleep(0.2)
+        assert server is not None, cli.communicate(timeout=60)
+        time.sleep(3)  # into the server's start-up: its engine is loading
+        cli.send_signal(signal.SIGTERM)
+        stdout, _ = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130 and json.loads(stdout)["error"]["type"] == "Interrupted"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(server, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        os.killpg(server, signal.SIGKILL)
+        raise AssertionError(f"the server's process group {server} outlived the command")
