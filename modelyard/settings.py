@@ -16,6 +16,7 @@
 
 Publishing (``modelyard publish``/``pull``): ``MODELYARD_REGISTRY_USER`` and
 ``MODELYARD_REGISTRY_PASSWORD`` (a ``SecretStr``) for ``oci://`` registries (anonymous when unset);
+``MODELYARD_REGISTRY_TIMEOUT``, the seconds a registry may stay silent (default 60);
 ``MODELYARD_S3_ENDPOINT_URL`` for an S3-compatible endpoint (falls back to ``AWS_ENDPOINT_URL``;
 credentials come from the usual AWS variables or files).
 
@@ -79,6 +80,10 @@ class Settings(BaseSettings):
     verify_runtime: str = "auto"
     registry_user: str | None = None
     registry_password: SecretStr | None = None
+    #: seconds an OCI registry may stay silent (a connection not made, no byte of an answer) before a publish or pull
+    #: gives up and names the registry: a stalled registry no longer hangs ``pull`` and the verify-on-load init
+    #: container forever
+    registry_timeout: float = Field(default=60.0, gt=0)
     #: the Bearer key ``smoke --url`` sends to a server behind an API-key front (never logged)
     api_key: SecretStr | None = None
     s3_endpoint_url: str | None = None

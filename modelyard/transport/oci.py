@@ -136,6 +136,8 @@ def _client(ref: OciRef, insecure: bool | None, settings: Any):  # noqa: ANN202
 
     insecure = _is_loopback(ref.host) if insecure is None else insecure
     client = oras.client.OrasClient(hostname=ref.host, insecure=insecure)
+    silence = float(getattr(settings, "registry_timeout", None) or DEFAULT_SILENCE_S)
+    _bounded(client.session, silence)
     creds = settings.registry_credentials() if settings is not None else None
     if creds is not None:
         client.auth.set_basic_auth(*creds)
@@ -159,8 +161,27 @@ def _client(ref: OciRef, insecure: bool | None, settings: Any):  # noqa: ANN202
             raise PublishError(f"oci://{ref.host} requires a login (HTTP basic auth) and no credentials are set",
                                fix="Set MODELYARD_REGISTRY_USER and MODELYARD_REGISTRY_PASSWORD for this registry.")
         client = oras.client.OrasClient(hostname=ref.host, insecure=insecure, auth_backend="basic")
+        _bounded(client.session, silence)
         client.auth.set_basic_auth(*creds)
     return client
+
+
+#: seconds a registry may stay silent when no settings say otherwise (``MODELYARD_REGISTRY_TIMEOUT``)
+DEFAULT_SILENCE_S = 60.0
+
+
+def _bounded(session, seconds: float) -> None:  # noqa: ANN001 - a requests.Session
+    """Give every request of ``session`` (oras sends none itself) a connect and read timeout of ``seconds``: the
+    read timeout bounds each wait for the next bytes of an answer, so a stalled registry fails the transfer
+    (requests' ``timeout``; a streamed body raises urllib3's ``ReadTimeoutError`` from ``raw.read``)."""
+    request = session.request
+
+    def timed(method, url, **kwargs):  # noqa: ANN001, ANN202
+        kwargs.setdefault("timeout", (seconds, seconds))
+        return request(method, url, **kwargs)
+
+    session.request = timed
+    session.modelyard_silence_s = seconds
 
 
 def check_response(r, what: str, ref: OciRef, *, fix: str | None = None) -> None:  # noqa: ANN001
@@ -513,7 +534,7 @@ def _get_manifest(client, container, src: OciRef) -> tuple[dict[str, Any], str]:
 
     url = f"{client.prefix}://{container.manifest_url()}"
     try:
-        r = client.do_request(url, "GET", headers={"Accept": MANIFEST_MEDIA_TYPE})
+        r = referrers.registry_request(client, url, "GET", headers={"Accept": MANIFEST_MEDIA_TYPE})
     except (requests.exceptions.RequestException, ValueError) as exc:
         raise PublishError(f"{src}: cannot read the manifest ({type(exc).__name__})",
                            fix="Check that the registry is running.") from exc
@@ -558,6 +579,7 @@ def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef
     once (:func:`~._transfer.ordered_parts`), past one part or from ``start``, when the registry answers ``Range``
     (206, as distribution does); else, and for small blobs, one streamed GET (its first ``start`` bytes skipped)."""
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
+    import urllib3  # noqa: PLC0415 - requests' own transport: a streamed read's timeout is its error
 
     size = int(layer["size"])
     url = f"{client.prefix}://{container.get_blob_url(layer['digest'])}"
@@ -567,7 +589,8 @@ def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef
                             fix="The push was incomplete or the blob was deleted: publish the artifact again.")
 
     def get(start: int, end: int) -> bytes:
-        with client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes={start}-{end - 1}"}, stream=True) as r:
+        with referrers.registry_request(client, url, "GET", headers={**client.headers, "Range": f"bytes={start}-{end - 1}"},
+                                       stream=True) as r:
             if r.status_code != 206:
                 raise missing(r.status_code)
             return r.raw.read(end - start)  # one read of the range (requests' .content joins 10 KiB reads)
@@ -575,8 +598,8 @@ def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef
     try:
         if size - start > RANGE_PART or start:
             end = min(start + RANGE_PART, size)
-            with client.do_request(url, "GET", headers={**client.headers, "Range": f"bytes={start}-{end - 1}"},
-                                   stream=True) as first:
+            with referrers.registry_request(client, url, "GET", stream=True,
+                                            headers={**client.headers, "Range": f"bytes={start}-{end - 1}"}) as first:
                 if first.status_code == 206:
                     head = first.raw.read(end - start)
                 elif first.status_code == 200:  # Range ignored: this answer is the whole blob
@@ -588,13 +611,19 @@ def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef
             if len(head) == end - start and end < size:
                 yield from ordered_parts(get, end, size)
             return
-        with client.get_blob(container, layer["digest"], stream=True) as r:
+        with referrers.registry_request(client, url, "GET", headers=client.headers, stream=True) as r:
             if r.status_code != 200:
                 raise missing(r.status_code)
             yield from r.iter_content(chunk_size=1 << 20)
-    except requests.exceptions.RequestException as exc:
-        raise PublishError(f"{src}: downloading {rel} failed ({type(exc).__name__})",
-                           fix="Check the registry and the network, then pull again.") from exc
+    except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as exc:
+        silent = isinstance(exc, (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError)) or \
+            "timed out" in str(exc).lower()
+        limit = getattr(client.session, "modelyard_silence_s", DEFAULT_SILENCE_S)
+        raise PublishError(f"{src}: downloading {rel} failed (" + (
+            f"the registry sent nothing for {limit:g} s" if silent else type(exc).__name__) + ")",
+                           fix="Check the registry and the network, then pull again (it continues where it stopped)"
+                               + ("; MODELYARD_REGISTRY_TIMEOUT sets how long a registry may stay silent" if silent
+                                  else "") + ".") from exc
 
 
 __all__ = ["publish_oci", "pull_oci", "attach_oci", "parse_oci_ref", "media_type", "model_config", "OciRef",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,11 +67,40 @@ def statement(subject_name: str, subject_digest: str, predicate_type: str, predi
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
+#: attempts of one registry request that fails to connect, times out or answers 5xx, and the seconds slept before
+#: the second and third: with each attempt bounded by the session's timeout (``MODELYARD_REGISTRY_TIMEOUT``), a
+#: request gives up after 3 timeouts + 3 s (oras' own retry, 5 attempts with 2+3^n s of sleep, waited over 2 min)
+REQUEST_ATTEMPTS = 3
+REQUEST_BACKOFF_S = (1.0, 2.0)
+
+
+def registry_request(client: Any, url: str, method: str = "GET", **kw: Any) -> Any:
+    """``client.do_request(url, method, **kw)`` (oras: the registry's auth handled) within this module's retry budget
+    (:data:`REQUEST_ATTEMPTS`) instead of oras' own. Returns the response (a 5xx after the last attempt too);
+    raises what requests raises after the last attempt."""
+    import requests  # noqa: PLC0415 - heavy: requests, imported on first use
+
+    once = getattr(type(client).do_request, "__wrapped__", None)  # oras.provider's undecorated method
+    for attempt in range(REQUEST_ATTEMPTS):
+        last = attempt == REQUEST_ATTEMPTS - 1
+        try:
+            r = once(client, url, method, **kw) if once is not None else client.do_request(url, method, **kw)
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
+            if last:
+                raise
+        else:
+            if r.status_code < 500 or last:
+                return r
+            r.close()
+        time.sleep(REQUEST_BACKOFF_S[min(attempt, len(REQUEST_BACKOFF_S) - 1)])
+    raise AssertionError("unreachable")  # pragma: no cover - the last attempt returns or raises
+
+
 def _request(client: Any, url: str, method: str, what: str, **kw: Any) -> Any:
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
 
     try:
-        return client.do_request(url, method, **kw)
+        return registry_request(client, url, method, **kw)
     except (requests.exceptions.RequestException, ValueError) as exc:
         raise PublishError(f"{url}: {what} failed ({type(exc).__name__})",
                            fix="Check that the registry is running, then publish again.") from exc

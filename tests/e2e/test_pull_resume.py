@@ -213,3 +213,45 @@ def test_bundle_unbundle_and_pull_refuse_a_disk_too_small_before_writing(big_art
         needed = int(err["message"].split("(")[1].split()[-2].replace(",", ""))
         assert BIG < needed <= total + 64 * 1024, (cmd[0], needed, total)
         assert list(small_fs.iterdir()) == [], cmd[0]
+
+
+def _pid_of(needle: str) -> int:
+    """The pid of the one process whose command line contains ``needle``."""
+    (pid,) = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and needle.encode() in
+              (d / "cmdline").read_bytes()]
+    return pid
+
+
+def test_a_stalled_registry_fails_the_pull_within_its_timeout(big_artifact, registry, tmp_path, tmp_path_factory):
+    """The session's registry is frozen (SIGSTOP: connections are still accepted, nothing is answered) once the pull
+    has written its first bytes of the 200 MiB file: the pull ends (exit 2) about MODELYARD_REGISTRY_TIMEOUT seconds
+    later, naming the silence and the setting, and keeps what it had for the next pull."""
+    import signal
+    import subprocess
+
+    ref = f"oci://{registry}/models/stall-{uuid.uuid4().hex[:8]}:v1"
+    publish_oci(big_artifact, ref)
+    into = tmp_path / "out" / "pulled"
+    frozen = _pid_of(str(Path(tmp_path_factory.getbasetemp()) / "registry0" / "config.yml"))
+    cli = subprocess.Popen([sys.executable, "-m", "modelyard", "pull", ref, "-o", str(into), "--json"],
+                           env={**os.environ, "MODELYARD_REGISTRY_TIMEOUT": "3"}, stdout=subprocess.PIPE, text=True)
+    stopped_at = None
+    try:
+        deadline = time.monotonic() + 120
+        while stopped_at is None and time.monotonic() < deadline and cli.poll() is None:
+            if any(p.stat().st_size for p in into.parent.glob(f".{into.name}.pull-*/serve/shard.bin")):
+                os.kill(frozen, signal.SIGSTOP)
+                stopped_at = time.monotonic()
+            time.sleep(0.05)
+        assert stopped_at is not None, "the pull ended before the registry could be frozen"
+        stdout, _ = cli.communicate(timeout=120)
+        waited = time.monotonic() - stopped_at
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+        if cli.poll() is None:
+            cli.kill()
+    err = json_error(stdout, "pull", 2)
+    assert err["message"] == f"{ref}: downloading serve/shard.bin failed (the registry sent nothing for 3 s)"
+    assert "MODELYARD_REGISTRY_TIMEOUT" in err["fix"]
+    assert waited < 60, waited  # about 3 s of silence per read in flight, never forever
+    assert list(into.parent.glob(f".{into.name}.pull-*/serve/shard.bin")) and not into.exists()
