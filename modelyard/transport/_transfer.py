@@ -8,8 +8,11 @@ whose names are safe, whose ``content_digest`` matches its own file list, no dup
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 from collections import deque
@@ -22,7 +25,7 @@ from typing import Any, BinaryIO, Iterable
 from modelyard.artifact.index import FORMAT, VERSION, dump_index, index_folder
 from modelyard.artifact.layout import INDEX, MANIFEST, SIGNATURE
 from modelyard.artifact.manifest import Manifest
-from modelyard.errors import BundleError, HashMismatchError, ManifestError, PublishError
+from modelyard.errors import BundleError, HashMismatchError, InsufficientResourcesError, ManifestError, PublishError
 from modelyard.paths import require_space
 from modelyard.transport.unbundle import (
     BundleContents,
@@ -290,7 +293,14 @@ class Staging:
         dst = self._inside(rel)
         if self.resumable:
             dst.unlink(missing_ok=True)  # a resumed folder's copy: the small files are written again
-        self.sink.put(rel, data)
+        try:
+            self.sink.put(rel, data)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                dst.unlink(missing_ok=True)
+                self.keep = self.resumable
+                raise self._full(rel, len(data)) from exc
+            raise
 
     def _resume_from(self, rel: str, size: int, sha256: str, ranged: bool) -> tuple[int, Any]:
         """``(bytes to keep, their sha256 state)`` of a resumed folder's ``rel``: ``size`` when the whole file is
@@ -335,6 +345,13 @@ class Staging:
                 n += len(chunk)
                 if n > size:
                     break
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                fh.close()
+            self.keep = True
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._full(rel, size - n) from exc
+            raise
         except BaseException as exc:
             fh.close()
             self.keep = not isinstance(exc, HashMismatchError)
@@ -348,6 +365,15 @@ class Staging:
                                     fix="The remote copy is corrupt or was tampered with: publish the artifact again "
                                         "from a trusted store, then pull again.")
         self.sink.commit(rel, fh, sha256, None)
+
+    def _full(self, rel: str, missing: int) -> InsufficientResourcesError:
+        """The error of a disk that filled up while ``rel`` was written, ``missing`` bytes of it still to come."""
+        free = shutil.disk_usage(self.tmp).free
+        return InsufficientResourcesError(
+            f"{self.into.parent} filled up while {rel} was written: {free:,} bytes free, {missing:,} bytes of it and "
+            f"the files after it still to come; nothing was written to {self.into}",
+            fix=f"Free space there (what was pulled is kept in {self.tmp} and the next pull continues it), or pull "
+                "into another -o/--output.")
 
     def commit(self) -> Path:
         self._prune()

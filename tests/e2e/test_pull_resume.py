@@ -255,3 +255,43 @@ def test_a_stalled_registry_fails_the_pull_within_its_timeout(big_artifact, regi
     assert "MODELYARD_REGISTRY_TIMEOUT" in err["fix"]
     assert waited < 60, waited  # about 3 s of silence per read in flight, never forever
     assert list(into.parent.glob(f".{into.name}.pull-*/serve/shard.bin")) and not into.exists()
+
+
+def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_artifact, registry, tmp_path):
+    """A real 240 MiB tmpfs holds the 200 MiB artifact when the pull starts (the preflight passes); another writer
+    takes the rest once the pull is under way: the pull ends with exit 2 (not 3, "internal error"), naming the
+    folder, the bytes free and still to come, and keeps its partial folder for the next pull."""
+    import subprocess
+
+    mnt = Path(f"/tmp/modelyard-fill-{uuid.uuid4().hex[:8]}")
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=240m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        mnt.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    try:
+        ref = f"oci://{registry}/models/fill-{uuid.uuid4().hex[:8]}:v1"
+        publish_oci(big_artifact, ref)
+        into = mnt / "pulled"
+        cli = subprocess.Popen([sys.executable, "-m", "modelyard", "pull", ref, "-o", str(into), "--json"],
+                               stdout=subprocess.PIPE, text=True)
+        filled = False
+        deadline = time.monotonic() + 120
+        while not filled and time.monotonic() < deadline and cli.poll() is None:
+            if any(p.stat().st_size >= RANGE_PART for p in mnt.glob(".pulled.pull-*/serve/shard.bin")):
+                with open(mnt / "filler", "wb") as fh:
+                    with contextlib.suppress(OSError):
+                        os.posix_fallocate(fh.fileno(), 0, shutil.disk_usage(mnt).free)
+                filled = True
+            time.sleep(0.02)
+        stdout, _ = cli.communicate(timeout=120)
+        assert filled, "the pull ended before the disk could be filled"
+        err = json_error(stdout, "pull", 2)
+        assert err["type"] == "InsufficientResourcesError"
+        assert re.fullmatch(rf"{mnt} filled up while serve/shard\.bin was written: [\d,]+ bytes free, [\d,]+ bytes of "
+                            rf"it and the files after it still to come; nothing was written to {into}", err["message"])
+        assert err["fix"].startswith("Free space there (what was pulled is kept in ")
+        assert list(mnt.glob(".pulled.pull-*/serve/shard.bin")) and not into.exists()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        mnt.rmdir()
