@@ -22,7 +22,8 @@ from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.store import StoreProtocol
 from modelyard.checks import Report, Target
 from modelyard.checks.adapter import check_adapter, read_adapter, serve_rank
-from modelyard.checks.base import Finding, Severity
+from modelyard.checks.base import CheckContext, Finding, Severity
+from modelyard.checks.files import symlinks
 from modelyard.errors import InvalidTargetError, VerificationFailedError
 from modelyard.model.checkpoint import Checkpoint
 
@@ -86,14 +87,19 @@ def resolve_base(ref: str, store: StoreProtocol) -> BaseArtifact | Finding:
 def verify_adapter(adapter_dir: Path, base_ref: str, store: StoreProtocol, *, target: Target | None = None,
                    max_lora_rank: int | None = None) -> tuple[Report, BaseArtifact | None]:
     """Judge the adapter folder ``adapter_dir`` against the base ``base_ref`` (:func:`resolve_base`):
-    the report (findings of :mod:`modelyard.checks.adapter`, or ``adapter.base_missing``) and the base
-    (None when missing). ``max_lora_rank``: the ``--max-lora-rank`` it will be served with."""
+    the report (findings of :mod:`modelyard.checks.adapter`, or ``adapter.base_missing``; a link that leaves the
+    adapter folder is ``files.symlink_escapes`` and nothing else is read) and the base (None when missing).
+    ``max_lora_rank``: the ``--max-lora-rank`` it will be served with."""
     base = resolve_base(base_ref, store)
     target = target or Target()
     if isinstance(base, Finding):
         return Report(findings=(base,), target=target), None
+    # a link out of the adapter folder is refused as a model folder's is (files.symlink_escapes), before its target is read
+    links = list(symlinks(Checkpoint(adapter_dir), CheckContext(target=target)))
+    if any(f.severity is Severity.ERROR for f in links):
+        return Report(findings=tuple(links), target=target), base
     findings = check_adapter(read_adapter(adapter_dir), Checkpoint(base.model), max_lora_rank=max_lora_rank)
-    return Report(findings=tuple(findings), target=target), base
+    return Report(findings=tuple(links + findings), target=target), base
 
 
 def gate(report: Report, what: str) -> None:

@@ -146,6 +146,30 @@ def test_modules_to_save_and_dora(world, healthy, tmp_path):
     assert _codes(report) == [("adapter.modules_to_save", "error"), ("adapter.unsupported_feature", "error")]
 
 
+def test_an_adapter_file_that_links_out_of_its_folder_is_refused_before_it_is_read(world, healthy, tmp_path):
+    """adapter_model.safetensors as a link to a file outside the adapter folder: refused as a model folder's link
+    is (files.symlink_escapes), and `ingest` stores nothing (a model ingest refuses the same)."""
+    from modelyard.errors import VerificationFailedError
+    from modelyard.flows.adapter import ingest_adapter
+    from modelyard.flows.options import IngestOptions
+
+    _, _, store = world
+    outside = tmp_path / "outside.safetensors"
+    shutil.copy(healthy / "adapter_model.safetensors", outside)
+    d = tmp_path / "linked"
+    d.mkdir()
+    shutil.copy(healthy / "adapter_config.json", d / "adapter_config.json")
+    (d / "adapter_model.safetensors").symlink_to(outside)
+    report, _ = verify_adapter(d, "tiny@r1", store)
+    assert _codes(report) == [("files.symlink_escapes", "error")]
+    assert report.errors[0].message == f"adapter_model.safetensors is a link to {outside}, outside the model folder"
+    before = sorted(p.name for p in store.home.iterdir())
+    with pytest.raises(VerificationFailedError):
+        ingest_adapter(f"file://{d}", IngestOptions(base="tiny@r1", smoke=False, name="linked-lora"),
+                       home=str(store.home))
+    assert sorted(p.name for p in store.home.iterdir()) == before
+
+
 def test_serve_overrides(healthy):
     assert lora_overrides([("tiny-lora", healthy, "model")]) == {
         "enable-lora": True, "lora-modules": ["tiny-lora=model"], "max-lora-rank": 16, "max-loras": 1}
