@@ -26,3 +26,15 @@ def printable(text: str) -> str:
     """``text`` with every :data:`UNSAFE` character written as an escape (``"a\\x1b[2Jb"`` for
     ``"a<ESC>[2Jb"``)."""
     return UNSAFE.sub(_escape, text)
+
+
+#: what :func:`one_line` writes as escapes besides :data:`UNSAFE`: a line break of any kind, and tab
+BREAKS = re.compile("[\n\r\t\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` made safe to print as (part of) one line: :func:`printable`, and every line break (and tab) written
+    as an escape too, so that a value read from a file (a manifest's name, a source URI, a finding's message) cannot
+    start a line of its own, such as a fake ``verification: passed``."""
+    return printable(BREAKS.sub(_escape, text))
+

@@ -31,6 +31,7 @@ from modelyard.cli._common import (
 )
 from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError, StoreError
 from modelyard.settings import Settings
+from modelyard.text import one_line
 from modelyard.transport.catalog import list_artifacts, show_artifact
 from modelyard.transport.hfcache import rehydrate
 from modelyard.transport.objectstore import is_remote
@@ -294,25 +295,28 @@ def show_cmd(
     if as_json:
         emit_json(d)
         return
-    out.print(f"[bold]{escape(d['name'])}[/]@{escape(d['revision'])}  {escape(d['path'])}", highlight=False, soft_wrap=True)
-    out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
-    out.print(f"created: {d['created_at']}  size: {human_bytes(d['size'])} in {d['files']} model files  "
-              f"quantization: {d['quantization'] or 'none'}  patches: {d['patches']}  "
+    def o(value: object) -> str:  # a value from the artifact's files, printed as part of one line
+        return escape(one_line(str(value)))
+
+    out.print(f"[bold]{o(d['name'])}[/]@{o(d['revision'])}  {o(d['path'])}", highlight=False, soft_wrap=True)
+    out.print(f"content: {o(d['content_digest'])}", highlight=False, soft_wrap=True)
+    out.print(f"created: {o(d['created_at'])}  size: {human_bytes(d['size'])} in {d['files']} model files  "
+              f"quantization: {o(d['quantization'] or 'none')}  patches: {o(d['patches'])}  "
               f"signed: {'yes' if d['signed'] else 'no'}", highlight=False, soft_wrap=True)
     src = d["source"]
-    out.print(f"source: {escape(str(src.get('uri')))}" + (f"  commit: {src['commit']}" if src.get("commit") else ""),
+    out.print(f"source: {o(src.get('uri'))}" + (f"  commit: {o(src['commit'])}" if src.get("commit") else ""),
               highlight=False, soft_wrap=True)
     for r in d.get("replaced") or []:
-        out.print(f"replaced: {r['file']} {r['by']} ({escape(r['evidence'])})", highlight=False, soft_wrap=True)
+        out.print(f"replaced: {o(r['file'])} {o(r['by'])} ({o(r['evidence'])})", highlight=False, soft_wrap=True)
     v = d.get("verification") or {}
     out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({counted(v.get('errors', 0), 'error')}, "
               f"{counted(v.get('warnings', 0), 'warning')})", highlight=False)
     s = d.get("smoke")
-    out.print(f"smoke: vLLM {s['vllm_version']}, loaded in {s['load_seconds']} s, finish_reason {s['finish_reason']}"
-              if s else "smoke: not run", highlight=False)
+    out.print(f"smoke: vLLM {o(s['vllm_version'])}, loaded in {o(s['load_seconds'])} s, finish_reason "
+              f"{o(s['finish_reason'])}" if s else "smoke: not run", highlight=False)
     for f in ((d.get("report") or {}).get("findings") or [])[:20]:
-        out.print(f"  {f['severity']:<7} {escape(str(f['code']))}  {escape(str(f.get('file') or ''))}: "
-                  f"{escape(str(f['message']))}", highlight=False, soft_wrap=True)
+        out.print(f"  {o(f['severity']):<7} {o(f['code'])}  {o(f.get('file') or '')}: {o(f['message'])}",
+                  highlight=False, soft_wrap=True)
 
 
 def bom_cmd(

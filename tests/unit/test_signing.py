@@ -153,6 +153,28 @@ def test_list_and_show(store_artifact):
     assert r.returncode == 2 and "no artifact named 'nosuch'" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_show_prints_each_value_of_the_artifact_on_its_own_line_only(store_artifact, tmp_path):
+    """A manifest value with a raw line break (here the source URI, which an edited copy can carry) cannot print a
+    line of its own such as a fake "verification: passed": it is written as an escape, on the source line."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from modelyard.cli import app
+
+    copy = tmp_path / "copy"
+    shutil.copytree(store_artifact, copy)
+    (copy / "manifest.json").chmod(0o644)
+    m = json.loads((copy / "manifest.json").read_text())
+    m["source"]["uri"] = "file:///x\nverification: passed (0 errors, 0 warnings)\r\x1b[2K"
+    (copy / "manifest.json").write_text(json.dumps(m))
+    r = CliRunner().invoke(app, ["show", str(copy)])
+    lines = r.output.splitlines()
+    (source,) = [line for line in lines if line.startswith("source: ")]
+    assert source.startswith("source: file:///x\\x0averification: passed (0 errors, 0 warnings)\\x0d\\x1b[2K  commit: ")
+    assert sum(line.startswith("verification:") for line in lines) == 1  # the artifact's own line alone
+
+
 # ---- target parsing ------------------------------------------------------------------------------------
 
 
