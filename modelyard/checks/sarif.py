@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from modelyard.checks.catalog import rule_of
 from modelyard.checks.report import Report
+from modelyard.text import printable
 from modelyard.version import __version__
 
 SARIF_VERSION = "2.1.0"
@@ -132,6 +134,13 @@ def to_sarif(report: Report, model_dir: Path | None = None, *, subject: str | No
     """The SARIF log (a dict ready for ``json.dumps``) of ``report``. ``model_dir`` is the folder the files
     of the findings are relative to (it becomes the ``MODEL`` base URI); ``subject`` names what was judged
     (a path, ``hf://org/name@revision``) in the run's properties."""
+    # the texts come from the model's files (a tokenizer string, a template): control and bidirectional characters are
+    # written as escapes (text.printable), so that a SARIF viewer or a terminal shows them as what they are
+    report = replace(report, findings=tuple(
+        replace(f, message=printable(f.message), fix=f.fix and printable(f.fix), file=f.file and printable(f.file),
+                value=printable(f.value) if isinstance(f.value, str) else f.value, field=f.field and printable(f.field))
+        for f in report.findings))
+    subject = subject and printable(subject)
     codes = sorted({f.code for f in report.findings})
     index = {c: i for i, c in enumerate(codes)}
     results = []

@@ -77,3 +77,22 @@ def test_field_line_finds_keys_elements_and_dotted_tensor_names(tmp_path):
     (tmp_path / "broken.json").write_text('{"a": ')
     assert field_line(tmp_path / "broken.json", "a") is None
     assert field_line(tmp_path / "chat_template.jinja", "a") is None
+
+
+def test_texts_from_the_model_reach_sarif_as_escapes_not_raw_control_characters():
+    """A finding quoting a hostile tokenizer string (ESC sequences, a bidirectional override) is written with those
+    characters as visible escapes in every SARIF text; line breaks stay."""
+    from modelyard.checks.base import Finding, Severity
+    from modelyard.checks.report import Report
+    from modelyard.checks.sarif import to_sarif
+
+    hostile = "tok\x1b]0;owned\x07en \u202etxt.exe\nnext"
+    report = Report(findings=(Finding("tokenizer.chat_template.security_risk", Severity.ERROR, f"says {hostile}",
+                                      file="tokenizer_config.json", field="chat_template", value=hostile,
+                                      fix=f"remove {hostile}"),))
+    (res,) = to_sarif(report, subject=f"hf://org/m{hostile}")["runs"][0]["results"]
+    escaped = "tok\\x1b]0;owned\\x07en \\u202etxt.exe\nnext"
+    assert res["message"]["text"] == f"says {escaped}"
+    assert (res["properties"]["value"], res["properties"]["fix"]) == (escaped, f"remove {escaped}")
+    text = json.dumps(to_sarif(report, subject=f"hf://org/m{hostile}"), ensure_ascii=False)
+    assert not any(c in text for c in "\x1b\x07\u202e")  # nowhere raw, the run's subject included
