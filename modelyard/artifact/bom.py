@@ -146,7 +146,12 @@ def build_bom(artifact_dir: Path) -> dict[str, Any]:  # noqa: C901
     bom = Bom()
     bom.serial_number = uuid.uuid5(uuid.NAMESPACE_URL, f"modelyard:{m.content_digest}:{m.revision}")
     if m.created_at:
-        bom.metadata.timestamp = dt.datetime.fromisoformat(m.created_at)
+        try:
+            bom.metadata.timestamp = dt.datetime.fromisoformat(str(m.created_at))
+        except ValueError as exc:
+            raise ManifestError(f"{root / MANIFEST}: created_at is {str(m.created_at)[:80]!r}, not an ISO 8601 time",
+                                fix="Restore the manifest from the store or the publisher (a stored manifest's "
+                                    "created_at is written as e.g. 2026-12-06T19:39:00+00:00).") from exc
     bom.metadata.component = model
     bom.metadata.tools.components.add(Component(type=ComponentType.APPLICATION, name="modelyard", version=__version__,
                                                 bom_ref="tool:modelyard"))

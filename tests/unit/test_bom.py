@@ -81,6 +81,21 @@ def test_a_bom_that_breaks_the_schema_is_refused(artifact):
     assert e.value.message.startswith("the AI-BOM does not follow the CycloneDX 1.6 schema: ")
 
 
+def test_a_malformed_created_at_is_exit_2_naming_the_field(artifact, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(artifact, copy)
+    (copy / "manifest.json").chmod(0o644)
+    m = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**m, "created_at": "yesterday"}))
+    r = CliRunner().invoke(app, ["bom", str(copy), "--json"])
+    assert r.exit_code == 2, r.output
+    err = json.loads(r.output)["error"]
+    assert (err["type"], err["message"]) == (
+        "ManifestError", f"{copy / 'manifest.json'}: created_at is 'yesterday', not an ISO 8601 time")
+
+
 @pytest.mark.parametrize(("card", "licenses"), [
     ({"license": "apache-2.0"}, [{"license": {"id": "Apache-2.0"}}]),  # an SPDX id is given as one
     ({"license": "other", "license_name": "llama3.1", "license_link": "https://example.org/LICENSE"},
