@@ -64,6 +64,13 @@ def test_bad_prompts_file(tmp_path, text, msg):
     assert msg in str(exc.value)
 
 
+def test_a_prompts_file_that_never_ends_is_refused_not_read_to_the_end():
+    with pytest.raises(InvalidTargetError) as exc:
+        sweep.load_prompts(Path("/dev/zero"), 16)
+    assert exc.value.message == "--prompts /dev/zero is over 67,108,864 bytes (or never ends)"
+    assert exc.value.exit_code == 2
+
+
 def test_bench_spec(tmp_path):
     assert sweep.bench_spec() == sweep.BenchSpec() and sweep.BenchSpec().levels == (4,)
     s = sweep.bench_spec(concurrency="2,1", requests=4, input_len=64, output_len=8, range_ratio=0.5)

@@ -87,14 +87,24 @@ def parse_levels(text: str) -> tuple[int, ...]:
     return tuple(sorted(levels))
 
 
+#: the most of a prompts file that is read (bytes): a sweep's prompts are a few MiB at most
+PROMPTS_MAX_BYTES = 64 << 20
+
+
 def load_prompts(path: Path, output_len: int) -> list[dict[str, Any]]:
     """The rows of a prompts file (JSONL: ``{"prompt": non-empty str, "output_len": int >= 1}`` per
     line, ``output_len`` optional, default ``output_len``; blank lines skipped) as
     ``[{"prompt", "output_len"}]``. Raises :class:`InvalidTargetError` (exit 2) naming the line for a
-    missing file, bad JSON, a missing or empty prompt, a bad output_len or another key, and for a file
-    without a prompt."""
+    missing file, bad JSON, a missing or empty prompt, a bad output_len or another key, for a file
+    without a prompt, and for one over :data:`PROMPTS_MAX_BYTES` bytes (``/dev/zero`` never ends)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            data = fh.read(PROMPTS_MAX_BYTES + 1)  # a device (/dev/zero) or a huge file is not read to the end
+        if len(data) > PROMPTS_MAX_BYTES:
+            raise InvalidTargetError(f"--prompts {path} is over {PROMPTS_MAX_BYTES:,} bytes (or never ends)",
+                                     fix="Pass a JSONL file of prompts, one {\"prompt\": ...} per line, of at most "
+                                         f"{PROMPTS_MAX_BYTES >> 20} MiB.")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidTargetError(f"--prompts {path}: cannot read it ({exc})",
                                  fix="Pass a UTF-8 JSONL file, one {\"prompt\": ...} per line.") from exc
