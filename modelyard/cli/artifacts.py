@@ -72,6 +72,9 @@ def unbundle_cmd(  # noqa: PLR0913
     max_ratio: float = typer.Option(100.0, "--max-ratio", min=1.0, help="refuse bundles declaring more than this x their compressed size"),
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): model.sig must verify before anything is kept"),
     trust_root: Optional[Path] = typer.Option(None, "--trust-root", help="certificate chain (PEM) for model.sig"),
+    allow_partial: bool = typer.Option(False, "--allow-partial-signature",
+                                       help="with --key: accept a signature over model/ alone (serve/ and the report "
+                                            "stay unsigned)"),
     as_json: bool = json_option("{artifact, files, content_digest, signature_verified} or, with --hf-cache, "
                                 "{hf_cache, repo_id, commit, commit_synthesized, snapshot, files, reused}"),
     verbose: bool = verbose_option(),
@@ -84,7 +87,8 @@ def unbundle_cmd(  # noqa: PLR0913
             raise InvalidTargetError("pass exactly one of -o/--output DIR and --hf-cache DIR",
                                      fix="-o/--output for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
         if into is not None:
-            c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root)
+            c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root,
+                     allow_partial=allow_partial)
             d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
                  "content_digest": c.manifest.content_digest,
                  "signature_verified": True if (key or trust_root) else None}
@@ -161,12 +165,15 @@ def pull_cmd(
     key: Optional[Path] = typer.Option(None, "--key", help="public key (PEM): require a signature (model.sig, or for "
                                        "oci:// a signature referrer of the manifest) and verify it; an unsigned "
                                        "artifact is refused"),
+    allow_partial: bool = typer.Option(False, "--allow-partial-signature",
+                                       help="with --key: accept a signature over model/ alone (serve/ and the report "
+                                            "stay unsigned)"),
     as_json: bool = json_option("{artifact, files, bytes, content_digest, signature_verified, signature_from}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
     with working(as_json):
-        res = pull(ref, either(output, into, "--output", required=True), public_key=key)
+        res = pull(ref, either(output, into, "--output", required=True), public_key=key, allow_partial=allow_partial)
     d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
          "signature_verified": res.signature_verified, "signature_from": res.signature_from}
     if as_json:

@@ -435,7 +435,7 @@ def _sha(data: bytes) -> str:
 
 
 def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,  # noqa: C901
-             insecure: bool | None = None) -> PullResult:
+             insecure: bool | None = None, allow_partial: bool = False) -> PullResult:
     """Pull ``ref`` (``oci://host/repo:tag`` or ``@sha256:...``) into the new folder ``into``, checking
     every blob's digest while streaming it; the folder appears only when everything matched. A killed pull of
     the same manifest into the same ``into`` continues where it stopped (:class:`~._transfer.Staging`).
@@ -508,7 +508,7 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
                 st.put(SIGNATURE, sig)
             try:
                 if public_key is not None:
-                    verify_signature(st.tmp, public_key=public_key)
+                    verify_signature(st.tmp, public_key=public_key, allow_partial=allow_partial)
                 verified = None if public_key is None else True
                 break
             except SignatureError:

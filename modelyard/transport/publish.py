@@ -91,18 +91,22 @@ def _signature_checked(artifact: str | Path, settings: Any, home: Path | None) -
     return folder
 
 
-def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None) -> PullResult:
-    """Pull ``ref`` (``oci://...`` or ``s3://...``) into the new artifact folder ``into``."""
+def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
+         allow_partial: bool = False) -> PullResult:
+    """Pull ``ref`` (``oci://...`` or ``s3://...``) into the new artifact folder ``into``. With ``public_key``, a
+    signature over ``model/`` alone is refused unless ``allow_partial``
+    (:func:`~modelyard.transport.signing.verify_signature`)."""
     if ref.startswith("oci://"):
 
-        return pull_oci(ref, into, public_key=public_key, settings=settings)
+        return pull_oci(ref, into, public_key=public_key, settings=settings, allow_partial=allow_partial)
     if ref.startswith("s3://"):
         stored = _STORE_REF.match(ref.rstrip("/"))
         if stored is not None:
             store_uri, name, revision = stored.groups()
-            if (res := _pull_stored(ref, store_uri, name, revision, into, public_key, settings)) is not None:
+            if (res := _pull_stored(ref, store_uri, name, revision, into, public_key, settings,
+                                    allow_partial)) is not None:
                 return res
-        return pull_s3(ref, into, public_key=public_key, settings=settings)
+        return pull_s3(ref, into, public_key=public_key, settings=settings, allow_partial=allow_partial)
     raise PublishError(f"{ref!r} is not a source modelyard can pull from", fix=_FIX)
 
 
@@ -112,7 +116,7 @@ _STORE_REF = re.compile(r"^(s3://[^/]+/.+?)/artifacts/([^/]+)/([^/]+)$")
 
 
 def _pull_stored(ref: str, store_uri: str, name: str, revision: str, into: Path, public_key: Path | str | None,
-                 settings: Any) -> PullResult | None:
+                 settings: Any, allow_partial: bool = False) -> PullResult | None:
     """Pull ``name@revision`` from the S3 store at ``store_uri`` into ``into``: through this worker's cache
     (:meth:`S3Store.local`, every file checked against its sha256 on the way down), then copied and hashed
     again into a temp folder beside ``into``, renamed into place; ``model.sig`` verified with ``public_key``
@@ -138,7 +142,7 @@ def _pull_stored(ref: str, store_uri: str, name: str, revision: str, into: Path,
         for f in art.files:
             st.write(f.rel, _chunks(f.path), f.size, f.sha256, ref)
         if public_key is not None:
-            verify_signature(st.tmp, public_key=public_key)
+            verify_signature(st.tmp, public_key=public_key, allow_partial=allow_partial)
         path = st.commit()
     return PullResult(path, len(art.files) + 1, sum(f.size for f in art.files), art.manifest.content_digest,
                       True if public_key is not None else None, "layer" if public_key is not None else None)

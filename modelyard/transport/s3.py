@@ -121,7 +121,8 @@ def _put_one(fs, bucket: str, key: str, f: LocalFile, threshold: int, uri: str, 
         raise PublishError(f"cannot read {f.path}: {exc.strerror or exc}", fix="Check that the artifact is readable.") from exc
 
 
-def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None) -> PullResult:
+def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
+            allow_partial: bool = False) -> PullResult:
     """Download ``uri`` (``s3://bucket/prefix``) into the new folder ``into``, checking every object's
     size and sha256 against ``manifest.json``/``bundle.json``; all or nothing (a killed pull of the same artifact
     into the same ``into`` continues: :class:`~._transfer.Staging` with ``resume``). Refuses a prefix without
@@ -169,7 +170,7 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
         verified = None
         if public_key is not None:
 
-            verify_signature(st.tmp, public_key=public_key)
+            verify_signature(st.tmp, public_key=public_key, allow_partial=allow_partial)
             verified = True
         path = st.commit()
     return PullResult(path, len(contents.files) + 1, total + len(manifest_bytes),

@@ -42,6 +42,12 @@ class SignResult:
 UNSIGNED = (SIGNATURE_NAME, "manifest.json")
 #: the scope of a signature: the whole artifact, or (signatures made before) ``model/`` only
 SCOPE_ARTIFACT, SCOPE_MODEL = "artifact", "model/"
+#: the refusal of a ``model/``-only signature where the whole artifact must be signed (:func:`verify_signature`)
+PARTIAL_MESSAGE = ("{artifact}: model.sig verifies over model/ only (a signature made before modelyard signed the whole "
+                   "artifact, or by `model_signing sign ... model/`): serve/, report.json and the records beside "
+                   "model/ are unsigned, so nothing was kept")
+PARTIAL_FIX = ("Sign the whole artifact (`modelyard sign ARTIFACT --key private.pem`) and publish or bundle it again, or "
+               "pass --allow-partial-signature to accept a signature over model/ alone.")
 
 
 @dataclass(frozen=True)
@@ -105,13 +111,19 @@ def sign_artifact(artifact: Path, *, private_key: Path | str, password: str | No
 
 def verify_signature(artifact: Path, *, public_key: Path | str | None = None,
                      trust_root: Path | str | None = None, identity: str | None = None,
-                     oidc_issuer: str | None = None) -> VerifySignatureResult:
+                     oidc_issuer: str | None = None, allow_partial: bool = True) -> VerifySignatureResult:
     """Verify ``artifact/model.sig`` over ``artifact/model``: with an EC ``public_key`` (PEM), with a
     certificate chain ``trust_root`` (PEM) for certificate signatures, or with a Sigstore ``identity``
     and ``oidc_issuer`` (keyless; needs the network). Exactly one method.
 
-    Raises :class:`SignatureError` (exit 1) when model/ differs from what was signed or the signature
-    is not from that key; :class:`SigningKeyError` (exit 2) for a missing signature or key."""
+    A signature over ``model/`` alone (:data:`SCOPE_MODEL`: made before the whole artifact was signed, or by
+    ``model_signing sign ... model/``) verifies with ``allow_partial`` and says so in its ``scope``; without it, it
+    is refused: ``serve/`` (what an operator runs), the report and the records beside ``model/`` are then unsigned,
+    and a pull or unbundle that says "signature: verified" must mean all of them.
+
+    Raises :class:`SignatureError` (exit 1) when model/ differs from what was signed, the signature
+    is not from that key, or it covers model/ alone and ``allow_partial`` is false; :class:`SigningKeyError`
+    (exit 2) for a missing signature or key."""
     from model_signing import verifying  # noqa: PLC0415 - heavy: model-signing, imported on first use
 
     model = _model_dir(artifact)
@@ -147,6 +159,8 @@ def verify_signature(artifact: Path, *, public_key: Path | str | None = None,
     except ValueError as exc:
         diffs = list(diffs)  # the legacy attempt below rewrites the captured list
         if _legacy_verifies(cfg, model, sig):
+            if not allow_partial:
+                raise SignatureError(PARTIAL_MESSAGE.format(artifact=model.parent.name), fix=PARTIAL_FIX) from exc
             return VerifySignatureResult(model.parent, sig, method, sum(1 for p in model.rglob("*") if p.is_file()),
                                          SCOPE_MODEL)
         tampered = str(exc).startswith("Signature mismatch")
@@ -306,10 +320,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def verify_after_unbundle(into: Path, *, public_key: Path | str | None = None,
-                          trust_root: Path | str | None = None) -> VerifySignatureResult | None:
+                          trust_root: Path | str | None = None,
+                          allow_partial: bool = False) -> VerifySignatureResult | None:
     """For the unbundle path: verify ``into/model.sig`` when a key or trust root is given. Returns None
     when none is given; raises :class:`SigningKeyError` when one is given but the artifact has no
     ``model.sig``, :class:`SignatureError` when it does not verify."""
     if public_key is None and trust_root is None:
         return None
-    return verify_signature(into, public_key=public_key, trust_root=trust_root)
+    return verify_signature(into, public_key=public_key, trust_root=trust_root, allow_partial=allow_partial)

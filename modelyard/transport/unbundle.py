@@ -499,10 +499,11 @@ def read_manifest(bundle: Path) -> tuple[bytes, Manifest]:
 
 
 def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, public_key: Path | None = None,
-             trust_root: Path | None = None) -> BundleContents:
+             trust_root: Path | None = None, allow_partial: bool = False) -> BundleContents:
     """Extract ``bundle`` as the artifact folder ``into`` (which must not exist), all or nothing:
     into a temp folder beside it, renamed at the end; removed on any failure. With ``public_key`` or
-    ``trust_root``, ``model.sig`` must be present and verify over the extracted ``model/`` before
+    ``trust_root``, ``model.sig`` must be present and verify (over the whole artifact, or over ``model/`` alone
+    only with ``allow_partial``) before
     the rename (``signing.verify_after_unbundle``: SigningKeyError / SignatureError otherwise)."""
     into = Path(into).expanduser().absolute()
     if into.exists():
@@ -513,7 +514,7 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, 
         contents = read_bundle(bundle, FolderSink(tmp, into), max_ratio=max_ratio)
         if public_key is not None or trust_root is not None:
 
-            verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root)
+            verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root, allow_partial=allow_partial)
         os.chmod(tmp, 0o755)
         os.rename(tmp, into)
     except ModelyardError:

@@ -111,3 +111,32 @@ def test_pull_with_a_key_refuses_an_unsigned_artifact_before_any_file_blob(publi
                  if f'"GET /v2/{repo}/blobs/sha256:' in line}
     assert blob_gets <= {manifest_sha}, blob_gets
     assert not (tmp_path / "p").exists()
+
+
+def test_pull_with_a_key_refuses_a_signature_over_model_alone_unless_allowed(published, registry, tmp_path):
+    """An artifact signed over model/ only (as `model_signing sign ... model/` signs, or modelyard before it signed
+    the whole artifact), with serve/ edited after signing: `pull --key` refuses it (exit 1, nothing kept);
+    `--allow-partial-signature` accepts it and says the signature's scope through its verification."""
+    import shutil
+
+    from model_signing import hashing, signing
+
+    art, _, _ = published
+    priv, pub = _keypair(tmp_path)
+    copy = tmp_path / "art"
+    shutil.copytree(art, copy)
+    signing.Config().use_elliptic_key_signer(private_key=priv).set_hashing_config(
+        hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=True)).sign(copy / "model", copy / "model.sig")
+    (copy / "serve" / "vllm.yaml").chmod(0o644)
+    with open(copy / "serve" / "vllm.yaml", "a") as fh:
+        fh.write("trust-remote-code: true\n")  # unsigned: the signature never covered serve/
+    ref = f"oci://{registry}/models/partial-{uuid.uuid4().hex[:8]}:v1"
+    publish_oci(copy, ref)
+    r = run_cli("pull", ref, "-o", str(tmp_path / "p"), "--key", str(pub), "--json")
+    err = json_error(r.stdout, "pull", 1)
+    assert err["message"].startswith("p.pull-") is False and "model.sig verifies over model/ only (" in err["message"]
+    assert err["fix"].endswith("or pass --allow-partial-signature to accept a signature over model/ alone.")
+    assert not (tmp_path / "p").exists()
+    r = run_cli("pull", ref, "-o", str(tmp_path / "q"), "--key", str(pub), "--allow-partial-signature", "--json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert json_result(r.stdout, "pull")["signature_verified"] is True

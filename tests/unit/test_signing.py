@@ -13,7 +13,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from modelyard.errors import PublishError, SignatureError, SigningKeyError
-from modelyard.transport.signing import SIGNATURE_NAME, sign_artifact, verify_after_unbundle, verify_signature
+from modelyard.transport.signing import (
+    PARTIAL_FIX,
+    PARTIAL_MESSAGE,
+    SIGNATURE_NAME,
+    sign_artifact,
+    verify_after_unbundle,
+    verify_signature,
+)
 from tests.conftest import json_error, json_result, run_cli
 from tests.unit.test_bundle import _build_artifact
 
@@ -281,6 +288,11 @@ def test_a_signature_made_over_model_alone_still_verifies_and_says_its_scope(art
         hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=True)).sign(artifact / "model", artifact / "model.sig")
     v = verify_signature(artifact, public_key=pub)
     assert (v.scope, v.files) == ("model/", len(list((artifact / "model").iterdir())))
+    # where the whole artifact must be signed (pull --key, unbundle --key), it is refused unless allowed
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub, allow_partial=False)
+    assert ei.value.message == PARTIAL_MESSAGE.format(artifact=artifact.name) and ei.value.fix == PARTIAL_FIX
+    assert ei.value.message.startswith("art: model.sig verifies over model/ only (")
 
 
 def test_manifest_claims_must_match_the_signed_report(artifact, keys):
