@@ -265,6 +265,40 @@ def static_findings(source: str, file: str, field: str) -> list[Finding]:  # noq
                 f"the chat template repeats a string a computed number of times (line {node.lineno}): a "
                 "conversation chooses how much memory rendering takes",
                 "Read the expression; a chat format does not repeat text by computed counts.")
+    for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
+        kind = type(node).__name__.lower().replace("fromimport", "from-import")
+        add("security.template.includes", Severity.ERROR, f"{kind} (line {node.lineno})",
+            f"the chat template pulls in another template ({kind}, line {node.lineno}): what it renders is not in "
+            "this file, so nothing here can be judged; no chat format of the known families needs one",
+            "Replace the chat template with one self-contained file (the base model's published template).")
+    controls = {ord(c): node.lineno for node in tree.find_all((nodes.Const, nodes.TemplateData))
+                if isinstance(text := node.value if isinstance(node, nodes.Const) else node.data, str)
+                for c in text if _format_control(c)}
+    if controls:
+        cps = [f"U+{cp:04X}" for cp in sorted(controls)]
+        add("security.template.format_control", Severity.ERROR, ",".join(cps),
+            f"the chat template holds format-control code points {', '.join(cps)} (line {min(controls.values())}): "
+            "invisible characters that reorder or hide text (bidirectional overrides, zero-width joiners, tag "
+            "characters) around what the model reads; no chat format needs them",
+            "Replace the chat template with the base model's; compare it byte for byte.", SOURCE_FORMAT)
+    for node in tree.find_all(nodes.If):
+        if _content_trigger(node.test) and (said := _prose(node.body)):
+            add("security.template.content_triggered", Severity.ERROR, f"if (line {node.lineno})",
+                f"the chat template writes {said!r} only when a message's content matches a fixed text (line "
+                f"{node.lineno}): an instruction that a trigger word in the user's text switches on, invisible to "
+                "every conversation without it",
+                "Do not serve this checkpoint with this template: replace it with the base model's published one.")
+    for node in tree.find_all((nodes.Filter, nodes.Call)):
+        rewrite = node.name if isinstance(node, nodes.Filter) else (
+            node.node.attr if isinstance(node.node, nodes.Getattr) else None)
+        target = node.node if isinstance(node, nodes.Filter) else (
+            node.node.node if isinstance(node.node, nodes.Getattr) else None)
+        if rewrite in REWRITES and target is not None and _mentions_content(target):
+            add("security.template.content_rewritten", Severity.ERROR, f"{rewrite} (line {node.lineno})",
+                f"the chat template rewrites a message's content with {rewrite} (line {node.lineno}): the model reads "
+                "other text than the user or the tool sent (a tool result changed on its way in); chat formats "
+                "only trim or split off their own markup",
+                "Replace the chat template with the base model's published one.")
     for outer in tree.find_all(nodes.For):
         for inner in outer.body:
             for loop in ([inner] if isinstance(inner, nodes.For) else list(inner.find_all(nodes.For))):
@@ -273,6 +307,72 @@ def static_findings(source: str, file: str, field: str) -> list[Finding]:  # noq
                         f"the chat template nests range() loops (line {outer.lineno}): rendering time grows as a "
                         "product of counts", "Read the loops; a chat format loops over the messages once.")
     return out
+
+
+#: string methods and filters that change a message's text (the known families only trim it, or split off their own
+#: reasoning markup with ``split``)
+REWRITES = frozenset({"replace", "regex_replace", "translate", "format", "center", "wordwrap", "title", "capitalize",
+                      "upper", "lower", "swapcase", "reverse"})
+SOURCE_FORMAT = ("Unicode format characters (general category Cf: UAX #9 bidirectional controls, zero-width joiners, "
+                 "tag characters); \"Trojan Source\" (CVE-2021-42574)")
+
+
+def _format_control(c: str) -> bool:
+    """A format-control code point (Unicode category Cf), but the BOM and soft hyphen, which text editors add."""
+    return unicodedata.category(c) == "Cf" and c not in "\ufeff\u00ad"
+
+
+def _mentions_content(expr: Any) -> bool:
+    """``expr`` reads a message's ``content`` (``m.content``, ``m['content']``, or a name set from one: ``content``)."""
+    from jinja2 import nodes  # noqa: PLC0415
+
+    for n in [expr, *expr.find_all((nodes.Getattr, nodes.Getitem, nodes.Name))]:
+        if isinstance(n, nodes.Getattr) and n.attr == "content" or isinstance(n, nodes.Name) and n.name == "content" \
+                or isinstance(n, nodes.Getitem) and isinstance(n.arg, nodes.Const) and n.arg.value == "content":
+            return True
+    return False
+
+
+def _content_trigger(test: Any) -> bool:
+    """``test`` (an ``if``'s condition) compares a message's content with a fixed text: ``'word' in content``,
+    ``content == '...'``, ``content.startswith('...')`` and the like."""
+    from jinja2 import nodes  # noqa: PLC0415
+
+    for cmp in [test, *test.find_all(nodes.Compare)]:
+        if isinstance(cmp, nodes.Compare):
+            sides = [cmp.expr, *(o.expr for o in cmp.ops)]
+            if any(_mentions_content(x) for x in sides) and any(
+                    isinstance(x, nodes.Const) and isinstance(x.value, str) and x.value.strip() for x in sides):
+                return True
+    for call in [test, *test.find_all(nodes.Call)]:
+        if isinstance(call, nodes.Call) and isinstance(call.node, nodes.Getattr) \
+                and call.node.attr in ("startswith", "endswith", "find", "count") \
+                and _mentions_content(call.node.node) and any(isinstance(a, nodes.Const) for a in call.args):
+            return True
+    return False
+
+
+def _prose(body: list[Any]) -> str:
+    """The constant text ``body`` writes, when it holds words (three or more letters-words, in any script), markup,
+    role names and whitespace dropped; ``""`` otherwise."""
+    from jinja2 import nodes  # noqa: PLC0415
+
+    outputs = [o for out in body for o in ([out] if isinstance(out, nodes.Output) else list(out.find_all(nodes.Output)))]
+    # the message of raise_exception(...) (a template refusing a conversation) is never written into the prompt
+    refused = {id(c) for o in outputs for call in o.find_all(nodes.Call)
+               if isinstance(call.node, nodes.Name) and call.node.name == "raise_exception"
+               for c in call.find_all(nodes.Const)}
+    parts = [n.value if isinstance(n, nodes.Const) else n.data for o in outputs
+             for n in o.find_all((nodes.Const, nodes.TemplateData))
+             if id(n) not in refused and isinstance(n.value if isinstance(n, nodes.Const) else n.data, str)]
+    text = " ".join(_MARKUP.sub(" ", t) for t in parts)
+    words = [w for w in re.findall(r"[^\W\d_]{2,}", text) if w.lower() not in ROLE_WORDS]
+    return " ".join(text.split())[:120] if len(words) >= 3 else ""
+
+
+#: role names and chat-format words that templates write around content, not instructions
+ROLE_WORDS = frozenset({"system", "user", "assistant", "tool", "tools", "ipython", "model", "developer", "human",
+                        "bot", "function", "response", "think", "analysis", "final", "commentary", "channel"})
 
 
 def _computed_product(expr: Any) -> bool:
