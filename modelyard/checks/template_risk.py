@@ -362,9 +362,8 @@ def _prose(body: list[Any]) -> str:
     refused = {id(c) for o in outputs for call in o.find_all(nodes.Call)
                if isinstance(call.node, nodes.Name) and call.node.name == "raise_exception"
                for c in call.find_all(nodes.Const)}
-    parts = [n.value if isinstance(n, nodes.Const) else n.data for o in outputs
-             for n in o.find_all((nodes.Const, nodes.TemplateData))
-             if id(n) not in refused and isinstance(n.value if isinstance(n, nodes.Const) else n.data, str)]
+    parts = [t for o in outputs for n in o.find_all((nodes.Const, nodes.TemplateData))
+             if id(n) not in refused and isinstance(t := getattr(n, "value", getattr(n, "data", None)), str)]
     text = " ".join(_MARKUP.sub(" ", t) for t in parts)
     words = [w for w in re.findall(r"[^\W\d_]{2,}", text) if w.lower() not in ROLE_WORDS]
     return " ".join(text.split())[:120] if len(words) >= 3 else ""

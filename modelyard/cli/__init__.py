@@ -16,7 +16,9 @@ that ``modelyard --help`` stays fast.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 
 import typer
 
@@ -76,14 +78,28 @@ for _name, _command in (
 app.add_typer(server.app, name="server")
 
 
+#: the termination signals received (SIGTERM, SIGHUP): the command then ends without waiting for background work
+_SIGNALLED: list[int] = []
+
+
 def _interrupted(signum: int, _frame: object) -> None:
+    _SIGNALLED.append(signum)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main() -> None:
     """The ``modelyard`` command. SIGTERM and SIGHUP end it as Ctrl-C does (exit 130, "interrupted"): the
     ``finally`` blocks run, so a vLLM server it started (in its own process group) is stopped instead of being left
-    to PID 1, and temp folders are removed. Python's default for SIGTERM ends the process with no clean-up."""
+    to PID 1, and temp folders are removed. Python's default for SIGTERM ends the process with no clean-up. Once
+    the failure is printed, background threads (the numerical gate's early reference computation, a warm-up
+    import) are abandoned, not joined: the interpreter's exit would otherwise wait for them for minutes."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupted)
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        if _SIGNALLED:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exc.code if isinstance(exc.code, int) else 130)
+        raise
