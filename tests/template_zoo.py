@@ -984,6 +984,21 @@ ZOO: dict[str, str] = {
     "smollm2": SMOLLM2_TEMPLATE,
 }
 
+#: family label -> a Hub repository that ships the template (the vetted baselines name it)
+REPOS: dict[str, str] = {
+    "llama3.1": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama3": "meta-llama/Meta-Llama-3-8B-Instruct",
+    "qwen2.5": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen3": "Qwen/Qwen3-0.6B",
+    "gemma3": "google/gemma-3-4b-it",
+    "mistral": "mistralai/Mistral-Nemo-Instruct-2407",
+    "phi3": "microsoft/Phi-3.5-mini-instruct",
+    "phi4": "microsoft/phi-4",
+    "deepseek-r1": "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
+    "gpt-oss": "openai/gpt-oss-20b",
+    "smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
+}
+
 SPECIALS: dict[str, tuple[str, ...]] = {
     "llama3.1": ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"),
     "llama3": ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),

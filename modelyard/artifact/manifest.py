@@ -20,13 +20,14 @@ import os
 import platform
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import ConfigDict, Field
 
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.records import (
     BaseRecord,
+    ClaimsRecord,
     FileRecord,
     PatchesRecord,
     PromotionRecord,
@@ -112,6 +113,13 @@ class Manifest(Record):
     @property
     def verification_passed(self) -> bool:
         return self.verification.passed
+
+    def claims(self) -> dict[str, Any]:
+        """What this manifest says of the artifact itself (:class:`~modelyard.artifact.records.ClaimsRecord`:
+        name, revision, kind, content_digest, a LoRA's base, tools), in the stored form that ``report.json``
+        carries under ``artifact`` and the signature covers (:func:`sign_claims`)."""
+        return ClaimsRecord(name=self.name, revision=self.revision, kind=self.kind, content_digest=self.content_digest,
+                            base=self.base, tools=self.tools).to_dict()
 
     # --- serializing ---------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -220,3 +228,16 @@ def build_manifest(*, name: str, revision: str, snapshot: Snapshot, report: Repo
         "serve": serve,
         "tools": {**tools, **((quantization or {}).get("tools") or {})},
     })
+
+
+def sign_claims(build: Callable[[Report, bytes], Manifest], report: Report) -> tuple[Manifest, Report, bytes]:
+    """The manifest, the report and the report's bytes of a stored artifact, the report carrying the manifest's
+    identity claims (:meth:`Manifest.claims`) so that the signature over ``report.json`` covers them too.
+
+    ``build(report, report_json)`` makes the manifest (it records ``report_json``'s sha256); it is called twice,
+    once to learn the claims and once with the report that carries them. Why: ``manifest.json`` is not signed (a
+    promotion rewrites it), and name, revision, base binding and tools edited there verified before."""
+    first = build(report, report.to_json().encode())
+    report = report.with_artifact(first.claims())
+    report_json = report.to_json().encode()
+    return build(report, report_json), report, report_json

@@ -277,6 +277,19 @@ class BaseRecord(Record):
     digest: str = Field(description="the base artifact's content_digest, sha256:<hex>")
 
 
+class ClaimsRecord(Record):
+    """What ``manifest.json`` says of the artifact itself, copied into the signed ``report.json`` (its ``artifact``
+    key) so that an edit of the unsigned manifest is caught (:func:`modelyard.transport.signing.manifest_agrees`):
+    ``name``, ``revision``, ``kind``, ``content_digest``, a LoRA artifact's ``base`` and the ``tools`` versions."""
+
+    name: str
+    revision: str
+    kind: Literal["model", "lora"] = "model"
+    content_digest: str = ""
+    base: BaseRecord | None = None
+    tools: dict[str, str | None] = {}
+
+
 class ServePlanRecord(Record):
     """The serve plan ``serve/`` was written for (:class:`~modelyard.stages.serve.plan.ServePlan`): bytes
     per rank unless named otherwise, lengths in tokens."""

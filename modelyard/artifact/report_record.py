@@ -14,6 +14,7 @@ from pydantic import ConfigDict
 
 from modelyard.artifact.layout import REPORT_JSON
 from modelyard.artifact.records import (
+    ClaimsRecord,
     FindingRecord,
     QuantizationRecord,
     Record,
@@ -44,8 +45,8 @@ class ToolRecord(Record):
 
 class ReportRecord(Record):
     """``report.json``: ``schema_version``, ``tool``, ``target``, ``summary``, ``findings``, ``smoke`` (the
-    smoke record, or null), ``quantization`` (when quantized) and ``source`` (a stored artifact's origin, the
-    manifest's source record, signed with the report)."""
+    smoke record, or null), ``quantization`` (when quantized), ``source`` (a stored artifact's origin, the
+    manifest's source record, signed with the report) and ``artifact`` (its identity claims, signed likewise)."""
 
     model_config = ConfigDict(json_schema_extra={
         "$id": "https://modelyard.dev/schemas/report/1.json", "title": "modelyard verification report",
@@ -60,6 +61,7 @@ class ReportRecord(Record):
     smoke: SmokeRecord | None = None
     quantization: QuantizationRecord | None = None
     source: SourceRecord | None = None
+    artifact: ClaimsRecord | None = None
 
     @classmethod
     def from_bytes(cls, data: bytes | str, where: str = REPORT_JSON) -> ReportRecord:
@@ -75,4 +77,5 @@ class ReportRecord(Record):
         return Report(findings=tuple(to_finding(f) for f in self.findings), target=target,
                       smoke=self.smoke.to_dict() if self.smoke else None,
                       quantization=self.quantization.to_dict() if self.quantization else None,
-                      source=self.source.to_dict() if self.source else None)
+                      source=self.source.to_dict() if self.source else None,
+                      artifact=self.artifact.to_dict() if self.artifact else None)

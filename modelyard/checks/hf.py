@@ -44,7 +44,7 @@ from typing import Any
 
 from modelyard.checks import facts_worker
 from modelyard.checks.chat_render import render_conversation, render_shapes, split_markers, turn_terminator
-from modelyard.checks.template_risk import stopped_by_limits
+from modelyard.checks.template_sandbox import stopped_by_limits
 from modelyard.checks.versions import FACTS_LIBRARIES
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.version import code_digest, library_versions

@@ -3,10 +3,12 @@
 JSON schema (``schema_version`` "1"; the JSON Schema ``modelyard/artifact/report.schema.json`` is generated
 from the record that reads it back, ``modelyard.artifact.report_record.ReportRecord``):
 ``{schema_version, tool, target, summary{errors,warnings,infos, passed},
-findings[{code,severity,message,file,field,value,fix,source[,limit]}], smoke|null[, quantization][, source]}``.
+findings[{code,severity,message,file,field,value,fix,source[,limit]}], smoke|null[, quantization][, source]
+[, artifact]}``.
 ``smoke`` is the vLLM smoke-load result when one ran (see ``modelyard.stages.smoke.SmokeResult``); ``source`` is
 where a stored artifact's checkpoint came from (the manifest's ``source`` record, written here too so that the
-artifact's signature covers it: ``manifest.json`` itself is not signed). Additive changes keep the
+artifact's signature covers it: ``manifest.json`` itself is not signed), and ``artifact`` its identity claims (name,
+revision, kind, content digest, a LoRA's base, tool versions) for the same reason. Additive changes keep the
 version; removing or retyping a key bumps it.
 """
 
@@ -58,6 +60,7 @@ class Report:
     smoke: dict[str, Any] | None = None
     quantization: dict[str, Any] | None = None  # pipeline.quantize.QuantizeResult.record() without the recipe text
     source: dict[str, Any] | None = None  # the manifest's source record, for an ingested artifact
+    artifact: dict[str, Any] | None = None  # the manifest's identity claims (Manifest.claims()), for a stored artifact
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -80,6 +83,12 @@ class Report:
         """This report naming the checkpoint's origin (the manifest's ``source`` record: uri, kind, repo_id,
         revision, commit, provenance), so that a signature over ``report.json`` covers it."""
         return replace(self, source=source)
+
+    def with_artifact(self, claims: dict[str, Any]) -> Report:
+        """This report carrying the stored artifact's identity claims (``name``, ``revision``, ``kind``,
+        ``content_digest``, a LoRA's ``base``, ``tools``: :meth:`modelyard.artifact.manifest.Manifest.claims`), so
+        that a signature over ``report.json`` covers what ``manifest.json`` says of them."""
+        return replace(self, artifact=claims)
 
     def with_left_out(self, paths: tuple[str, ...] | list[str]) -> Report:
         """This report plus one ``files.left_out`` info finding per path of ``paths``: a file of the source
@@ -106,6 +115,7 @@ class Report:
             "smoke": self.smoke,
             **({"quantization": self.quantization} if self.quantization else {}),
             **({"source": self.source} if self.source is not None else {}),
+            **({"artifact": self.artifact} if self.artifact is not None else {}),
         }
 
     def to_json(self) -> str:

@@ -21,6 +21,7 @@ from modelyard.checks import (  # noqa: F401 - imported for their @check registr
     principles,
     quantization,
     safetensors,
+    template_baseline,
     template_risk,
     tokenizer,
 )

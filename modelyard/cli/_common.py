@@ -29,14 +29,7 @@ from typer.core import TyperCommand
 
 from modelyard import progress
 from modelyard.cli._reporters import LineReporter, RichReporter
-from modelyard.errors import (
-    BundleError,
-    InvalidTargetError,
-    ModelyardError,
-    StoreError,
-    VerificationFailedError,
-    redact,
-)
+from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, StoreError, VerificationFailedError, redact
 from modelyard.model.modes import DEFAULT_SERVE, SERVE_MODES
 from modelyard.text import printable
 

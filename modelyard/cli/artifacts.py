@@ -31,6 +31,7 @@ from modelyard.cli._common import (
 )
 from modelyard.errors import BundleError, InvalidTargetError, SigningKeyError, StoreError
 from modelyard.settings import Settings
+from modelyard.stages.verify import carried_verdict_holds
 from modelyard.text import one_line
 from modelyard.transport.catalog import list_artifacts, show_artifact
 from modelyard.transport.hfcache import rehydrate
@@ -38,7 +39,7 @@ from modelyard.transport.objectstore import is_remote
 from modelyard.transport.oci import OciRef, parse_oci_ref
 from modelyard.transport.publish import publish, pull
 from modelyard.transport.refs import bundle_artifact, resolve_artifact
-from modelyard.transport.signing import sign_artifact, verify_signature
+from modelyard.transport.signing import SIGNATURE_NAME, sign_artifact, verify_signature
 from modelyard.transport.unbundle import unbundle
 
 
@@ -80,7 +81,8 @@ def unbundle_cmd(  # noqa: PLR0913
     verbose: bool = verbose_option(),
 ) -> None:
     """Check every byte of BUNDLE against its manifest and extract it (all or nothing): as an artifact
-    folder (-o/--output) or into a Hugging Face cache (--hf-cache) that transformers loads offline."""
+    folder (-o/--output) or into a Hugging Face cache (--hf-cache) that transformers loads offline. A bundle whose
+    manifest says "verification passed" while its model/ fails the static checks is refused (exit 1)."""
     with working(as_json):
         into = either(output, into, "--output")
         if (into is None) == (hf_cache is None):
@@ -88,7 +90,7 @@ def unbundle_cmd(  # noqa: PLR0913
                                      fix="-o/--output for an artifact folder, --hf-cache for transformers/vLLM's hub cache.")
         if into is not None:
             c = unbundle(bundle, into, max_ratio=max_ratio, public_key=key, trust_root=trust_root,
-                     allow_partial=allow_partial)
+                         allow_partial=allow_partial, check=carried_verdict_holds)
             d = {"artifact": str(into.expanduser().absolute()), "files": len(c.files) + 2,
                  "content_digest": c.manifest.content_digest,
                  "signature_verified": True if (key or trust_root) else None}
@@ -102,11 +104,25 @@ def unbundle_cmd(  # noqa: PLR0913
     elif into is not None:
         out.print(f"artifact: {d['artifact']}  ({d['files']} files verified)", highlight=False)
         out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
+        out.print(_unbundled_signature(into.expanduser().absolute(), bool(key or trust_root)), highlight=False,
+                  soft_wrap=True)
     else:
         out.print(f"hf cache: {d['hf_cache']}  repo: {d['repo_id']}  commit: {d['commit']}"
                   + ("  (synthesized)" if d["commit_synthesized"] else ""), highlight=False, soft_wrap=True)
         out.print(f"load with: HF_HUB_CACHE={d['hf_cache']} HF_HUB_OFFLINE=1, "
                   f"from_pretrained({d['repo_id']!r}, revision={d['commit']!r})", highlight=False, soft_wrap=True)
+
+
+def _unbundled_signature(artifact: Path, verified: bool) -> str:
+    """The unbundle's signature line: verified with the key, present but not checked, or absent (then the
+    bundle's claims, such as "verification: passed", are its own: anyone who edits a bundle can restate them)."""
+    if verified:
+        return "signature: verified (the files, the report and the claims of manifest.json)"
+    if (artifact / SIGNATURE_NAME).is_file():
+        return (f"signature: present, not checked (pass --key PUBLIC.pem, or `modelyard verify-signature {artifact} "
+                "--key PUBLIC.pem`)")
+    return (f"signature: none: the bundle's claims (verification, revision, source) are its own; `modelyard verify "
+            f"{artifact}` judges the files again")
 
 
 def publish_cmd(
@@ -171,9 +187,11 @@ def pull_cmd(
     as_json: bool = json_option("{artifact, files, bytes, content_digest, signature_verified, signature_from}"),
     verbose: bool = verbose_option(),
 ) -> None:
-    """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature."""
+    """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature. An
+    artifact whose manifest says "verification passed" while its model/ fails the static checks is refused (exit 1)."""
     with working(as_json):
-        res = pull(ref, either(output, into, "--output", required=True), public_key=key, allow_partial=allow_partial)
+        res = pull(ref, either(output, into, "--output", required=True), public_key=key, allow_partial=allow_partial,
+                   check=carried_verdict_holds)
     d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
          "signature_verified": res.signature_verified, "signature_from": res.signature_from}
     if as_json:
@@ -316,8 +334,10 @@ def show_cmd(
     for r in d.get("replaced") or []:
         out.print(f"replaced: {o(r['file'])} {o(r['by'])} ({o(r['evidence'])})", highlight=False, soft_wrap=True)
     v = d.get("verification") or {}
+    claim = ("signed with report.json: `modelyard verify-signature` checks it" if d["signed"] else
+             "manifest.json's claim, unsigned: `modelyard verify` judges the files again")
     out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({counted(v.get('errors', 0), 'error')}, "
-              f"{counted(v.get('warnings', 0), 'warning')})", highlight=False)
+              f"{counted(v.get('warnings', 0), 'warning')}; {claim})", highlight=False)
     s = d.get("smoke")
     out.print(f"smoke: vLLM {o(s['vllm_version'])}, loaded in {o(s['load_seconds'])} s, finish_reason "
               f"{o(s['finish_reason'])}" if s else "smoke: not run", highlight=False)

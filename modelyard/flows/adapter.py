@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelyard.artifact.draft import Draft
-from modelyard.artifact.manifest import build_manifest
+from modelyard.artifact.manifest import Manifest, build_manifest, sign_claims
 from modelyard.artifact.store import Artifact
 from modelyard.checks import Report
 from modelyard.checks.adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS, read_adapter, serve_rank
@@ -97,10 +97,13 @@ def ingest_adapter(source: str, options: IngestOptions, home: str | None = None)
             write_serve_files(draft.path, plan, model_mount="../model", base=mount,
                               overrides=adapter_stage.lora_overrides([(name, snap.root, "model")], max_lora_rank=rank))
         report = report.with_source({"uri": snap.source, "kind": snap.kind})
-        report_json = report.to_json().encode()
-        manifest = build_manifest(name=name, revision=revision, snapshot=snap, report=report, report_json=report_json,
-                                  smoke=smoke_dict, serve=plan.to_dict() if plan else None)
-        manifest = type(manifest).from_dict({**manifest.to_dict(), "kind": "lora", "base": base.record()})
+
+        def build(rep: Report, raw: bytes) -> Manifest:
+            m = build_manifest(name=name, revision=revision, snapshot=snap, report=rep, report_json=raw,
+                               smoke=smoke_dict, serve=plan.to_dict() if plan else None)
+            return Manifest.from_dict({**m.to_dict(), "kind": "lora", "base": base.record()})
+
+        manifest, report, report_json = sign_claims(build, report)
         draft.add_metadata(manifest, report, report_json, title=f"{name}@{revision} (LoRA on {base.name}@{base.revision})")
         artifact = draft.commit(name, revision, digest)
     return AdapterResult(artifact, report, smoke_dict, src.uri)

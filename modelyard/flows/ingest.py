@@ -39,7 +39,7 @@ from modelyard.artifact import identity
 from modelyard.artifact.draft import Draft, patched_files
 from modelyard.artifact.identity import find_reusable, source_revision, variant_revision
 from modelyard.artifact.layout import MODEL_DIR, REPORT_JSON, REPORT_MD
-from modelyard.artifact.manifest import Manifest, build_manifest, source_record
+from modelyard.artifact.manifest import Manifest, build_manifest, sign_claims, source_record
 from modelyard.artifact.records import SmokeRecord
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.artifact.store import Artifact, StoreProtocol
@@ -550,10 +550,10 @@ def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan
     if smoke_dict is not None:
         report = report.with_smoke(smoke_dict)
     report = report.with_left_out(snap.left_out).with_source(source_record(snap))
-    report_json = report.to_json().encode()
-    manifest = build_manifest(name=r.name, revision=revision, snapshot=snap, report=report, report_json=report_json,
-                              smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
-                              serve=serve_plan.to_dict() if serve_plan else None)
+    manifest, report, report_json = sign_claims(
+        lambda rep, raw: build_manifest(name=r.name, revision=revision, snapshot=snap, report=rep, report_json=raw,
+                                        smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
+                                        serve=serve_plan.to_dict() if serve_plan else None), report)
     draft.add_metadata(manifest, report, report_json, title=f"{r.name}@{revision}")
     return report, smoke_dict, digest
 

@@ -375,8 +375,16 @@ class Staging:
             fix=f"Free space there (what was pulled is kept in {self.tmp} and the next pull continues it), or pull "
                 "into another -o/--output.")
 
-    def commit(self) -> Path:
+    def commit(self, check: Callable[[Path], None] | None = None) -> Path:
+        """Rename the staged folder into place, after ``check(staged_folder)`` (which raises to refuse it; the staged
+        folder is then removed, not kept for a resume)."""
         self._prune()
+        if check is not None:
+            try:
+                check(self.tmp)
+            except BaseException:
+                self.keep = False
+                raise
         os.chmod(self.tmp, 0o755)
         os.rename(self.tmp, self.into)
         return self.into

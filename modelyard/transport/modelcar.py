@@ -27,7 +27,8 @@ from typing import Any
 from modelyard import progress
 from modelyard.errors import HashMismatchError, PublishError
 from modelyard.transport._transfer import LocalArtifact, PublishResult
-from modelyard.transport.oci import DEFAULT_CHUNK, OciRef, annotations_of, check_response, push_target, upload_layer
+from modelyard.transport.modelpack import annotations_of
+from modelyard.transport.oci import DEFAULT_CHUNK, OciRef, check_response, push_target, upload_layer
 
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 IMAGE_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

@@ -10,6 +10,7 @@ when a public key is given. These are the functions the ingest flow calls for ``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,21 +93,20 @@ def _signature_checked(artifact: str | Path, settings: Any, home: Path | None) -
 
 
 def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
-         allow_partial: bool = False) -> PullResult:
+         allow_partial: bool = False, check: Callable[[Path], None] | None = None) -> PullResult:
     """Pull ``ref`` (``oci://...`` or ``s3://...``) into the new artifact folder ``into``. With ``public_key``, a
     signature over ``model/`` alone is refused unless ``allow_partial``
-    (:func:`~modelyard.transport.signing.verify_signature`)."""
+    (:func:`~modelyard.transport.signing.verify_signature`). ``check(staged_folder)``, when given, runs once every
+    file arrived and before the folder is renamed into place; what it raises refuses the pull (nothing kept)."""
     if ref.startswith("oci://"):
 
-        return pull_oci(ref, into, public_key=public_key, settings=settings, allow_partial=allow_partial)
+        return pull_oci(ref, into, public_key=public_key, settings=settings, allow_partial=allow_partial, check=check)
     if ref.startswith("s3://"):
         stored = _STORE_REF.match(ref.rstrip("/"))
         if stored is not None:
-            store_uri, name, revision = stored.groups()
-            if (res := _pull_stored(ref, store_uri, name, revision, into, public_key, settings,
-                                    allow_partial)) is not None:
+            if (res := _pull_stored(ref, stored.groups(), into, public_key, settings, allow_partial, check)) is not None:
                 return res
-        return pull_s3(ref, into, public_key=public_key, settings=settings, allow_partial=allow_partial)
+        return pull_s3(ref, into, public_key=public_key, settings=settings, allow_partial=allow_partial, check=check)
     raise PublishError(f"{ref!r} is not a source modelyard can pull from", fix=_FIX)
 
 
@@ -115,9 +115,11 @@ def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings
 _STORE_REF = re.compile(r"^(s3://[^/]+/.+?)/artifacts/([^/]+)/([^/]+)$")
 
 
-def _pull_stored(ref: str, store_uri: str, name: str, revision: str, into: Path, public_key: Path | str | None,
-                 settings: Any, allow_partial: bool = False) -> PullResult | None:
-    """Pull ``name@revision`` from the S3 store at ``store_uri`` into ``into``: through this worker's cache
+def _pull_stored(ref: str, where: tuple[str, ...], into: Path, public_key: Path | str | None,
+                 settings: Any, allow_partial: bool = False,
+                 check: Callable[[Path], None] | None = None) -> PullResult | None:
+    """Pull ``name@revision`` from the S3 store at ``store_uri`` (``where``: the three, as :data:`_STORE_REF` reads
+    them from ``ref``) into ``into``: through this worker's cache
     (:meth:`S3Store.local`, every file checked against its sha256 on the way down), then copied and hashed
     again into a temp folder beside ``into``, renamed into place; ``model.sig`` verified with ``public_key``
     (required then). None when the store has no manifest there (``ref`` is then read as a published prefix)."""
@@ -128,6 +130,7 @@ def _pull_stored(ref: str, store_uri: str, name: str, revision: str, into: Path,
     from modelyard.transport.objectstore import S3Store  # noqa: PLC0415
     from modelyard.transport.signing import verify_signature  # noqa: PLC0415
 
+    store_uri, name, revision = where
     settings = settings or Settings()
     store = S3Store(store_uri, settings.store_dir(), settings)
     loaded = store.load(name, revision)
@@ -143,7 +146,7 @@ def _pull_stored(ref: str, store_uri: str, name: str, revision: str, into: Path,
             st.write(f.rel, _chunks(f.path), f.size, f.sha256, ref)
         if public_key is not None:
             verify_signature(st.tmp, public_key=public_key, allow_partial=allow_partial)
-        path = st.commit()
+        path = st.commit(check)
     return PullResult(path, len(art.files) + 1, sum(f.size for f in art.files), art.manifest.content_digest,
                       True if public_key is not None else None, "layer" if public_key is not None else None)
 

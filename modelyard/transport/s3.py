@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ def _put_one(fs, bucket: str, key: str, f: LocalFile, threshold: int, uri: str, 
 
 
 def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
-            allow_partial: bool = False) -> PullResult:
+            allow_partial: bool = False, check: Callable[[Path], None] | None = None) -> PullResult:
     """Download ``uri`` (``s3://bucket/prefix``) into the new folder ``into``, checking every object's
     size and sha256 against ``manifest.json``/``bundle.json``; all or nothing (a killed pull of the same artifact
     into the same ``into`` continues: :class:`~._transfer.Staging` with ``resume``). Refuses a prefix without
@@ -172,7 +173,7 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
 
             verify_signature(st.tmp, public_key=public_key, allow_partial=allow_partial)
             verified = True
-        path = st.commit()
+        path = st.commit(check)
     return PullResult(path, len(contents.files) + 1, total + len(manifest_bytes),
                       contents.manifest.content_digest, verified)
 

@@ -189,8 +189,11 @@ def manifest_agrees(artifact: Path) -> None:
     ``files[]`` entry's sha256 with the file, ``verification.report_sha256`` with ``report.json``, and its
     claims with the signed report: the verdict and counts (``verification``) and the smoke's verdict, level and
     vLLM version, and its ``source`` record (where the checkpoint came from: uri, repo, commit, provenance) with
-    the report's (reports written before that record have none; their manifest's source is unsigned). Raises
-    :class:`SignatureError` naming the first disagreement."""
+    the report's (reports written before that record have none; their manifest's source is unsigned), its
+    ``target``, and its identity (``name``, ``revision``, ``kind``, ``content_digest``, a LoRA's ``base``, ``tools``:
+    :meth:`~modelyard.artifact.manifest.Manifest.claims`) with the report's ``artifact`` record (reports written
+    before it have none). Only ``created_at`` and the promotion records stay unsigned: a promotion rewrites them.
+    Raises :class:`SignatureError` naming the first disagreement."""
     from modelyard.artifact.manifest import Manifest  # noqa: PLC0415
 
     try:
@@ -222,6 +225,11 @@ def manifest_agrees(artifact: Path) -> None:
         said_source, signed_source = m.source.to_dict(), r.source.to_dict()
         for key in sorted(set(said_source) | set(signed_source)):
             claims[f"source.{key}"] = (said_source.get(key), signed_source.get(key))
+    claims["target"] = (m.target.to_dict(), r.target.to_dict())
+    if r.artifact is not None:  # reports written before the identity was signed have none
+        said_claims, signed_claims = m.claims(), r.artifact.to_dict()
+        for key in sorted(set(said_claims) | set(signed_claims)):
+            claims[key] = (said_claims.get(key), signed_claims.get(key))
     if m.smoke is not None or r.smoke is not None:
         said_smoke, signed_smoke = (None if s is None else (s.passed, s.level_name, s.vllm_version) for s in (m.smoke, r.smoke))
         claims["smoke"] = (said_smoke, signed_smoke)

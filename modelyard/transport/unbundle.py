@@ -40,6 +40,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -366,10 +367,9 @@ class _Pipeline:
 
     ``buffer()`` hands out one of :data:`BUFFERS` reused buffers, waiting while all are in flight;
     ``submit`` queues the first ``n`` bytes of one: the hasher thread updates the member's hashes and
-    passes it to the writer thread, which writes it and hands the buffer back. ``finish()`` waits until
-    everything submitted is hashed and written and raises the first error of either thread (an
-    ``OSError`` of a full disk, say); ``drain()`` waits without raising. A context manager: leaving
-    it stops both threads."""
+    passes it to the writer thread, which writes it and hands the buffer back. ``finish()`` waits until everything
+    submitted is hashed and written and raises the first error of either thread (an ``OSError`` of a full disk,
+    say); ``drain()`` waits without raising. A context manager: leaving it stops both threads."""
 
     def __init__(self) -> None:
         self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
@@ -499,12 +499,13 @@ def read_manifest(bundle: Path) -> tuple[bytes, Manifest]:
 
 
 def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, public_key: Path | None = None,
-             trust_root: Path | None = None, allow_partial: bool = False) -> BundleContents:
-    """Extract ``bundle`` as the artifact folder ``into`` (which must not exist), all or nothing:
-    into a temp folder beside it, renamed at the end; removed on any failure. With ``public_key`` or
-    ``trust_root``, ``model.sig`` must be present and verify (over the whole artifact, or over ``model/`` alone
-    only with ``allow_partial``) before
-    the rename (``signing.verify_after_unbundle``: SigningKeyError / SignatureError otherwise)."""
+             trust_root: Path | None = None, allow_partial: bool = False,
+             check: Callable[[Path], None] | None = None) -> BundleContents:
+    """Extract ``bundle`` as the artifact folder ``into`` (which must not exist), all or nothing: into a temp folder
+    beside it, renamed at the end; removed on any failure. With ``public_key`` or ``trust_root``, ``model.sig`` must
+    be present and verify (over the whole artifact, or over ``model/`` alone only with ``allow_partial``) before the
+    rename (``signing.verify_after_unbundle``: SigningKeyError / SignatureError otherwise); then ``check(folder)``,
+    when given, whose error refuses the bundle likewise."""
     into = Path(into).expanduser().absolute()
     if into.exists():
         raise BundleError(f"{into} already exists", fix="Pass -o/--output a folder that does not exist yet.")
@@ -512,19 +513,17 @@ def unbundle(bundle: Path, into: Path, *, max_ratio: float = DEFAULT_MAX_RATIO, 
     tmp = Path(tempfile.mkdtemp(prefix=f".{into.name}.unbundle-", dir=into.parent))
     try:
         contents = read_bundle(bundle, FolderSink(tmp, into), max_ratio=max_ratio)
-        if public_key is not None or trust_root is not None:
-
-            verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root, allow_partial=allow_partial)
+        verify_after_unbundle(tmp, public_key=public_key, trust_root=trust_root, allow_partial=allow_partial)
+        if check is not None:  # e.g. the carried verdict against the files (stages.verify.carried_verdict_holds)
+            check(tmp)
         os.chmod(tmp, 0o755)
         os.rename(tmp, into)
-    except ModelyardError:
-        remove_tree(tmp)
-        raise
     except OSError as exc:  # disk full, permissions, ...: a typed error, nothing left behind
         remove_tree(tmp)
+        if isinstance(exc, ModelyardError):
+            raise
         raise StoreError(f"cannot extract {Path(bundle).name} into {into}: {exc.strerror or exc}",
-                         fix="Free disk space there (the bundle's total size is in its manifest) or pass "
-                             "another -o/--output.") from exc
+                         fix="Free disk space there (the bundle's total size is in its manifest) or pass another -o.") from exc
     except BaseException:
         remove_tree(tmp)
         raise

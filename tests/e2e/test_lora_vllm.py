@@ -33,5 +33,9 @@ def test_adapter_answers_through_vllm_lora(demo_run, tmp_path):
     m = yaml.safe_load((art / "manifest.json").read_text())
     assert m["kind"] == "lora" and m["base"] == {"name": out["name"], "revision": out["revision"],
                                                  "digest": out["content_digest"]}
+    # the base binding travels with the signature: the signed report carries the manifest's identity claims
+    assert yaml.safe_load((art / "report.json").read_text())["artifact"] == {
+        "name": "smol-lora", "revision": m["revision"], "kind": "lora", "content_digest": m["content_digest"],
+        "base": m["base"], "tools": m["tools"]}
     cfg = yaml.safe_load((art / "serve" / "vllm.yaml").read_text())
     assert cfg["enable-lora"] is True and cfg["lora-modules"] == ["smol-lora=model"]

@@ -18,7 +18,7 @@ import pytest
 
 from modelyard.transport.oci import publish_oci
 from tests.conftest import json_error, json_result, run_cli
-from tests.unit.test_bundle import _build_artifact
+from tests.unit.test_bundle import _build_artifact, edited_artifact
 from tests.unit.test_signing import _keypair
 
 pytestmark = [pytest.mark.e2e, pytest.mark.publish]
@@ -140,3 +140,20 @@ def test_pull_with_a_key_refuses_a_signature_over_model_alone_unless_allowed(pub
     r = run_cli("pull", ref, "-o", str(tmp_path / "q"), "--key", str(pub), "--allow-partial-signature", "--json")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert json_result(r.stdout, "pull")["signature_verified"] is True
+
+
+def test_pull_refuses_an_edited_artifact_whose_carried_verdict_its_files_fail(published, registry, tmp_path):
+    """An unsigned artifact edited after verification and pushed to the real registry (config changed, manifest
+    digests recomputed, "verification: passed" kept) pulls byte-exact, and is refused (exit 1) before its folder
+    appears: its model/ fails the checks its manifest says it passed."""
+    art, _, _ = published
+    ref = f"oci://{registry}/models/edited-{uuid.uuid4().hex[:8]}:v1"
+    publish_oci(edited_artifact(art, tmp_path / "edited"), ref)
+    into = tmp_path / "out" / "pulled"
+    r = run_cli("pull", ref, "-o", str(into), "--json", timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    err = json_error(r.stdout, "pull", 1)
+    assert err["type"] == "VerificationFailedError" and "its manifest says verification passed" in err["message"]
+    assert not into.exists() and not list(into.parent.glob(f".{into.name}.pull-*"))
+    r = run_cli("pull", published[1], "-o", str(tmp_path / "genuine"), "--json", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

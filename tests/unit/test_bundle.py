@@ -23,7 +23,7 @@ from modelyard.model.snapshot import FileEntry
 from modelyard.transport.hfcache import rehydrate
 from modelyard.transport.refs import bundle_artifact, resolve_artifact
 from modelyard.transport.unbundle import read_bundle, unbundle
-from tests.conftest import json_result, run_cli
+from tests.conftest import json_error, json_result, run_cli
 
 COMMIT = hashlib.sha1(b"tiny-commit").hexdigest()
 
@@ -31,7 +31,7 @@ COMMIT = hashlib.sha1(b"tiny-commit").hexdigest()
 def _build_artifact(model_dir: Path, home: Path, *, hub: bool) -> Path:
     """A real artifact through the stage functions (fetch, hash, verify, package, manifest, publish)."""
     from modelyard.artifact.draft import stage_model, write_metadata
-    from modelyard.artifact.manifest import build_manifest, source_record
+    from modelyard.artifact.manifest import build_manifest, sign_claims, source_record
     from modelyard.artifact.store import Store
     from modelyard.model.digest import hash_snapshot
     from modelyard.model.source import parse_source
@@ -51,10 +51,10 @@ def _build_artifact(model_dir: Path, home: Path, *, hub: bool) -> Path:
     stage_model(snap, staging)
     (staging / "serve").mkdir()
     (staging / "serve" / "vllm.yaml").write_text("model: ../model\nmax-model-len: 256\n")
-    report_json = report.to_json().encode()
     revision = COMMIT if hub else "sha256-" + tree_digest(snap.files)[:12]
-    manifest = build_manifest(name="tiny", revision=revision, snapshot=snap, report=report, report_json=report_json,
-                              smoke=None)
+    manifest, report, report_json = sign_claims(
+        lambda rep, raw: build_manifest(name="tiny", revision=revision, snapshot=snap, report=rep, report_json=raw,
+                                        smoke=None), report)
     write_metadata(staging, manifest, report, report_json, title="tiny")
     return store.publish(staging, "tiny", revision, manifest.content_digest).path
 
@@ -62,6 +62,27 @@ def _build_artifact(model_dir: Path, home: Path, *, hub: bool) -> Path:
 @pytest.fixture(scope="module")
 def artifact(tiny_llama_dir, tmp_path_factory) -> Path:
     return _build_artifact(tiny_llama_dir, tmp_path_factory.mktemp("store"), hub=True)
+
+
+def edited_artifact(artifact: Path, dst: Path) -> Path:
+    """A copy of ``artifact`` edited as someone who holds the bundle could: ``model/config.json`` changed so that it
+    fails verification (``num_key_value_heads`` 3 does not divide the attention heads), ``manifest.json``'s file
+    digests and content digest recomputed, its "verification: passed" claim, revision and report kept."""
+    shutil.copytree(artifact, dst)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    cfg = json.loads((dst / "model" / "config.json").read_text())
+    cfg["num_key_value_heads"] = 3
+    (dst / "model" / "config.json").write_text(json.dumps(cfg, indent=2))
+    m = json.loads((dst / "manifest.json").read_text())
+    for f in m["files"]:
+        data = (dst / f["path"]).read_bytes()
+        f["sha256"], f["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    m["content_digest"] = "sha256:" + tree_digest(tuple(
+        FileEntry(path=f["path"].removeprefix("model/"), size=f["size"], sha256=f["sha256"]) for f in m["files"]))
+    (dst / "manifest.json").write_text(json.dumps(m, indent=2))
+    assert m["verification"]["passed"] is True
+    return dst
 
 
 @pytest.fixture(scope="module")
@@ -481,12 +502,32 @@ def test_cli_bundle_unbundle_and_bad_input(artifact, tmp_path):
     r = run_cli("unbundle", str(tmp_path / "a.tar.zst"), "--into", str(tmp_path / "x"), timeout=120)
     assert r.returncode == 0, r.stderr
     assert _tree(tmp_path / "x") == _tree(artifact)
+    assert r.stdout.splitlines()[-1] == (f"signature: none: the bundle's claims (verification, revision, source) are its "
+                                         f"own; `modelyard verify {tmp_path / 'x'}` judges the files again")
     evil = _craft(tmp_path / "evil.tar.zst", GOOD, [CFG, _member("../evil.txt", b"x")])
     r = run_cli("unbundle", str(evil), "--into", str(tmp_path / "y"), timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr + r.stdout
     assert "member '../evil.txt'" in r.stderr and "fix:" in r.stderr
     r = run_cli("unbundle", str(evil), timeout=120)
     assert r.returncode == 2 and "exactly one of -o/--output" in r.stderr
+
+
+def test_unbundle_refuses_an_edited_bundle_whose_carried_verdict_its_files_fail(artifact, tmp_path):
+    """An unsigned bundle edited after verification (config changed, digests recomputed, the old claims kept) has
+    every byte matching its manifest; what gives it away is the carried "verification: passed" against files that
+    fail the checks now. It is refused (exit 1), nothing kept; the genuine bundle still unbundles."""
+    b = bundle_artifact(edited_artifact(artifact, tmp_path / "edited"), tmp_path / "edited.tar.zst").path
+    r = run_cli("unbundle", str(b), "-o", str(tmp_path / "x"), "--json", timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    err = json_error(r.stdout, "unbundle", 1)
+    assert err["type"] == "VerificationFailedError"
+    rev = json.loads((artifact / "manifest.json").read_text())["revision"]
+    assert err["message"].startswith(f"tiny@{rev}: its manifest says verification passed, but its model/ fails 2 "
+                                     "check(s) now: [architecture.shape_mismatch] 4 tensor(s) have the wrong shape")
+    assert "[parallelism.gqa_heads_not_divisible] num_attention_heads 4 is not a multiple of num_key_value_heads 3" \
+        in err["message"]
+    assert err["message"].endswith("the carried verdict does not belong to these files, so nothing was kept")
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x.unbundle-*"))
 
 
 def test_read_bundle_hash_only(bundle):

@@ -38,7 +38,8 @@ def _same_as_golden(name: str, text: str) -> None:
 
 
 def _normalised(doc: dict, tmp: Path) -> str:
-    """``doc`` as stable JSON: ``created_at`` and every library version replaced, temp paths named."""
+    """``doc`` as stable JSON: ``created_at``, every library version (and so the report's sha256) replaced, temp
+    paths named."""
     def walk(v, key=None):  # noqa: ANN001, ANN202
         if isinstance(v, dict):
             return {k: walk(x, k) for k, x in v.items()}
@@ -54,6 +55,10 @@ def _normalised(doc: dict, tmp: Path) -> str:
         out["tools"] = {k: "<version>" for k in sorted(out["tools"])}
     if isinstance(out.get("tool"), dict):
         out["tool"] = {**out["tool"], "version": "<version>"}
+    if isinstance(out.get("artifact"), dict) and isinstance(out["artifact"].get("tools"), dict):  # report.json's claims
+        out["artifact"]["tools"] = {k: "<version>" for k in sorted(out["artifact"]["tools"])}
+    if isinstance(out.get("verification"), dict) and out["verification"].get("report_sha256"):  # over those versions
+        out["verification"]["report_sha256"] = "<sha256 of report.json>"
     return json.dumps(out, indent=2) + "\n"
 
 

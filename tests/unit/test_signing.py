@@ -225,6 +225,13 @@ def test_unbundle_with_key_keeps_nothing_unless_the_signature_verifies(artifact,
     r = run_cli("unbundle", str(b), "--into", str(tmp_path / "ok"), "--key", str(pub), "--json")
     assert r.returncode == 0, r.stderr
     assert json_result(r.stdout, "unbundle")["signature_verified"] is True
+    r = run_cli("unbundle", str(b), "--into", str(tmp_path / "ok2"), "--key", str(pub))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "signature: verified (the files, the report and the claims of manifest.json)"
+    r = run_cli("unbundle", str(b), "--into", str(tmp_path / "ok3"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == (f"signature: present, not checked (pass --key PUBLIC.pem, or `modelyard "
+                                         f"verify-signature {tmp_path / 'ok3'} --key PUBLIC.pem`)")
     _, other = _keypair(tmp_path, "other")
     r = run_cli("unbundle", str(b), "--into", str(tmp_path / "bad"), "--key", str(other), "--json")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -333,6 +340,72 @@ def test_manifest_source_must_be_the_signed_reports(artifact, keys):
         verify_signature(artifact, public_key=pub)
     assert ei.value.message == ("art: manifest.json's source.endpoint claim None is not the signed report's "
                                 "'https://hub.example': the manifest was edited after signing")
+
+
+@pytest.mark.parametrize(("field", "value", "said", "signed"), [
+    ("name", "llama-3.1-8b-prod", "'llama-3.1-8b-prod'", "'tiny'"),
+    ("tools", {"modelyard": "0.0.1"}, "{'modelyard': '0.0.1'}", None),
+    ("kind", "lora", "'lora'", "'model'"),
+    ("base", {"name": "other", "revision": "r1", "digest": "sha256:" + "1" * 64},
+     "{'name': 'other', 'revision': 'r1', 'digest': 'sha256:" + "1" * 64 + "'}", "None"),
+])
+def test_the_artifacts_identity_claims_are_signed(artifact, keys, field, value, said, signed):
+    """Name, revision, kind, content digest, a LoRA's base binding and the tool versions are copied into the signed
+    report.json (its ``artifact`` record): edited in the unsigned manifest.json, the artifact no longer verifies."""
+    import json
+
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    report = json.loads((artifact / "report.json").read_text())
+    m = json.loads((artifact / "manifest.json").read_text())
+    assert report["artifact"] == {"name": "tiny", "revision": m["revision"], "kind": "model",
+                                  "content_digest": m["content_digest"], "base": None, "tools": m["tools"]}
+    if signed is None:
+        signed = repr(m["tools"])
+    m[field] = value
+    assert _refused(artifact, pub, m) == (f"art: manifest.json's {field} claim {said} is not the signed report's "
+                                          f"{signed}: the manifest was edited after signing")
+
+
+def _refused(artifact: Path, pub: Path, manifest: dict) -> str:
+    """The message verify_signature refuses ``artifact`` with once its manifest.json is ``manifest``."""
+    import json
+
+    _tamper(artifact / "manifest.json", json.dumps(manifest).encode())
+    with pytest.raises(SignatureError) as ei:
+        verify_signature(artifact, public_key=pub)
+    return ei.value.message
+
+
+def test_the_target_and_the_revision_are_signed(artifact, keys):
+    import json
+
+    priv, pub = keys
+    sign_artifact(artifact, private_key=priv)
+    m = json.loads((artifact / "manifest.json").read_text())
+    rev = m["revision"]
+    m["target"]["tensor_parallel_size"] = 8
+    assert _refused(artifact, pub, m).startswith("art: manifest.json's target claim {'tensor_parallel_size': 8, ")
+    m["target"]["tensor_parallel_size"] = 1
+    m["revision"] = "v2"
+    assert _refused(artifact, pub, m) == (f"art: manifest.json's revision claim 'v2' is not the signed report's "
+                                          f"{rev!r}: the manifest was edited after signing")
+
+
+def test_show_says_whether_the_verification_claim_is_signed(artifact, keys):
+    from typer.testing import CliRunner
+
+    from modelyard.cli import app
+
+    r = CliRunner().invoke(app, ["show", str(artifact)])
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("verification:")]
+    assert line == ("verification: passed (0 errors, 0 warnings; manifest.json's claim, unsigned: `modelyard verify` "
+                    "judges the files again)")
+    sign_artifact(artifact, private_key=keys[0])
+    r = CliRunner().invoke(app, ["show", str(artifact)], env={"COLUMNS": "200"})
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("verification:")]
+    assert line == ("verification: passed (0 errors, 0 warnings; signed with report.json: `modelyard verify-signature` "
+                    "checks it)")
 
 
 def test_signature_covers_compares_without_a_key(artifact, keys):

@@ -25,7 +25,7 @@ MAX_LINES = 450
 #: shrink, and leaves this list once it is at or under MAX_LINES (split a module past ~400 lines)
 OVER_MAX_LINES = {
     "modelyard/checks/hf.py": 525,
-    "modelyard/checks/template_risk.py": 494,
+    "modelyard/checks/template_risk.py": 462,
     "modelyard/cli/_common.py": 478,
     "modelyard/flows/ingest.py": 581,
     "modelyard/runtime/scripts/vllm_oracle.py": 539,
@@ -37,7 +37,7 @@ OVER_MAX_LINES = {
     "modelyard/stages/serve/plan.py": 474,
     "modelyard/stages/smoke/server.py": 485,
     "modelyard/stages/verify/runtime.py": 546,
-    "modelyard/transport/oci.py": 600,
+    "modelyard/transport/oci.py": 545,
     "modelyard/transport/unbundle.py": 541,
 }
 #: the functions over ruff's complexity (C901, max-complexity 15) and argument-count (PLR0913, max-args 8)

