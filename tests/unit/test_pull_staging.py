@@ -30,6 +30,15 @@ def _partial_dirs(tmp_path):  # noqa: ANN001, ANN202
     return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.pull-"))
 
 
+def _left_by_a_killed_pull(tmp_path):  # noqa: ANN001, ANN202
+    """The model/ folder of the resume folder a killed pull of ``tmp_path / "out"`` left: made as the pull makes it
+    (mode 0700, this user's; a folder open to others is refused as planted)."""
+    root = tmp_path / ".out.pull-0123456789abcdef"
+    root.mkdir(mode=0o700)
+    (root / "model").mkdir()
+    return root / "model"
+
+
 def test_a_failed_download_is_continued_by_the_next_pull(tmp_path):
     into = tmp_path / "out"
     with pytest.raises(PublishError, match="connection reset"), Staging(into, resume="sha256:" + "ab" * 32) as st:
@@ -47,8 +56,7 @@ def test_a_failed_download_is_continued_by_the_next_pull(tmp_path):
 
 def test_a_complete_file_is_hashed_and_kept_not_downloaded(tmp_path):
     into = tmp_path / "out"
-    d = tmp_path / ".out.pull-0123456789abcdef" / "model"
-    d.mkdir(parents=True)
+    d = _left_by_a_killed_pull(tmp_path)
     (d / "w.bin").write_bytes(DATA)
     asked: list[int] = []
     with Staging(into, resume="0123456789abcdef" * 4) as st:
@@ -62,8 +70,7 @@ def test_a_partial_file_that_is_not_a_prefix_fails_and_is_removed(tmp_path):
     """Bytes that are not the file's start (a disk error): the whole sha256 differs, the message says the file was
     continued, and the folder is removed so that the next pull starts afresh."""
     into = tmp_path / "out"
-    d = tmp_path / ".out.pull-0123456789abcdef" / "model"
-    d.mkdir(parents=True)
+    d = _left_by_a_killed_pull(tmp_path)
     (d / "w.bin").write_bytes(b"\xff" * 4096)
     with pytest.raises(HashMismatchError, match=r"continued from 4096 bytes a killed pull left; they are removed"), \
             Staging(into, resume="0123456789abcdef" * 4) as st:
@@ -73,8 +80,7 @@ def test_a_partial_file_that_is_not_a_prefix_fails_and_is_removed(tmp_path):
 
 def test_a_file_longer_than_recorded_or_wrong_at_full_size_is_downloaded_again(tmp_path):
     into = tmp_path / "out"
-    d = tmp_path / ".out.pull-0123456789abcdef" / "model"
-    d.mkdir(parents=True)
+    d = _left_by_a_killed_pull(tmp_path)
     (d / "long.bin").write_bytes(DATA + b"x")
     (d / "wrong.bin").write_bytes(DATA[:-1] + b"x")
     asked: list[int] = []
