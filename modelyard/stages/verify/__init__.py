@@ -13,8 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from modelyard.artifact.layout import MANIFEST, PATCHES, is_artifact
+from modelyard.artifact.layout import MANIFEST, PATCHES, REPORT_JSON, is_artifact
 from modelyard.artifact.manifest import Manifest
+from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
 from modelyard.checks.base import require_judged
 from modelyard.errors import (
@@ -181,7 +182,9 @@ def carried_verdict_holds(artifact: Path) -> None:
     says "passed" while its ``model/`` fails today's static checks against the artifact's own target: a bundle or
     remote copy edited (a config changed, the digests recomputed, the old claims kept) would otherwise be shown as
     "verification: passed". The files' digests are the transfer's to check (every file was hashed on its way in), so
-    only ``model/`` is judged here (no runtime). A carried "failed" verdict needs no check.
+    only ``model/`` is judged here (no runtime), and an error the carried report lists under the same code and file
+    (at any severity: the ingest's runtime may have weighed it, as vLLM's dry load makes some errors warnings) is
+    not counted. A carried "failed" verdict needs no check.
 
     Raises :class:`VerificationFailedError` (exit 1) naming the first errors; :class:`ManifestError` (exit 2) for a
     manifest that cannot be read."""
@@ -194,12 +197,16 @@ def carried_verdict_holds(artifact: Path) -> None:
                             fix="Publish or bundle the artifact again from its store.") from exc
     if not m.verification.passed or not (artifact / "model").is_dir():
         return
-    known = set(Target.__dataclass_fields__)
+    known = set(Target.__dataclass_fields__) - {"require_judged"}  # no runtime runs here: nothing to judge
     target = Target(**{k: v for k, v in m.target.to_dict().items() if k in known})
     report = verify_folder(artifact / "model", target, runtime=None)
-    if report.passed:
+    try:  # what the carried report already weighed (e.g. an error vLLM's dry load made a warning) is not new
+        seen = {(f.code, f.file) for f in ReportRecord.from_bytes((artifact / REPORT_JSON).read_bytes()).findings}
+    except (OSError, ValueError):
+        seen = set()
+    errs = tuple(f for f in report.errors if (f.code, f.file) not in seen)
+    if not errs:
         return
-    errs = report.errors
     first = "; ".join(f"[{f.code}] {f.message}" for f in errs[:3])
     raise VerificationFailedError(
         f"{m.name}@{m.revision}: its manifest says verification passed, but its model/ fails {len(errs)} check(s) "
