@@ -79,11 +79,13 @@ class Limits:
 LIMITS = Limits(kl_max=0.02, top1_min=0.9, ppl_ratio_max=1.05)
 #: quantized checkpoints: vLLM's quantized kernels against transformers' dequantized weights. vLLM's W8A8
 #: also quantizes activations per token, transformers does not: SmolLM2-135M W8A8 measured KL 0.030-0.034
-#: and top-1 0.810-0.815 on the German and Spanish texts (near-ties of a small model flip), hence 0.75; another
+#: and top-1 0.810-0.815 on the German and Spanish texts (near-ties of a small model flip); other quantizations of it
+#: (same recipe, 16 samples, other hosts) measured German top-1 0.747 and 0.737 at KL 0.071 (2026-12-06/07, AVX-512
+#: hosts; the answer still "The capital of France is Paris."), hence 0.70, the KL limit doing the main judging; another
 #: quantization of it (same recipe, 16 samples) measured a perplexity ratio of 1.229 on the 66-token Spanish text,
 #: one position 5 nats apart (a per-token activation-quantization outlier weighs 1/65 of the mean), hence 1.35.
 #: (the KL limit still bounds the distributions at every position)
-QUANTIZED_LIMITS = Limits(kl_max=0.1, top1_min=0.75, ppl_ratio_max=1.35)
+QUANTIZED_LIMITS = Limits(kl_max=0.1, top1_min=0.70, ppl_ratio_max=1.35)
 
 
 def _kl_partition(vllm_top: Sequence[float], ref_top: Sequence[float]) -> float:

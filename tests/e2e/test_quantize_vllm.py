@@ -195,12 +195,12 @@ def test_smollm2_w8a8_verifies_measures_and_answers_paris(smollm2_dir, tmp_path)
     assert "Paris" in s["text"] and s["finish_reason"] == "stop" and s["passed"] is True
     # the numerical gate judges a quantized model by the quantized limits (W8A8 quantizes activations too)
     n = s["numeric"]
-    assert (n["passed"], n["compared"], n["limits"]) == (True, True, {"kl_max": 0.1, "top1_min": 0.75,
+    assert (n["passed"], n["compared"], n["limits"]) == (True, True, {"kl_max": 0.1, "top1_min": 0.7,
                                                                        "ppl_ratio_max": 1.35})
     # and the served artifact against its parent (transformers on the unquantized demo model, same ids)
     par = n["parent"]
     assert (par["compared"], par["limits"], [t["name"] for t in par["texts"]]) == (
-        True, {"kl_max": 0.1, "top1_min": 0.75, "ppl_ratio_max": 1.35}, [t["name"] for t in n["texts"]]), par
+        True, {"kl_max": 0.1, "top1_min": 0.7, "ppl_ratio_max": 1.35}, [t["name"] for t in n["texts"]]), par
     assert 0 < par["kl_mean"] <= 0.1 and 1.0 <= par["ppl_ratio_worst"] <= 1.35, par
     (art,) = store_artifacts(home)
     report = json.loads((art / "report.json").read_text())
