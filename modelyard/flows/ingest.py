@@ -487,6 +487,8 @@ def _reuse(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest, pl
             report = report.with_quantization(prev.quantization.to_dict())
     if prev_record.source is not None:  # the stored origin, as signed (a cached verify's report has none)
         report = report.with_source(prev_record.source.to_dict())
+    if prev_record.artifact is not None:  # and its identity claims, as signed
+        report = report.with_artifact(prev_record.artifact.to_dict())
     _attach(store, existing, report)
     return (existing, report.with_smoke(prev_record.smoke.to_dict()) if prev_record.smoke else report,
             prev.smoke.to_dict() if prev.smoke else None)
