@@ -179,7 +179,7 @@ def verify_source(source: Source, target: Target | None = None, *, runtime: str 
 
 def carried_verdict_holds(artifact: Path) -> None:
     """Refuse an artifact folder (a pull's or an unbundle's, before it is renamed into place) whose carried verdict
-    says "passed" while its ``model/`` fails today's static checks against the artifact's own target: a bundle or
+    says "passed" while its ``model/`` fails today's static checks against its report's target: a bundle or
     remote copy edited (a config changed, the digests recomputed, the old claims kept) would otherwise be shown as
     "verification: passed". The files' digests are the transfer's to check (every file was hashed on its way in), so
     only ``model/`` is judged here (no runtime), and an error the carried report lists under the same code and file
@@ -197,13 +197,13 @@ def carried_verdict_holds(artifact: Path) -> None:
                             fix="Publish or bundle the artifact again from its store.") from exc
     if not m.verification.passed or not (artifact / "model").is_dir():
         return
-    known = set(Target.__dataclass_fields__) - {"require_judged"}  # no runtime runs here: nothing to judge
-    target = Target(**{k: v for k, v in m.target.to_dict().items() if k in known})
-    report = verify_folder(artifact / "model", target, runtime=None)
-    try:  # what the carried report already weighed (e.g. an error vLLM's dry load made a warning) is not new
-        seen = {(f.code, f.file) for f in ReportRecord.from_bytes((artifact / REPORT_JSON).read_bytes()).findings}
+    try:  # the carried report: its target, and what it already weighed (an error vLLM's dry load made a warning)
+        carried = ReportRecord.from_bytes((artifact / REPORT_JSON).read_bytes()).to_report()
     except (OSError, ValueError):
-        seen = set()
+        carried = Report(findings=())
+    target = replace(carried.target, require_judged=False)  # no runtime runs here: nothing to judge
+    report = verify_folder(artifact / "model", target, runtime=None)
+    seen = {(f.code, f.file) for f in carried.findings}
     errs = tuple(f for f in report.errors if (f.code, f.file) not in seen)
     if not errs:
         return
