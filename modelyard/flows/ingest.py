@@ -485,10 +485,9 @@ def _reuse(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest, pl
                           existing.content_digest.removeprefix("sha256:"))
         if prev.quantization:
             report = report.with_quantization(prev.quantization.to_dict())
-    if prev_record.source is not None:  # the stored origin, as signed (a cached verify's report has none)
-        report = report.with_source(prev_record.source.to_dict())
-    if prev_record.artifact is not None:  # and its identity claims, as signed
-        report = report.with_artifact(prev_record.artifact.to_dict())
+    # the stored origin and identity claims, as signed (a cached verify's report has neither)
+    report = report.with_source(prev_record.source.to_dict()) if prev_record.source else report
+    report = report.with_artifact(prev_record.artifact.to_dict()) if prev_record.artifact else report
     _attach(store, existing, report)
     return (existing, report.with_smoke(prev_record.smoke.to_dict()) if prev_record.smoke else report,
             prev.smoke.to_dict() if prev.smoke else None)
@@ -513,7 +512,6 @@ def _check_serve_plan(r: _Run, store: StoreProtocol, existing: Artifact, prev: M
 
     def says(p: dict[str, Any] | None) -> str:
         return "no serve plan" if not p else f"{p['gpus']} x {p['gpu']}, max_model_len {p['max_model_len']}"
-
     raise ArtifactConflictError(
         f"{existing.name}@{existing.revision} is already in the store with serve/ for {says(stored)}; "
         f"the options ask for {says(wanted.to_dict() if wanted else None)}",

@@ -305,16 +305,26 @@ def test_a_killed_download_resumes_with_a_range_request(hub, tmp_path):
     env = {"HF_ENDPOINT": proxy.endpoint, "MODELYARD_HOME": str(tmp_path)}
     blobs = tmp_path / ".cache" / "hf" / "models--org--big" / "blobs"
 
+    def big_partials():
+        """The blobs/*.incomplete files of 10 MiB or more; a small file's partial may finish (and be renamed
+        away) between the listing and its stat, so a vanished one is skipped."""
+        found = []
+        for part in blobs.glob("*.incomplete") if blobs.is_dir() else ():
+            try:
+                found += [part] if part.stat().st_size >= 10 << 20 else []
+            except FileNotFoundError:
+                continue
+        return found
+
     def partial(_events, _seconds):
-        parts = list(blobs.glob("*.incomplete")) if blobs.is_dir() else []
-        return "partial" if parts and parts[0].stat().st_size >= 10 << 20 else None
+        return "partial" if big_partials() else None
 
     proxy.ranges, proxy.stall = True, {"model.safetensors": 12 << 20}
     try:
         label = kill_at([sys.executable, "-m", "modelyard", "ingest", "hf://org/big@main", "--no-smoke", "--json"],
                         {**os.environ, **env}, tmp_path / "events.jsonl", partial)
         assert label == "partial"
-        (left,) = blobs.glob("*.incomplete")
+        (left,) = big_partials()
         have = left.stat().st_size
         assert have == 10 << 20 and left.read_bytes() == weights[:have]
         proxy.stall = {}
