@@ -221,7 +221,7 @@ def sweep_incomplete(cache_dir: Path, repo_id: str) -> int:
     download leaves one behind for good. A file is removed only while its blob lock
     (``<cache>/.locks/<repo folder>/<etag>.lock``, the lock huggingface_hub holds while downloading)
     can be taken at once: a download in progress elsewhere keeps its file. modelyard's own resumable
-    ``<etag>.incomplete`` (:func:`~modelyard.stages.fetch.hub.partial_path`) is kept: the next fetch continues it."""
+    ``<etag>.incomplete`` (:func:`~modelyard.stages.fetch.ranges.partial_path`) is kept: the next fetch continues it."""
     from huggingface_hub.file_download import repo_folder_name  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
 
     folder = repo_folder_name(repo_id=repo_id, repo_type="model")

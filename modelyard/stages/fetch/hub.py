@@ -25,10 +25,12 @@ its small files and safetensors headers before a weight byte is downloaded.
    HTTP, also for repos stored with Xet (the hub serves them over HTTP too): the bytes must pass
    through modelyard to be hashed once.
 
-5. **Resume.** A download killed or broken off leaves ``blobs/<etag>.incomplete`` (:func:`partial_path`). The
+5. **Resume.** A download killed or broken off leaves ``blobs/<etag>.incomplete`` (:func:`~modelyard.stages.fetch.ranges.partial_path`). The
    next fetch hashes what it holds and asks only for the rest (``Range: bytes=<n>-``, http_get's
    ``resume_size``); a server that ignores ``Range`` answers 200 and the digests restart at byte 0. The
-   sha256 of the whole file is compared with the hub's either way.
+   sha256 of the whole file is compared with the hub's either way; when it differs after a resume, the
+   partial file was not the file's start (a disk error, another file's bytes), and the file is downloaded
+   afresh once before the hub is blamed.
 
 Same locks as huggingface_hub (``.locks/<repo folder>/<etag>.lock``), so it shares the cache with
 ``hf_hub_download``; :func:`~modelyard.stages.fetch.sweep_incomplete` clears the process-unique
@@ -41,7 +43,6 @@ import contextlib
 import os
 import re
 import shutil
-import struct
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -49,16 +50,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from modelyard import progress
 from modelyard.errors import EndpointUnreachableError, ModelyardError, SourceNotFoundError, StoreError
-from modelyard.model.checkpoint import MAX_HEADER_BYTES
 from modelyard.model.digest import DigestWriter, FileDigest, differences, git_blob_id, mismatch_error
 from modelyard.model.snapshot import FileEntry, Snapshot
 from modelyard.model.source import Source
 from modelyard.settings import Settings
 from modelyard.stages.fetch.preflight import CARD_FILE, CARD_MAX_BYTES, BeforeWeights, Need, card_license, require_space
+from modelyard.stages.fetch.ranges import header_prefix, partial_path, ranged_get, skeleton, url_to_path
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHA1 = re.compile(r"[0-9a-f]{40}")
@@ -241,11 +242,12 @@ class HubSession:
 
     def download(self, f: HubFile, located: Located, advance: Callable[[int], None]) -> None:
         """Download ``f`` into ``blobs/<etag>`` (under huggingface_hub's per-blob lock), hashing the bytes
-        as they are written, and link it from the snapshot. Raises :class:`HashMismatchError` (exit 1, the
-        partial file removed) when what arrived differs from the hub's size or digest,
+        as they are written, and link it from the snapshot. A partial file a killed run left is resumed with a
+        ``Range`` request; when the whole then differs from the hub's digest, the partial file was not the
+        file's start and the file is downloaded afresh, once. Raises :class:`HashMismatchError` (exit 1, the
+        partial file removed) when what arrived from the hub alone differs from its size or digest,
         :class:`StoreError` when the cache cannot be written."""
-        from huggingface_hub.file_download import http_get  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
-        from huggingface_hub.utils import WeakFileLock, silent_tqdm  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+        from huggingface_hub.utils import WeakFileLock  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
 
         etag, url, headers = located
         blob = self.storage / "blobs" / etag
@@ -257,18 +259,16 @@ class HubSession:
                 if not blob.exists():  # else another process downloaded it meanwhile
                     if tmp.exists() and tmp.stat().st_size > f.size:
                         tmp.unlink()  # longer than the file: not a prefix of it
-                    with open(tmp, "r+b" if tmp.exists() else "x+b") as fh:
-                        w = DigestWriter(fh, git_size=None if f.lfs else f.size, advance=advance)
-                        resumed = w.absorb()  # the digests of what a killed run received, from the partial file
-                        if url.startswith("file://"):  # the user's own hub cache: copied, hashed on the way
-                            with open(url_to_path(url), "rb") as src:
-                                src.seek(resumed)
-                                shutil.copyfileobj(src, w, 8 << 20)
-                        else:  # http_get annotates temp_file as BinaryIO; it calls write, tell, seek and truncate
-                            http_get(url, w, resume_size=resumed, expected_size=f.size, headers=headers,  # type: ignore[arg-type]
-                                     displayed_filename=f.path, tqdm_class=silent_tqdm)
-                    got = w.digest()
+                    resumed, got = self._receive(f, tmp, url, headers, advance)
                     problems = differences(f.entry(), got)
+                    if problems and resumed:
+                        # the partial file a killed run left was not the file's start (a disk error, another
+                        # file's bytes): the hub is not to blame yet. Once, the whole file is downloaded afresh.
+                        tmp.unlink(missing_ok=True)
+                        with progress.task(f"downloading {f.path} afresh: the partial file {tmp.name} was not "
+                                           "its start", total=f.size) as again:
+                            resumed, got = self._receive(f, tmp, url, headers, again)
+                        problems = differences(f.entry(), got)
                     if problems:
                         tmp.unlink(missing_ok=True)
                         raise mismatch_error(f"hf://{self.repo}@{self.commit}", problems,
@@ -286,6 +286,27 @@ class HubSession:
                                                fix="Retry; check the network and the endpoint.") from exc
             raise StoreError(f"cannot write {blob}: {exc.strerror}", fix="Free disk space under MODELYARD_HOME.") from exc
         self._blob[f.path] = blob
+
+    @staticmethod
+    def _receive(f: HubFile, tmp: Path, url: str, headers: dict[str, str],
+                 advance: Callable[[int], None]) -> tuple[int, FileDigest]:
+        """Receive ``f`` into ``tmp``, resuming after the bytes it already holds (hashed first): ``(bytes
+        resumed, the whole file's digests)``. ``url`` is the hub's (HTTP, a ``Range`` request past the resumed
+        bytes) or the user's own hub cache (``file://``, copied)."""
+        from huggingface_hub.file_download import http_get  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+        from huggingface_hub.utils import silent_tqdm  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
+
+        with open(tmp, "r+b" if tmp.exists() else "x+b") as fh:
+            w = DigestWriter(fh, git_size=None if f.lfs else f.size, advance=advance)
+            resumed = w.absorb()  # the digests of what a killed run received, from the partial file
+            if url.startswith("file://"):  # the user's own hub cache: copied, hashed on the way
+                with open(url_to_path(url), "rb") as src:
+                    src.seek(resumed)
+                    shutil.copyfileobj(src, w, 8 << 20)
+            else:  # http_get annotates temp_file as BinaryIO; it calls write, tell, seek and truncate
+                http_get(url, w, resume_size=resumed, expected_size=f.size, headers=headers,  # type: ignore[arg-type]
+                         displayed_filename=f.path, tqdm_class=silent_tqdm)
+        return resumed, w.digest()
 
     def _link(self, pointer: Path, blob: Path) -> None:
         """``snapshots/<commit>/<path>`` -> ``../../blobs/<etag>`` (relative, as huggingface_hub makes it)."""
@@ -336,78 +357,6 @@ class HubSession:
             size = d.size if d is not None else self._pointer(f.path).stat().st_size
             out.append(replace(f.entry(), size=size, sha256=d.sha256 if d else None, received=d is not None))
         return tuple(out)
-
-
-def url_to_path(url: str) -> Path:
-    """The local path of a ``file://`` URL (:meth:`Path.as_uri`'s inverse)."""
-    return Path(unquote(urlparse(url).path))
-
-
-def partial_path(blob: Path) -> Path:
-    """Where the blob ``blobs/<etag>`` is downloaded to: ``blobs/<etag>.incomplete``, the name huggingface_hub
-    0.x used and resumed from. It is written only under the blob's lock, so one name per blob is safe; a killed
-    download leaves it behind and the next fetch continues from its last byte with a ``Range`` request, after
-    hashing what it holds (the digests are rebuilt from the file, never trusted from a side file), and the
-    whole file's sha256 is still compared with the hub's before the blob is renamed into place."""
-    return blob.with_name(f"{blob.name}.incomplete")
-
-
-def header_prefix(read: Callable[[int, int], bytes], size: int) -> bytes:
-    """The bytes a safetensors reader reads first: the 8-byte little-endian header length ``n``, then
-    the ``n`` header bytes, when ``n`` is within safetensors' cap and the file (``size`` bytes). Else
-    only the first 8 bytes (the checks then report the bad length from them). ``read(a, b)`` returns
-    bytes ``[a, b)``."""
-    head = read(0, min(8, size))
-    if len(head) < 8:
-        return head
-    (n,) = struct.unpack("<Q", head)
-    if n <= MAX_HEADER_BYTES and 8 + n <= size and n:
-        head += read(8, 8 + n)
-    return head
-
-
-def ranged_get(url: str, headers: dict[str, str], start: int, end: int) -> bytes:
-    """Bytes ``[start, end)`` of ``url`` with a ``Range`` request (huggingface_hub's backoff and errors).
-    A server that ignores ``Range`` answers 200 with the whole file: it is read only up to ``end`` and
-    the connection closed."""
-    from huggingface_hub import constants  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
-    from huggingface_hub.utils import hf_raise_for_status, http_stream_backoff  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
-
-    h = {**headers, "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
-    want = end - start
-    buf = bytearray()
-    with http_stream_backoff("GET", url, headers=h, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT,
-                             retry_on_status_codes=(408, 429)) as r:
-        hf_raise_for_status(r)
-        skip = start if r.status_code == 200 else 0
-        for chunk in r.iter_bytes(chunk_size=min(65536, max(want, 1))):
-            if skip:
-                drop = min(skip, len(chunk))
-                chunk, skip = chunk[drop:], skip - drop
-            buf += chunk[:want - len(buf)]
-            if len(buf) >= want:
-                break
-    return bytes(buf)
-
-
-def skeleton(folder: Path, blobs: dict[str, Path], headers: dict[str, bytes], sizes: dict[str, int]) -> Path:
-    """Fill ``folder`` (new, empty) with what the checks read: each of ``blobs`` (path -> cached file)
-    hard-linked (copied across filesystems), and each shard of ``headers`` as a sparse file of
-    ``sizes[path]`` bytes that starts with its header. Returns ``folder``."""
-    for path, blob in blobs.items():
-        dst = folder / path
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(blob, dst)
-        except OSError:
-            shutil.copyfile(blob, dst)
-    for path, head in headers.items():
-        dst = folder / path
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        with open(dst, "wb") as fh:
-            fh.write(head)
-            fh.truncate(sizes[path])
-    return folder
 
 
 def fetch_hub(source: Source, settings: Settings, where: str, select: Callable[[list[str]], list[str]],
