@@ -1,6 +1,7 @@
 """An artifact's identity in the store: its revision name and whether a stored one can be reused.
 
-Revision names: a hub snapshot keeps its commit sha; anything else is ``sha256-<12 hex>`` of its
+Revision names: a hub snapshot keeps its commit sha (with ``-files-<8 hex>`` when the user chose
+other files than the default selection); anything else is ``sha256-<12 hex>`` of its
 ``model/`` tree digest. A patched artifact is a variant of its source revision
 (``<rev>-patched-<8 hex of the patch set>``), a quantized one too
 (``<rev>-<scheme>-<8 hex of scheme, recipe, calibration and sizes>``).
@@ -12,6 +13,8 @@ that its stored smoke does not stand for (:func:`smoke_covers`).
 
 from __future__ import annotations
 
+import hashlib
+
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.records import SmokeRecord
 from modelyard.artifact.store import Artifact, StoreProtocol
@@ -22,8 +25,14 @@ from modelyard.model.snapshot import FileEntry
 SMOKE_LEVEL_RANK = {"load": 0, "server": 1, "bench": 2}
 
 
-def source_revision(commit: str | None, files: tuple[FileEntry, ...]) -> str:
-    """The hub ``commit`` (40 hex), else ``sha256-`` and the first 12 hex of the files' tree digest."""
+def source_revision(commit: str | None, files: tuple[FileEntry, ...], selection: tuple[str, ...] | None = None) -> str:
+    """The hub ``commit`` (40 hex), else ``sha256-`` and the first 12 hex of the files' tree digest. A commit
+    taken with a file selection of the user's own (``selection``: the selected paths, when they differ from
+    the default selection, :func:`modelyard.stages.fetch.own_selection`) is ``<commit>-files-<8 hex>``, the
+    first 8 hex of the sha256 of the sorted paths, one per line: the same commit with other files is other
+    content, so it must not claim the same revision (the store would refuse it as a conflict after the run)."""
+    if commit and selection is not None:
+        return f"{commit}-files-{hashlib.sha256(chr(10).join(sorted(selection)).encode()).hexdigest()[:8]}"
     return commit or f"sha256-{tree_digest(files)[:12]}"
 
 

@@ -383,7 +383,7 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
     before = fingerprints(snap) if src.kind == "file" else None  # a user's folder may change under the run
     try:
         snap, hashed_bytes = hash_task(snap, settings, precopy / MODEL_DIR if precopy else None)
-        revision = source_revision(snap.commit, snap.files)
+        revision = source_revision(snap.commit, snap.files, fetch_stage.own_selection(snap))
         _rename_run(f"{src.repo_id if src.kind == 'hf' else r.name}@{revision[:7] if snap.commit else revision[:14]}")
         report = verify.with_source_findings(r.stages.verify(snap.root, r.target, snap.files), snap)
         plan = plan_task(snap, report, options.patching)

@@ -170,7 +170,9 @@ def test_include_adds_to_the_files_a_model_needs_and_licenses_are_kept(hub, tmp_
 
 
 def test_include_and_exclude_patterns_on_the_command_line(hub, tmp_path):
-    """--exclude drops README.md from the download; --include '*.md' adds README.md to model/."""
+    """--exclude drops README.md from the download (what the default selection does too: the revision stays
+    the commit); --include '*.md' adds README.md to model/, into the same store: other content of the same
+    commit gets its own revision, ``<commit>-files-<8 hex of the sorted paths>``, never a store conflict."""
     head = hub["shas"][-1]
     r = run_cli("ingest", "https://huggingface.co/org/tiny", "--exclude", "README.md", "--no-smoke", "--json",
                 env=_env(hub, tmp_path))
@@ -178,10 +180,14 @@ def test_include_and_exclude_patterns_on_the_command_line(hub, tmp_path):
     out = json_result(r.stdout, "ingest")
     files = {f["path"] for f in json.loads((Path(out["artifact"]) / "manifest.json").read_text())["files"]}
     assert (out["revision"], sorted(files)) == (head, sorted(f"model/{n}" for n in hub["files"]))
-    more = run_cli("ingest", "hf://org/tiny@main", "--include", "*.md", "--no-smoke", "--json", env=_env(hub, tmp_path / "b"))
+    more = run_cli("ingest", "hf://org/tiny@main", "--include", "*.md", "--no-smoke", "--json", env=_env(hub, tmp_path))
     assert more.returncode == 0, more.stderr
-    files = {f["path"] for f in json.loads((Path(json_result(more.stdout, "ingest")["artifact"]) / "manifest.json").read_text())["files"]}
+    out = json_result(more.stdout, "ingest")
+    files = {f["path"] for f in json.loads((Path(out["artifact"]) / "manifest.json").read_text())["files"]}
     assert sorted(files) == sorted([f"model/{n}" for n in hub["files"]] + ["model/README.md"])
+    chosen = "\n".join(sorted([*hub["files"], "README.md"])).encode()
+    assert out["revision"] == f"{head}-files-{hashlib.sha256(chosen).hexdigest()[:8]}" and not out["reused"]
+    assert out["commit"] == head
 
 
 def test_offline_ingest_uses_the_local_hub_cache(hub, tmp_path):

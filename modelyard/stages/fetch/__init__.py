@@ -94,6 +94,18 @@ def select_patterns(allow_patterns: Sequence[str] | None = None,
     return allow, ignore
 
 
+def own_selection(snapshot: Snapshot) -> tuple[str, ...] | None:
+    """The paths of a hub ``snapshot``'s files (sorted) when they are not the files the default selection
+    (:func:`select_patterns` without the user's patterns) takes of the commit's files (``files`` and
+    ``left_out``); None when they are, and for other sources (whose revision names their content already).
+    ``--include``/``--exclude`` that change nothing give None: the same content keeps the same revision."""
+    if snapshot.kind != "hf":
+        return None
+    chosen = sorted(f.path for f in snapshot.files)
+    every = sorted({*chosen, *snapshot.left_out})
+    return None if _filter(every, *select_patterns()) == chosen else tuple(chosen)
+
+
 def _filter(paths: Sequence[str], allow: Sequence[str] | None, ignore: Sequence[str] | None) -> list[str]:
     from huggingface_hub.utils import filter_repo_objects  # noqa: PLC0415 - heavy: huggingface_hub, imported on first use
 
