@@ -138,6 +138,13 @@ class BundleError(ModelyardError, ValueError):
     cannot be bundled. The message names the member and the problem."""
 
 
+class BundleHashMismatchError(BundleError, HashMismatchError):
+    """A bundle member's bytes differ from the size or SHA256 its listing promises (a flipped byte, a truncated
+    file): a hash mismatch (exit 1), as on every other source, and a :class:`BundleError` all the same."""
+
+    exit_code = 1
+
+
 class ServePlanError(ModelyardError, ValueError):
     """The model does not fit the serving target (GPU model x count); the message says need vs have."""
 

@@ -49,7 +49,7 @@ from modelyard import progress
 from modelyard.artifact.index import FORMAT, VERSION, dump_index
 from modelyard.artifact.layout import MANIFEST
 from modelyard.artifact.manifest import Manifest
-from modelyard.errors import BundleError, ManifestError, ModelyardError, StoreError
+from modelyard.errors import BundleError, BundleHashMismatchError, ManifestError, ModelyardError, StoreError
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry
 from modelyard.paths import require_space
@@ -334,7 +334,9 @@ def _read(stream: ZstdTarStream, name: str, compressed: int, sink: Sink, max_rat
             if problem is None and kind == "file" and ti.name not in expected:
                 problem = "a file that neither manifest.json nor bundle.json lists"
             if problem is None and kind == "file" and ti.size != expected[ti.name].size:
-                problem = f"{ti.size} bytes in the tar header, {expected[ti.name].size} in the listing"
+                raise BundleHashMismatchError(
+                    f"{name}: member {ti.name!r} is {ti.size} bytes in the tar header, {expected[ti.name].size} in "
+                    "the listing; nothing was extracted", fix=_FIX_CORRUPT)
             if problem:
                 raise BundleError(f"{name}: member {ti.name!r} is {problem}; nothing was extracted",
                                   fix="Do not use this bundle; make it again with `modelyard bundle` from the artifact.")
@@ -457,15 +459,15 @@ def _copy_member(stream: ZstdTarStream, ti: tarfile.TarInfo, exp: Expected, sink
                 k = stream.fill(mv[:want])
             if k < want:
                 pipe.give_back(buf)
-                raise BundleError(f"{name} is truncated inside {ti.name!r} ({left - k} of {exp.size} bytes missing)",
-                                  fix=_FIX_CORRUPT)
+                raise BundleHashMismatchError(
+                    f"{name} is truncated inside {ti.name!r} ({left - k} of {exp.size} bytes missing)", fix=_FIX_CORRUPT)
             pipe.submit(buf, k, hashes, dst)
             left -= k
             adv(k)
         pipe.finish()
         if h.hexdigest() != exp.sha256:
-            raise BundleError(f"{name}: {ti.name} has sha256 {h.hexdigest()}, the listing says {exp.sha256}",
-                              fix=_FIX_CORRUPT)
+            raise BundleHashMismatchError(f"{name}: {ti.name} has sha256 {h.hexdigest()}, the listing says {exp.sha256}",
+                                          fix=_FIX_CORRUPT)
     except BaseException:
         pipe.drain()  # the writer thread no longer touches dst
         dst.close()

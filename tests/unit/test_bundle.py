@@ -219,6 +219,12 @@ def test_flipped_byte_in_a_file_names_the_file(bundle, tmp_path):
     with pytest.raises(BundleError, match=r"model/model.safetensors has sha256 [0-9a-f]{64}, the listing says"):
         unbundle(bad, tmp_path / "out")
     assert _leftovers(tmp_path, {"bad.tar.zst"}) == []
+    # a hash mismatch is exit 1 on every source, tar:// included, as docs/reference/sources.md says
+    r = run_cli("ingest", f"tar://{bad}", "--no-smoke", "--json", env={"MODELYARD_HOME": str(tmp_path / "home")},
+                timeout=300)
+    err = json_error(r.stdout, "ingest", 1)
+    assert (r.returncode, err["type"]) == (1, "BundleHashMismatchError"), r.stderr[-2000:]
+    assert "model/model.safetensors has sha256 " in err["message"]
 
 
 def test_flipped_byte_in_report_is_caught(bundle, tmp_path):
@@ -321,6 +327,7 @@ def test_malicious_archive_is_refused(tmp_path, case, members, listed, needle):
         unbundle(b, work / "out")
     assert needle.replace("{tmp}", str(tmp_path)) in str(ei.value)
     assert ei.value.fix
+    assert ei.value.exit_code == (1 if case in {"size-beyond-header", "wrong-content"} else 2)  # bytes vs listing: 1
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["evil.tar.zst", "work"]  # nothing written anywhere
 
 
