@@ -525,7 +525,11 @@ def _build_and_version_checks(facts: HostFacts, needs: ArtifactNeeds) -> list[Ne
         have = ((f"{facts.vllm_dist or 'vLLM'} {facts.vllm_version}" if facts.vllm_version else "vLLM not found")
                 + f", torch {facts.torch_version or 'not found'}"
                 + (f" (CUDA {facts.torch_cuda})" if facts.torch_cuda else ""))
-        if build is None or facts.vllm_version is None:
+        if facts.vllm_version is None:  # nothing here can serve the plan: a failed need, not a warning
+            out.append(NeedCheck("vLLM build", req, have, False, "error",
+                                 "Install the CUDA wheel of vLLM (pip install vllm==<release>) in the runtime "
+                                 "(MODELYARD_VLLM_PYTHON), or point MODELYARD_VLLM_PYTHON at the interpreter that has it."))
+        elif build is None:
             out.append(NeedCheck("vLLM build", req, have, None,
                                  "warning", "Install the CUDA wheel of vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
         else:

@@ -275,8 +275,11 @@ def test_artifact_needs_reads_plan_manifest_and_rope(tmp_path):
     assert c.ok is True
 
 
-def test_build_unknown_without_vllm():
+def test_a_gpu_plan_without_vllm_fails():
+    """A GPU host whose runtime has no vLLM cannot serve the GPU plan: a failed need (doctor exits 1), not a
+    warning (it exited 0)."""
     torch_only = dataclasses.replace(cuda_h100(), vllm_version=None, vllm_dist=None)
     c = _by(judge_needs(torch_only, PLANNED), "vLLM build")
-    assert (c.ok, c.severity) == (None, "warning")
+    assert (c.ok, c.severity) == (False, "error")
     assert c.have == "vLLM not found, torch 2.11.0+cu130 (CUDA 13.0)"
+    assert c.fix.startswith("Install the CUDA wheel of vLLM (pip install vllm==<release>) in the runtime")
