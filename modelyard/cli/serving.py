@@ -35,7 +35,7 @@ from modelyard.errors import InvalidTargetError, MissingConfigError, SourceNotFo
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
-from modelyard.stages import smoke
+from modelyard.stages import host_facts, smoke
 from modelyard.stages.adapter import ADAPTERS_DIR, lora_serving
 from modelyard.stages.serve import DEFAULT_GPU, ServeTarget, plan_serve
 from modelyard.stages.serve.canary import write_canary_files
@@ -331,7 +331,7 @@ def doctor(
     (or with no ARTIFACT), 1 when one is not."""
     quiet_libraries(verbose)
     needs = doc.artifact_needs(artifact) if artifact is not None else None
-    facts = doc.collect_host_facts(timeout=timeout, nccl=nccl)
+    facts = host_facts.collect_host_facts(timeout=timeout, nccl=nccl)
     checks = doc.judge_needs(facts, needs) if needs is not None else []
     failed = any(c.ok is False and c.severity == "error" for c in checks) or \
         any(c.ok is None and c.severity == "error" for c in checks)

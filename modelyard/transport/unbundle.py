@@ -327,16 +327,14 @@ def _read(stream: ZstdTarStream, name: str, compressed: int, sink: Sink, max_rat
             stream.member = repr(ti.name)
             kind = _kind(ti)
             problem = name_problem(ti.name) or (None if kind else _TYPES.get(ti.type, f"a member of tar type {ti.type!r}"))
-            if problem is None and ti.name in seen | {MANIFEST, "bundle.json"}:
-                problem = "a duplicate name"
+            problem = problem or ("a duplicate name" if ti.name in seen | {MANIFEST, "bundle.json"} else None)
             if problem is None and kind == "dir" and ti.name not in dirs:
                 problem = "a directory that holds no listed file"
             if problem is None and kind == "file" and ti.name not in expected:
                 problem = "a file that neither manifest.json nor bundle.json lists"
             if problem is None and kind == "file" and ti.size != expected[ti.name].size:
-                raise BundleHashMismatchError(
-                    f"{name}: member {ti.name!r} is {ti.size} bytes in the tar header, {expected[ti.name].size} in "
-                    "the listing; nothing was extracted", fix=_FIX_CORRUPT)
+                raise BundleHashMismatchError(f"{name}: member {ti.name!r} is {ti.size} bytes in the tar header, "
+                                              f"{expected[ti.name].size} in the listing; nothing was extracted", fix=_FIX_CORRUPT)
             if problem:
                 raise BundleError(f"{name}: member {ti.name!r} is {problem}; nothing was extracted",
                                   fix="Do not use this bundle; make it again with `modelyard bundle` from the artifact.")
@@ -459,8 +457,8 @@ def _copy_member(stream: ZstdTarStream, ti: tarfile.TarInfo, exp: Expected, sink
                 k = stream.fill(mv[:want])
             if k < want:
                 pipe.give_back(buf)
-                raise BundleHashMismatchError(
-                    f"{name} is truncated inside {ti.name!r} ({left - k} of {exp.size} bytes missing)", fix=_FIX_CORRUPT)
+                raise BundleHashMismatchError(f"{name} is truncated inside {ti.name!r} ({left - k} of {exp.size} "
+                                              "bytes missing)", fix=_FIX_CORRUPT)
             pipe.submit(buf, k, hashes, dst)
             left -= k
             adv(k)

@@ -126,7 +126,7 @@ def store_artifact(tiny_llama_dir, tmp_path_factory) -> Path:
 @pytest.mark.parametrize("command", SUCCESS_HERE)
 def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeypatch, stderr):
     """Each command's envelope on success; the result is the command's own object."""
-    from modelyard.stages import doctor
+    from modelyard.stages import host_facts
 
     home = store_artifact.parents[1]
     priv, pub = _keypair(tmp_path)
@@ -141,7 +141,7 @@ def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeyp
         assert CliRunner().invoke(app, ["bundle", str(store_artifact), "-o", str(bundle)]).exit_code == 0
     if command == "doctor":
         monkeypatch.setenv("MODELYARD_VLLM_PYTHON", str(tmp_path / "no-vllm"))
-        monkeypatch.setattr(doctor.shutil, "which", lambda _: None)
+        monkeypatch.setattr(host_facts.shutil, "which", lambda _: None)
     sign_copy = tmp_path / "to-sign"
     if command == "sign":
         import shutil

@@ -17,7 +17,9 @@ from modelyard.cli import app
 from modelyard.runtime.process import free_port
 from modelyard.settings import Settings
 from modelyard.stages import doctor as d
-from modelyard.stages.doctor import ArtifactNeeds, GpuDevice, HostFacts, artifact_needs, judge_needs
+from modelyard.stages import host_facts as hf
+from modelyard.stages.doctor import ArtifactNeeds, artifact_needs, judge_needs
+from modelyard.stages.host_facts import GpuDevice, HostFacts
 from tests.conftest import json_result
 
 MIB = 2**20
@@ -44,7 +46,7 @@ def _by(checks, need):
 
 
 def test_parse_nvidia_smi():
-    gpus, driver, cuda = d.parse_nvidia_smi(SMI_H100, BANNER)
+    gpus, driver, cuda = hf.parse_nvidia_smi(SMI_H100, BANNER)
     assert gpus == (GpuDevice(0, "NVIDIA H100 80GB HBM3", 81559 * MIB, "9.0"),
                     GpuDevice(1, "NVIDIA H100 80GB HBM3", 81559 * MIB, "9.0"))
     assert (driver, cuda) == ("550.54.15", "12.4")
@@ -110,23 +112,23 @@ def test_artifact_needs_from_folder(tmp_path):
 
 
 def test_collect_without_gpu(monkeypatch, tmp_path):
-    monkeypatch.setattr(d.shutil, "which", lambda _: None)
-    f = d.collect_host_facts(Settings(vllm_python=tmp_path / "nope" / "python"))
+    monkeypatch.setattr(hf.shutil, "which", lambda _: None)
+    f = hf.collect_host_facts(Settings(vllm_python=tmp_path / "nope" / "python"))
     assert isinstance(f, HostFacts) and f.gpus == () and f.source == "none"
     assert any("nvidia-smi" in p for p in f.problems) and any("does not exist" in p for p in f.problems)
 
 
 def test_collect_reads_nvidia_smi(monkeypatch, tmp_path):
-    monkeypatch.setattr(d.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(d, "_run", lambda cmd, timeout: (SMI_H100 if len(cmd) > 1 else BANNER, None))
-    f = d.collect_host_facts(Settings(vllm_python=tmp_path / "nope"))
+    monkeypatch.setattr(hf.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(hf, "_run", lambda cmd, timeout: (SMI_H100 if len(cmd) > 1 else BANNER, None))
+    f = hf.collect_host_facts(Settings(vllm_python=tmp_path / "nope"))
     assert len(f.gpus) == 2 and f.cuda_version == "12.4" and f.source == "nvidia-smi"
     assert f.min_compute_capability() == "9.0"
 
 
 def test_cli_doctor(monkeypatch, tmp_path):
     monkeypatch.setenv("MODELYARD_VLLM_PYTHON", str(tmp_path / "nope"))
-    monkeypatch.setattr(d.shutil, "which", lambda _: None)
+    monkeypatch.setattr(hf.shutil, "which", lambda _: None)
     r = CliRunner().invoke(app, ["doctor", "--json"])
     assert r.exit_code == 0, r.output  # no artifact: facts only, not an error
     assert json_result(r.stdout, "doctor")["host"]["gpus"] == []
@@ -143,7 +145,7 @@ def test_cli_doctor_bad_path(tmp_path: Path):
 
 
 def test_cuda_version_string():
-    assert [d.cuda_version_string(v) for v in (12040, 13000, 11080)] == ["12.4", "13.0", "11.8"]
+    assert [hf.cuda_version_string(v) for v in (12040, 13000, 11080)] == ["12.4", "13.0", "11.8"]
 
 
 def test_bus_bandwidth_is_nccl_tests_definition():
@@ -156,19 +158,19 @@ def test_bus_bandwidth_is_nccl_tests_definition():
 
 @pytest.mark.skipif(ctypes.util.find_library("nvidia-ml") is not None, reason="this host has an NVIDIA driver")
 def test_read_nvml_without_a_driver():
-    assert d.read_nvml() == ((), None, None, "NVML: NVML Shared Library Not Found (no NVIDIA driver on this host)")
+    assert hf.read_nvml() == ((), None, None, "NVML: NVML Shared Library Not Found (no NVIDIA driver on this host)")
 
 
 def test_allreduce_check_on_cpu_with_gloo():
     """The same runner the GPU check uses, two real processes on CPU tensors (gloo)."""
-    c = d.nccl_check(sys.executable, 2, backend="gloo", nbytes=4096, iters=3, timeout=120)
+    c = hf.nccl_check(sys.executable, 2, backend="gloo", nbytes=4096, iters=3, timeout=120)
     assert (c.ok, c.world_size, c.backend, c.bytes, c.error, c.nccl_version) == (True, 2, "gloo", 4096, None, None)
     assert c.busbw_gbps == c.algbw_gbps == 4096 / c.seconds_per_op / 1e9
 
 
 def test_allreduce_runner_checks_the_sum(tmp_path):
     r = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, str(d.NCCL_RUNNER), "--world-size", "3", "--port", str(free_port()),
+    p = subprocess.run([sys.executable, str(hf.NCCL_RUNNER), "--world-size", "3", "--port", str(free_port()),
                         "--bytes", "64", "1024", "--iters", "2", "--warmup", "1", "--backend", "gloo", "--result", str(r)],
                        timeout=120)
     res = json.loads(r.read_text())
@@ -178,7 +180,7 @@ def test_allreduce_runner_checks_the_sum(tmp_path):
 
 
 def test_allreduce_check_reports_a_missing_interpreter(tmp_path):
-    c = d.nccl_check(tmp_path / "python", 2)
+    c = hf.nccl_check(tmp_path / "python", 2)
     assert (c.ok, c.error) == (False, f"{tmp_path / 'python'}: [Errno 2] No such file or directory: "
                                       f"'{tmp_path / 'python'}'")
 
@@ -188,10 +190,10 @@ def test_tensor_parallel_needs_a_working_allreduce():
     assert _by(judge_needs(h100(2), tp2), "NCCL") == d.NeedCheck(
         "NCCL", "NCCL all-reduce across 2 GPUs", "not measured", None, "warning",
         "Run doctor on the serving host, with torch in the runtime (MODELYARD_VLLM_PYTHON).")
-    good = dataclasses.replace(h100(2), nccl=d.NcclCheck(True, 2, "nccl", "2.27.3", 256 * MIB, 0.00125, 214.75, 214.75))
+    good = dataclasses.replace(h100(2), nccl=hf.NcclCheck(True, 2, "nccl", "2.27.3", 256 * MIB, 0.00125, 214.75, 214.75))
     assert _by(judge_needs(good, tp2), "NCCL").have == "ok, bus bandwidth 214.8 GB/s across 2"
     assert _by(judge_needs(good, tp2), "NCCL").ok is True
-    bad = dataclasses.replace(h100(2), nccl=d.NcclCheck(False, 2, error="wrong sum: expected 3.0, got 0.0 .. 3.0"))
+    bad = dataclasses.replace(h100(2), nccl=hf.NcclCheck(False, 2, error="wrong sum: expected 3.0, got 0.0 .. 3.0"))
     c = _by(judge_needs(bad, tp2), "NCCL")
     assert (c.ok, c.severity, c.have) == (False, "error", "wrong sum: expected 3.0, got 0.0 .. 3.0")
     assert all(c.need != "NCCL" for c in judge_needs(good, ArtifactNeeds("m")))  # one GPU: no all-reduce

@@ -15,7 +15,7 @@ synchronized before and after; rank 0 writes the figures as JSON to ``--result``
   (NVIDIA/nccl-tests doc/PERFORMANCE.md, "AllReduce"), comparable across rank counts.
 
 ``--backend gloo`` runs the same on CPU tensors (for hosts without GPUs). NVLink multicast (NVLS) is
-whatever ``NCCL_NVLS_ENABLE`` says; the parent (``doctor.nccl_check``) sets it to 0 unless the
+whatever ``NCCL_NVLS_ENABLE`` says; the parent (``host_facts.nccl_check``) sets it to 0 unless the
 caller set it.
 """
 
