@@ -30,6 +30,9 @@ UV_INSTALL = $(UV) pip install -q --index-strategy unsafe-best-match $(UV_SOURCE
 #: seconds the whole suite may take on the 2-core CI machine (CI's limit is 90 min); tests/suite_clock.py fails
 #: the run past it and prints each tier's time
 SUITE_BUDGET_S ?= 2700
+#: pytest-xdist workers of `make test` and `make test-fast`: one per core of the 2-core CI machine (the suite waits on
+#: subprocesses, servers and sockets about a third of its time; a module, or a fixture group, stays in one worker)
+TEST_WORKERS ?= 2
 
 .PHONY: setup setup-legacy demo test test-fast clean
 
@@ -137,12 +140,12 @@ test:
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mkdocs build --strict -q -d "$$(mktemp -d)"
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The fast tier while working: the tests marked `unit` (in-process; tests/suite_clock.py gives every test one
 # tier), in minutes, with the pipeline venv alone. CI keeps running every tier through `make test`.
 test-fast: $(VENV)/.stamp
-	$(VENV)/bin/python -m pytest -q -m unit
+	$(VENV)/bin/python -m pytest -q -m unit -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(CANDIDATE_VENV) .kserve-sdk artifacts .pytest_cache

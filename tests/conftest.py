@@ -93,24 +93,69 @@ def tiny128(tmp_path_factory) -> Path:
     return d
 
 
+def built_once(tmp_path_factory, name: str, build):
+    """``build(folder)`` run once per test run, also across pytest-xdist workers: the first worker to ask builds
+    into ``<the run's base temp>/<name>`` under a file lock and pickles what ``build`` returned; the others wait
+    for the lock and read it. Whoever uses the result only reads it (as one serial session shared it before).
+    Without xdist the run's base temp is the session's own. A failed build is tried again by the next worker."""
+    import pickle
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = shared / f"{name}.pickle"
+    with FileLock(str(shared / f"{name}.lock")):
+        if done.is_file():
+            return pickle.loads(done.read_bytes())
+        folder = shared / name
+        if folder.exists():  # a failed build's leftovers
+            import shutil
+
+            shutil.rmtree(folder)
+        folder.mkdir()
+        result = build(folder)
+        done.write_bytes(pickle.dumps(result))
+        return result
+
+
 @pytest.fixture(scope="session")
 def quantized(tiny128, tmp_path_factory):
     """Every quantization scheme applied once to ``tiny128`` (8 calibration samples of 64 tokens):
-    scheme -> pipeline.quantize.QuantizeResult."""
+    scheme -> pipeline.quantize.QuantizeResult. Built once per run (:func:`built_once`)."""
     from modelyard.stages import quantize as q
 
-    root = tmp_path_factory.mktemp("quantized")
-    return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.SCHEMES}
+    return built_once(tmp_path_factory, "quantized", lambda root: {
+        s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.SCHEMES})
 
 
 @pytest.fixture(scope="session")
 def legacy_quantized(tiny128, tmp_path_factory):
     """The legacy formats (gptq via gptqmodel, awq-gemm via autoawq), each made once from ``tiny128``
-    in its own venv: scheme -> QuantizeResult."""
+    in its own venv: scheme -> QuantizeResult. Built once per run (:func:`built_once`)."""
     from modelyard.stages import quantize as q
 
-    root = tmp_path_factory.mktemp("legacy")
-    return {s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.LEGACY_SCHEMES}
+    return built_once(tmp_path_factory, "legacy", lambda root: {
+        s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.LEGACY_SCHEMES})
+
+
+# --------------------------------------------------------------------------- two workers (pytest-xdist)
+
+#: modules that share one session fixture too costly to build in both workers (a vLLM server), kept in one worker
+GROUPS = {"vllm-server": ("test_bench_slo_vllm.py", "test_serve_smoke_vllm.py", "test_metrics_prometheus.py",
+                          "test_proxy_nginx.py", "test_rollout_nginx.py")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` every test is in one group, run by one worker: its module (so a module's
+    fixtures are built once), or a named group of :data:`GROUPS`."""
+    if not (config.pluginmanager.has_plugin("xdist") and config.getoption("dist", "no") == "loadgroup"):
+        return
+    for item in items:
+        name = item.path.name
+        group = next((g for g, files in GROUPS.items() if name in files), str(item.path.relative_to(config.rootpath)))
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 # --------------------------------------------------------------------------- one Prefect server per session
@@ -128,6 +173,10 @@ def pytest_configure(config: pytest.Config) -> None:
     ``MODELYARD_TEST_SHARED_PREFECT=0`` leaves every command to start its own private API, as a user's
     first command does. Tests that check that path drop ``PREFECT_API_URL`` themselves and say why."""
     global _SESSION_SERVER
+    if hasattr(config, "workerinput") and os.environ.get("MODELYARD_FACTS_WORKER"):
+        from modelyard.checks import facts_worker
+
+        facts_worker._dead.add(os.environ[facts_worker.ENV])  # a worker computes its own facts, as the controller
     if not os.environ.get("MODELYARD_VLLM_CACHE") and not hasattr(config, "workerinput"):
         # one vLLM cache for every runtime subprocess of the run (modelyard.runtime.venv.vllm_cache_root): the
         # first load inspects each model class, the others read it (each test's store is fresh, so the default,

@@ -64,7 +64,8 @@ class SuiteClock:
             self.tier[item.nodeid] = tier
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        tier = self.tier.get(report.nodeid)
+        # under pytest-xdist the workers collect (and mark); the controller reads the tier from the report
+        tier = self.tier.get(report.nodeid) or next((t for t in TIERS if t in report.keywords), None)
         if tier is None:
             return
         self.seconds[tier] += report.duration

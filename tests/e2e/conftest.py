@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import json_result, run_cli
+from tests.conftest import built_once, json_result, run_cli
 from tests.e2e.publish_servers import AWS_ENV, docker_registry, moto_s3
 
 
@@ -19,12 +19,14 @@ from tests.e2e.publish_servers import AWS_ENV, docker_registry, moto_s3
 def demo_run(tmp_path_factory):
     """``(store home, ingest result)`` of `modelyard demo --json` into a fresh store. Nothing reaches
     stderr: no progress with --json, and no library's progress bar or warning (transformers' GGUF
-    conversion bar printed there once)."""
-    home = tmp_path_factory.mktemp("demo-store")
-    r = run_cli("demo", "--json", "--out", str(home), timeout=1500)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert r.stderr == ""
-    return home, json_result(r.stdout, "demo")
+    conversion bar printed there once). Built once per run, also across workers (:func:`tests.conftest.built_once`)."""
+    def build(home: Path):
+        r = run_cli("demo", "--json", "--out", str(home), timeout=1500)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert r.stderr == ""
+        return home, json_result(r.stdout, "demo")
+
+    return built_once(tmp_path_factory, "demo-store", build)
 
 
 @pytest.fixture(scope="session")
