@@ -206,3 +206,23 @@ def test_cli_serve_plan_k8s(tmp_path):
     r = run_cli("serve-plan", str(d), "--gpu", "H100-80GB", "-o", str(tmp_path / "bad"), "--storage-uri", "ftp://x/y")
     assert r.returncode == 2 and "is not an s3:// or oci:// location" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_kserve_canary_keeps_the_stable_inferenceservice_name(tmp_path):
+    """A canary is a new revision of the stable InferenceService: without the stable service's name the plan would
+    be a second InferenceService named after the candidate, at 100 %. It is refused (exit 2, nothing written); with
+    --served-model-name the InferenceService and the served model keep the stable name."""
+    d = llama_dir(tmp_path, "8b")
+    uri = f"oci://registry.example:5000/models/car@{DIGEST}"
+    r = run_cli("serve-plan", str(d), "--gpu", "H100-80GB", "--gpus", "2", "-o", str(tmp_path / "bad"),
+                "--storage-uri", uri, "--canary-percent", "10")
+    assert r.returncode == 2 and "--canary-percent makes a new revision of the stable InferenceService" in r.stderr
+    assert "--served-model-name" in r.stderr and not (tmp_path / "bad").exists()
+    out = tmp_path / "out"
+    r = run_cli("serve-plan", str(d), "--gpu", "H100-80GB", "--gpus", "2", "-o", str(out), "--storage-uri", uri,
+                "--canary-percent", "10", "--served-model-name", "chat-prod")
+    assert r.returncode == 0, r.stderr
+    isvc = yaml.safe_load((out / "serve" / "k8s" / "inferenceservice.yaml").read_text())
+    assert (isvc["metadata"]["name"], isvc["spec"]["predictor"]["canaryTrafficPercent"]) == ("chat-prod", 10)
+    args = isvc["spec"]["predictor"]["containers"][0]["args"]
+    assert args[args.index("--served-model-name") + 1] == "chat-prod"
