@@ -254,18 +254,18 @@ def serve_plan_cmd(  # noqa: C901, PLR0913
     if k8s and lora:
         raise InvalidTargetError("serve/k8s does not carry LoRA adapters yet (the pod would not find them)",
                                  fix="Drop --k8s/--storage-uri/--verify-from; serve/compose.yaml serves the adapters.")
-    if canary_percent is not None and not name:
-        # KServe splits traffic between revisions of ONE InferenceService; named after the candidate, the plan would
-        # be a second InferenceService at 100 % (and a model name the stable one's clients do not send)
-        raise InvalidTargetError("--canary-percent makes a new revision of the stable InferenceService, so it needs "
-                                 "that service's name", fix="Add --served-model-name <the stable InferenceService's "
-                                 "name> (also the model name its clients send).")
     if k8s:  # refuse a bad location or a multi-node plan before anything is written
         k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri, verify=verify,
                       canary_percent=canary_percent)
     elif canary_percent is not None:
         raise InvalidTargetError("--canary-percent splits the traffic of a KServe InferenceService, which needs "
                                  "--storage-uri", fix="Add --storage-uri (where the artifact was published).")
+    if canary_percent is not None and not name:
+        # KServe splits traffic between revisions of ONE InferenceService; named after the candidate, the plan would
+        # be a second InferenceService at 100 % (and a model name the stable one's clients do not send)
+        raise InvalidTargetError("--canary-percent makes a new revision of the stable InferenceService, so it needs "
+                                 "that service's name", fix="Add --served-model-name <the stable InferenceService's "
+                                 "name> (also the model name its clients send).")
     cplan = None if canary_path is None else plan_serve(canary_path, ServeTarget(**options),
                                                         name=plan.served_model_name)
     if dest is not None and not no_write:
