@@ -82,6 +82,33 @@ def test_golden_miss_is_an_error(vllm_server, tmp_path):
     assert s["golden"][0]["missing"] == ["Lyon"]
 
 
+def test_the_gate_asks_only_for_the_positions_the_server_serves(vllm_server):
+    """A server attached by URL serves 4,096 positions (the session's); a smoke planned for 8,192 asked vLLM to
+    keep 8,126 prompt tokens and got an opaque "400 Bad Request". The gate now reads ``max_model_len`` from
+    ``/v1/models`` and fits its requests; a request vLLM refuses carries vLLM's own words into the error."""
+    import httpx
+
+    from modelyard.errors import SmokeFailedError
+    from modelyard.settings import Settings
+    from modelyard.stages.smoke import numeric
+    from modelyard.stages.smoke.server import smoke_server
+
+    art, server = vllm_server
+    with httpx.Client(base_url=server.base, timeout=120) as client:
+        assert numeric.served_max_model_len(client, server.name) == 4096
+        assert numeric.served_max_model_len(client, "another-model") is None
+    config = yaml.safe_load((art / "serve" / "vllm.yaml").read_text())
+    s = smoke_server(art / "model", Settings(), config=config, question="What is the capital of France?",
+                     max_model_len=8192, url=server.base)
+    assert s.passed and s.numeric["passed"], s.error
+    assert [(t["name"], t["tokens"]) for t in s.numeric["texts"]][:2] == [("prose-en", 188), ("code-python", 122)]
+    with pytest.raises(SmokeFailedError) as ei:  # more new tokens than the 4,096 positions hold
+        smoke_server(art / "model", Settings(), config=config, question="What is the capital of France?",
+                     max_tokens=10_000, url=server.base)
+    assert "400 Bad Request" in ei.value.message and "; it said: " in ei.value.message
+    assert "4096" in ei.value.message.split("; it said: ", 1)[1]
+
+
 def _children(pid: int) -> list[tuple[int, str]]:
     """(pid, command line) of the processes whose parent is ``pid``."""
     out = []

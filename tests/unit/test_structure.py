@@ -33,7 +33,6 @@ OVER_MAX_LINES = {
     "modelyard/stages/quantize/compat.py": 462,
     "modelyard/stages/serve/files.py": 546,
     "modelyard/stages/serve/plan.py": 474,
-    "modelyard/stages/smoke/server.py": 485,
     "modelyard/stages/verify/runtime.py": 546,
     "modelyard/transport/oci.py": 545,
     "modelyard/transport/unbundle.py": 541,

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from modelyard import paths
@@ -236,3 +237,53 @@ def numeric_gate(model_dir: Path, records: list[dict[str, Any]], vocab_size: int
                                        reference=f"transformers {md.version('transformers')}, float32, CPU, on the parent")
     passed = verdict.passed and not any(f.severity.value == "error" for f in pfound)
     return replace(verdict, parent=rec, passed=passed), found + pfound
+
+
+def vocab_size(model_dir: Path) -> int:
+    """``vocab_size`` of ``model_dir``'s config.json (its ``text_config``'s for a multimodal one); 0 when unknown."""
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    v = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+    return v if isinstance(v, int) else 0
+
+
+def score_over_api(client: httpx.Client, name: str, spec: dict[str, Any], max_model_len: int) -> list[dict[str, Any]]:
+    """The reference texts of ``spec`` (:func:`numeric.reference_spec`) scored through the server's own
+    OpenAI API, as the ``load`` runner scores them offline: one ``/v1/completions`` request per text with
+    the text as the prompt (so the served tokenizer encodes it, with its own bos policy), vLLM's extra
+    parameters ``return_token_ids`` (the prompt's ids come back as ``prompt_token_ids``),
+    ``truncate_prompt_tokens`` with ``truncation_side="right"`` (the first ``max_model_len -
+    continuation - 1`` tokens, the load runner's cut) and ``prompt_logprobs``, and a greedy continuation.
+    Only ``/v1/`` is used, so it works through a front that exposes nothing else (``/tokenize`` is not
+    public behind the generated nginx). Returns the runner's record shape
+    (:func:`modelyard.checks.numeric.text_figures`); raises ``httpx.HTTPStatusError`` on a failed request."""
+    k, cont = spec["top_k"], spec["continuation_tokens"]
+    records = []
+    for t in spec["texts"]:
+        r = client.post("/v1/completions", json={
+            "model": name, "prompt": t["text"], "max_tokens": cont, "temperature": 0, "prompt_logprobs": k,
+            "return_token_ids": True, "truncate_prompt_tokens": max(2, max_model_len - cont - 1),
+            "truncation_side": "right"})
+        r.raise_for_status()
+        choice = r.json()["choices"][0]
+        ids = [int(i) for i in choice["prompt_token_ids"]]
+        logprobs: list[float | None] = [None]
+        top: list[list[list[float]]] = [[]]
+        for pos, entry in enumerate(choice["prompt_logprobs"][1:len(ids)], start=1):
+            logprobs.append(float(entry[str(ids[pos])]["logprob"]))
+            ranked = sorted(entry.items(), key=lambda kv: kv[1]["rank"])[:k]
+            top.append([[int(i), float(v["logprob"])] for i, v in ranked])
+        records.append({"name": t["name"], "ids": ids, "logprobs": logprobs, "top": top, "continuation": choice.get("text")})
+    return records
+
+def served_max_model_len(client: httpx.Client, name: str) -> int | None:
+    """The ``max_model_len`` (tokens) that the server at ``client`` reports for model ``name`` in ``/v1/models``
+    (vLLM's model card carries it); None when it does not say, or the request fails."""
+    try:
+        data = client.get("/v1/models").json().get("data") or []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    n = next((m.get("max_model_len") for m in data if isinstance(m, dict) and m.get("id") == name), None)
+    return n if isinstance(n, int) and n > 0 else None

@@ -379,7 +379,9 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                               headers={"Authorization": f"Bearer {key}"} if key else None) as client, \
                     progress.task("vLLM server: OpenAI API checks", total=None):
                 version, checks, answer, results = _api_checks(client, mode, name, question, max_tokens, golden)
-                records = score_over_api(client, name, numeric.reference_spec(), max_model_len)
+                # a server attached by URL may serve fewer positions than the plan: the gate asks for what it serves
+                served = numeric.served_max_model_len(client, name) or max_model_len
+                records = numeric.score_over_api(client, name, numeric.reference_spec(), min(max_model_len, served))
             bench_res = None
             if bench is not None:
                 per = f"{bench.duration:g} s" if bench.duration else f"{bench.num_prompts} requests"
@@ -388,11 +390,12 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                                           slo=slo, cls=slo_class)
         except httpx.HTTPError as exc:
             status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
-            raise SmokeFailedError(f"the vLLM server failed a request: {exc}",
+            said = exc.response.text.strip()[:600] if isinstance(exc, httpx.HTTPStatusError) else ""
+            raise SmokeFailedError(f"the vLLM server failed a request: {exc}" + (f"; it said: {said}" if said else ""),
                                    fix="Set MODELYARD_API_KEY to a key the server's front accepts." if status == 401 else
                                    "See the server's error; `modelyard verify` on the folder may name the cause.") from exc
     text, finish, usage, s_text = answer
-    verdict, findings = judge_numbers(model_dir, records, vocab_size(model_dir), (text or "").split(),
+    verdict, findings = judge_numbers(model_dir, records, numeric.vocab_size(model_dir), (text or "").split(),
                                       finish_reason=finish, text=text, early=early, parent=parent)
     checks.append(Check("numeric", verdict.passed, "; ".join(f["message"] for f in findings if f["severity"] == "error")
                         or f"prose perplexity {verdict.prose_ppl}, KL {verdict.kl_mean}, top-1 {verdict.top1} "
@@ -410,46 +413,6 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
         startup_seconds=None if url else srv.startup_seconds, wall_seconds=round(time.perf_counter() - t0, 2),
         config=srv.config, error=f"failed: {', '.join(failed)}" if failed else None, mode=mode, url=url,
         numeric=verdict.to_dict(), findings=tuple(findings))
-
-
-def vocab_size(model_dir: Path) -> int:
-    """``vocab_size`` of ``model_dir``'s config.json (its ``text_config``'s for a multimodal one); 0 when unknown."""
-    try:
-        cfg = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return 0
-    v = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
-    return v if isinstance(v, int) else 0
-
-
-def score_over_api(client: httpx.Client, name: str, spec: dict[str, Any], max_model_len: int) -> list[dict[str, Any]]:
-    """The reference texts of ``spec`` (:func:`numeric.reference_spec`) scored through the server's own
-    OpenAI API, as the ``load`` runner scores them offline: one ``/v1/completions`` request per text with
-    the text as the prompt (so the served tokenizer encodes it, with its own bos policy), vLLM's extra
-    parameters ``return_token_ids`` (the prompt's ids come back as ``prompt_token_ids``),
-    ``truncate_prompt_tokens`` with ``truncation_side="right"`` (the first ``max_model_len -
-    continuation - 1`` tokens, the load runner's cut) and ``prompt_logprobs``, and a greedy continuation.
-    Only ``/v1/`` is used, so it works through a front that exposes nothing else (``/tokenize`` is not
-    public behind the generated nginx). Returns the runner's record shape
-    (:func:`modelyard.checks.numeric.text_figures`); raises ``httpx.HTTPStatusError`` on a failed request."""
-    k, cont = spec["top_k"], spec["continuation_tokens"]
-    records = []
-    for t in spec["texts"]:
-        r = client.post("/v1/completions", json={
-            "model": name, "prompt": t["text"], "max_tokens": cont, "temperature": 0, "prompt_logprobs": k,
-            "return_token_ids": True, "truncate_prompt_tokens": max(2, max_model_len - cont - 1),
-            "truncation_side": "right"})
-        r.raise_for_status()
-        choice = r.json()["choices"][0]
-        ids = [int(i) for i in choice["prompt_token_ids"]]
-        logprobs: list[float | None] = [None]
-        top: list[list[list[float]]] = [[]]
-        for pos, entry in enumerate(choice["prompt_logprobs"][1:len(ids)], start=1):
-            logprobs.append(float(entry[str(ids[pos])]["logprob"]))
-            ranked = sorted(entry.items(), key=lambda kv: kv[1]["rank"])[:k]
-            top.append([[int(i), float(v["logprob"])] for i, v in ranked])
-        records.append({"name": t["name"], "ids": ids, "logprobs": logprobs, "top": top, "continuation": choice.get("text")})
-    return records
 
 
 def _api_checks(client: httpx.Client, mode: str, name: str, question: str, max_tokens: int,
