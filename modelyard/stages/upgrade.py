@@ -20,11 +20,12 @@ from typing import Any
 
 from modelyard.artifact.layout import REPORT_JSON, model_root
 from modelyard.artifact.report_record import ReportRecord
-from modelyard.errors import BundleError, InvalidTargetError, SmokeFailedError, StoreError
+from modelyard.errors import BundleError, InvalidTargetError, SmokeFailedError, StoreError, VerificationFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, default_prompt
 from modelyard.runtime.venv import release_venv, runtime_python, runtime_vllm_version
 from modelyard.settings import Settings
 from modelyard.stages import smoke
+from modelyard.stages.adapter import lora_serving
 from modelyard.transport.catalog import list_artifacts, show_artifact
 from modelyard.transport.objectstore import is_remote
 from modelyard.transport.refs import resolve_artifact
@@ -316,12 +317,26 @@ def artifact_mode(root: Path) -> str:
     return serve if isinstance(serve, str) else DEFAULT_SERVE
 
 
+def to_load(root: Path) -> tuple[Path, tuple[str, Path, int] | None]:
+    """What a smoke of artifact ``root`` loads: its ``model/``, or for a LoRA adapter artifact its base's
+    ``model/`` (the base beside it in the store, named by digest: :func:`~modelyard.stages.adapter.lora_serving`)
+    and ``(adapter name, adapter folder, max_lora_rank)``, as the adapter's ingest smoke loaded it. An adapter is
+    never loaded as a model: it has no config.json. Raises :class:`VerificationFailedError` (exit 1) when the
+    base is not in the store."""
+    lora = lora_serving(root)
+    if lora is None:
+        return model_root(root), None
+    (name, adapter), *_ = lora.adapters
+    return lora.base_model, (name, adapter, int(lora.overrides["max-lora-rank"]))
+
+
 def _smoke_once(model_dir: Path, settings: Settings, rt: Runtime, *, mode: str, max_tokens: int,
-                timeout: float | None) -> RunOutcome:
+                timeout: float | None, lora: tuple[str, Path, int] | None = None) -> RunOutcome:
     s = settings.model_copy(update={"vllm_python": Path(rt.python)})
     try:
+        # an adapter's numbers are not the base's: as at its ingest, the adapter's smoke runs no numerical gate
         res = smoke.smoke_load(model_dir, s, question=default_prompt(mode), max_tokens=max_tokens, mode=mode,
-                               timeout=timeout)
+                               timeout=timeout, lora=lora, numbers=lora is None)
     except SmokeFailedError as exc:
         return outcome_from_failure(exc, rt.vllm_version)
     return outcome_from_smoke(res)
@@ -334,15 +349,22 @@ def upgrade_check(roots: Sequence[tuple[str, str, Path]], current: Runtime, cand
                   max_tokens: int = DEFAULT_MAX_TOKENS, timeout: float | None = None,
                   smoker: Smoker = _smoke_once) -> UpgradeCheck:
     """Smoke each ``(name, revision, artifact folder)`` of ``roots`` on ``current`` then ``candidate`` (``smoker``:
-    the load smoke, :func:`_smoke_once`; ``timeout`` seconds per smoke, default ``MODELYARD_SMOKE_TIMEOUT``) and
-    judge each pair (:func:`judge`). Raises :class:`StoreError` (exit 2) for no artifact."""
+    the load smoke, :func:`_smoke_once`; ``timeout`` seconds per smoke, default ``MODELYARD_SMOKE_TIMEOUT``; a LoRA
+    adapter artifact is loaded on its base with vLLM's LoRA support, :func:`to_load`) and judge each pair
+    (:func:`judge`). Raises :class:`StoreError` (exit 2) for no artifact."""
     if not roots:
         raise StoreError("there is no artifact to check: the store holds none and none was named",
                          fix="Name artifacts (NAME[@REVISION] or folders), or pass --store with `modelyard ingest`ed ones.")
     checks = []
     for name, revision, root in roots:
         mode = artifact_mode(root)
-        outcomes = [smoker(model_root(root), settings, rt, mode=mode, max_tokens=max_tokens, timeout=timeout)
+        try:
+            model_dir, lora = to_load(root)
+        except VerificationFailedError as exc:  # an adapter whose base left the store: nothing to load, either side
+            gone = RunOutcome(passed=False, loads=False, answers=False, stops=False, numbers=None, error=exc.message)
+            checks.append(judge(name, revision, str(root), mode, gone, gone))
+            continue
+        outcomes = [smoker(model_dir, settings, rt, mode=mode, max_tokens=max_tokens, timeout=timeout, lora=lora)
                     for rt in (current, candidate)]
         outcomes = [o if o.vllm_version else replace(o, vllm_version=rt.vllm_version)
                     for o, rt in zip(outcomes, (current, candidate))]

@@ -49,3 +49,29 @@ def test_the_demo_loads_answers_and_stops_on_both_releases(demo_run, candidate_v
     assert a["regressed"] is False
     assert all(not c.startswith(("loads", "answers", "stops", "numbers")) for c in a["changes"]), a["changes"]
     print(f"upgrade-check wall {wall:.0f} s; changes: {a['changes']}")
+
+
+def test_a_lora_adapter_is_checked_on_its_base_on_both_releases(demo_run, candidate_venv, tmp_path):
+    """A LoRA adapter artifact was smoked as a model ("ensure the presence of a config.json") on both runtimes and
+    reported "no regression": never checked. It is now loaded on its base with vLLM's LoRA support on each
+    release, as its ingest smoke loads it (no numerical gate: the adapter's numbers are not the base's)."""
+    from pathlib import Path
+
+    from tests.unit.test_adapter import make_adapter
+
+    home, ingested = demo_run
+    adapter = make_adapter(Path(ingested["artifact"]) / "model", tmp_path / "up-lora", r=8)
+    r = run_cli("ingest", f"file://{adapter}", "--base", f"{ingested['name']}@{ingested['revision']}", "--name",
+                "up-lora", "--store", str(home), "--no-smoke", "--json", timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lora = json_result(r.stdout, "ingest")
+    r = run_cli("upgrade-check", f"up-lora@{lora['revision']}", "--store", str(home), "--runtime", str(candidate_venv),
+                "--max-tokens", "16", "--json")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json_result(r.stdout, "upgrade-check")
+    [a] = res["artifacts"]
+    assert (a["name"], a["regressed"], res["exit_code"]) == ("up-lora", False, 0)
+    for side in ("current", "candidate"):
+        o = a[side]
+        assert (o["loads"], o["answers"], o["numbers"], o["error"]) == (True, True, None, None), (side, o)
+        assert "config.json" not in (o["error"] or "")

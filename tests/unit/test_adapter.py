@@ -334,3 +334,42 @@ def test_serve_plan_of_a_base_with_two_adapters(world, healthy, tmp_path):
     assert r.returncode == 2 and "serve/k8s does not carry LoRA adapters" in r.stderr
     r = run_cli("serve-plan", str(a.path), "--lora", str(a.path), "--gpu", "H100-80GB", "--no-write")
     assert r.returncode == 2 and "two adapters share a name (lora-a, lora-a)" in r.stderr
+
+
+def test_upgrade_check_loads_an_adapter_on_its_base_never_as_a_model(world, healthy, tmp_path):
+    """upgrade-check smoked a LoRA artifact as a model ("ensure the presence of a config.json") on both runtimes and
+    said "no regression". It now loads the base with the adapter (vLLM's LoRA support, the rank the adapter's serve
+    plan asks for), as the adapter's ingest smoke did; an adapter whose base left the store fails on both sides
+    with the reason, and is no regression."""
+    import shutil
+
+    from modelyard.flows.adapter import ingest_adapter
+    from modelyard.flows.options import IngestOptions
+    from modelyard.stages import upgrade
+    from modelyard.settings import Settings
+    from modelyard.stages.upgrade import RunOutcome, Runtime
+
+    _, _, store = world
+    art = Path(ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora-up"),
+                              home=str(store.home)).artifact.path)
+    seen = []
+
+    def smoker(model_dir, settings, rt, *, mode, max_tokens, timeout, lora):
+        seen.append((model_dir, rt.label, lora))
+        return RunOutcome(passed=True, loads=True, answers=True, stops=True, numbers=None, vllm_version="0.32.0")
+
+    cur, cand = Runtime("current", "/cur/python", "0.32.0"), Runtime("candidate", "/cand/python", "0.31.0")
+    res = upgrade.upgrade_check([("tiny-lora-up", "r", art)], cur, cand, Settings(), smoker=smoker)
+    base_model = (store.home / "tiny" / "r1" / "model").resolve()
+    lora = ("tiny-lora-up", (art / "model").resolve(), 16)
+    assert seen == [(base_model, "current", lora), (base_model, "candidate", lora)]
+    assert (res.exit_code, res.artifacts[0].changes) == (0, ())
+    orphan = tmp_path / "other-store" / "tiny-lora-up" / "r"
+    shutil.copytree(art, orphan)
+    seen.clear()
+    res = upgrade.upgrade_check([("tiny-lora-up", "r", orphan)], cur, cand, Settings(), smoker=smoker)
+    [a] = res.artifacts
+    assert seen == [] and (res.exit_code, a.regressed, a.current.loads, a.candidate.loads) == (0, False, False, False)
+    assert a.current.error == a.candidate.error == (
+        f"the base tiny@r1 is not an artifact: {tmp_path / 'other-store' / 'tiny' / 'r1'} holds no artifact, the "
+        f"adapter's manifest names sha256:{'0' * 64}")

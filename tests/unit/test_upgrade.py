@@ -104,8 +104,9 @@ def test_upgrade_check_smokes_each_artifact_on_both_runtimes_in_order(tmp_path):
     (tmp_path / "a" / "manifest.json").write_text("{}")
     seen = []
 
-    def smoker(model_dir, settings, rt, *, mode, max_tokens, timeout):
+    def smoker(model_dir, settings, rt, *, mode, max_tokens, timeout, lora):
         seen.append((model_dir.name, rt.label, mode, max_tokens))
+        assert lora is None  # a model artifact, not an adapter
         return replace(OK, vllm_version=None) if rt.label == "current" else replace(OK, passed=False, numbers=False)
 
     res = upgrade.upgrade_check([("a", "r1", tmp_path / "a")], CUR, CAND, Settings(), max_tokens=8, smoker=smoker)
