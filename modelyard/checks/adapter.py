@@ -147,6 +147,7 @@ def _config(adapter: Adapter, max_lora_rank: int | None) -> Iterator[Finding]:
                  "Serve a LoRA adapter, or merge this adapter into the base (peft merge_and_unload) and ingest the "
                  "merged model.", "vLLM --enable-lora loads PEFT LoRA adapters only (vllm/lora/peft_helper.py)",
                  file=ADAPTER_CONFIG, field="peft_type", value=kind)
+    yield from _declared_ranks(cfg)
     rank = adapter.max_rank
     limit = serve_rank(adapter, max_lora_rank)
     if rank is not None and rank > limit:
@@ -180,6 +181,51 @@ def _config(adapter: Adapter, max_lora_rank: int | None) -> Iterator[Finding]:
                  field=feats[0], value=feats)
 
 
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _declared_ranks(cfg: dict[str, Any]) -> Iterator[Finding]:
+    """``r`` and ``lora_alpha`` present, ``r`` and every ``rank_pattern`` value a positive integer, as vLLM's
+    ``PEFTHelper`` requires (a float, string, zero or negative ``r`` loaded nowhere)."""
+    if not cfg:
+        return
+    missing = [k for k in ("r", "lora_alpha") if k not in cfg]
+    bad = [(k, v) for k, v in [("r", cfg.get("r")), *((f"rank_pattern.{p}", v) for p, v in
+                                                       (cfg.get("rank_pattern") or {}).items())]
+           if k not in missing and not _positive_int(v)]
+    if missing or bad:
+        what = [f"{k} is missing" for k in missing] + [f"{k} is {v!r}" for k, v in bad]
+        yield _f("adapter.rank_invalid", Severity.ERROR,
+                 f"adapter_config.json: {'; '.join(what)}; vLLM needs r and lora_alpha, and every rank a positive "
+                 "integer", "Save the adapter with peft (LoraConfig(r=<a positive integer>, lora_alpha=...)); "
+                 "r must be the rank its lora_A / lora_B tensors have.",
+                 "vLLM 0.32 vllm/lora/peft_helper.py PEFTHelper.from_dict (required fields) and __post_init__ "
+                 "('LoRA rank `r` must be a positive integer')", file=ADAPTER_CONFIG,
+                 field=(missing or [bad[0][0]])[0], value=None if missing else bad[0][1])
+
+
+def declared_rank(cfg: dict[str, Any], module: str) -> int | None:
+    """The rank ``cfg`` declares for ``module`` (the tensor name's module, without ``base_model.model.``): the
+    first ``rank_pattern`` key that is a dot-bounded suffix of it, else ``r``, as vLLM's
+    ``PEFTHelper.get_rank_and_scaling`` (and PEFT's ``get_pattern_key``) read it; None when not an integer."""
+    for key, value in (cfg.get("rank_pattern") or {}).items():
+        try:
+            if re.match(rf"(.*\.)?({key})$", module):
+                return value if _positive_int(value) else None
+        except re.error:
+            return None
+    r = cfg.get("r")
+    return r if _positive_int(r) else None
+
+
+def _tied_lm_head(base: Checkpoint) -> bool:
+    """The base ties ``lm_head`` to ``embed_tokens`` (``tie_word_embeddings``, transformers' default True when the
+    checkpoint holds no ``lm_head.weight``)."""
+    tie = base.text_config.get("tie_word_embeddings", (base.config or {}).get("tie_word_embeddings"))
+    return bool(tie) if tie is not None else not any(n.endswith("lm_head.weight") for n in base.tensors)
+
+
 def _tensors(adapter: Adapter, base: Checkpoint) -> Iterator[Finding]:
     arch = next(iter((base.config or {}).get("architectures") or ()), None)
     supported = LORA_MODULES.get(arch or "")
@@ -194,13 +240,26 @@ def _tensors(adapter: Adapter, base: Checkpoint) -> Iterator[Finding]:
     layers = base.text_config.get("num_hidden_layers")
     seen_bad: set[str] = set()
     dtypes: set[str] = set()
+    lora_tensors = 0
     for name, t in sorted(adapter.tensors.items()):
         m = _LORA_NAME.match(name)
         if not m:
             continue
+        lora_tensors += 1
         dtypes.add(t.dtype)
         module = m.group("module").removeprefix(_PEFT_PREFIX)
         last = module.rsplit(".", 1)[-1]
+        if last == "lm_head" and _tied_lm_head(base):
+            if last not in seen_bad:
+                seen_bad.add(last)
+                yield _f("adapter.target_module_unsupported", Severity.ERROR,
+                         f"the adapter adapts lm_head ({name}); the base ties lm_head to embed_tokens "
+                         "(tie_word_embeddings), and vLLM does not apply LoRA to a tied lm_head",
+                         "Retrain without lm_head in target_modules, or merge the adapter into the base (peft "
+                         "merge_and_unload) and ingest the merged model.",
+                         f"{_VLLM_SRC}: a tied lm_head is the embedding's weight, which gets no LoRA layer",
+                         file=ADAPTER_WEIGHTS, field=name, value=last)
+            continue
         if supported is not None and last not in supported:
             if last not in seen_bad:
                 seen_bad.add(last)
@@ -212,6 +271,14 @@ def _tensors(adapter: Adapter, base: Checkpoint) -> Iterator[Finding]:
                          value=last, limit=sorted(supported))
             continue
         yield from _shape(name, m.group("ab"), module, t, weights, layers)
+        yield from _rank_dim(name, m.group("ab"), module, t, adapter.config)
+    if not lora_tensors and not adapter.problem:
+        yield _f("adapter.no_lora_tensors", Severity.ERROR,
+                 f"{ADAPTER_WEIGHTS} holds no LoRA tensor (no *.lora_A / *.lora_B weight among its "
+                 f"{len(adapter.tensors)} tensor(s)); there is nothing for vLLM to apply",
+                 "Save the trained adapter with peft save_pretrained (it writes base_model.model.<module>.lora_A.weight "
+                 "and .lora_B.weight).", f"{_VLLM_SRC}: the LoRA weights are read by their lora_A / lora_B names",
+                 file=ADAPTER_WEIGHTS, value=len(adapter.tensors))
     if base_dtype and dtypes and dtypes != {base_dtype}:
         yield _f("adapter.dtype_cast", Severity.INFO,
                  f"adapter tensors are {', '.join(sorted(dtypes))}, the base is {base_dtype}: vLLM casts them to the "
@@ -248,3 +315,22 @@ def _shape(name: str, ab: str, module: str, t: TensorInfo, weights: dict[str, Te
                  "Use the base the adapter was trained on (same hidden_size and layer shapes).",
                  "PEFT LoraLayer: lora_A = Linear(in_features, r), lora_B = Linear(r, out_features)",
                  file=ADAPTER_WEIGHTS, field=name, value=list(got), limit=list(target.shape))
+
+
+def _rank_dim(name: str, ab: str, module: str, t: TensorInfo, cfg: dict[str, Any]) -> Iterator[Finding]:
+    """The rank dimension of one ``lora_A`` (dimension 0) / ``lora_B`` (dimension 1) tensor against the rank
+    adapter_config.json declares for its module (:func:`declared_rank`): vLLM sizes its LoRA buffers from the
+    declared ranks (``max_lora_rank``) and scales by ``lora_alpha / r``, so a tensor of another rank does not load
+    (rank-512 tensors under ``r: 8``: "size 16 must match 512")."""
+    want = declared_rank(cfg, module)
+    if want is None or len(t.shape) != 2:
+        return
+    dim = {"A": 0, "B": 1, "embedding_A": 0, "embedding_B": 1}[ab]
+    if t.shape[dim] != want:
+        yield _f("adapter.rank_mismatch", Severity.ERROR,
+                 f"{name} has rank {t.shape[dim]} (shape {list(t.shape)}), adapter_config.json declares rank {want} "
+                 f"for {module}", "Save the adapter's config and tensors together (peft save_pretrained); r (or its "
+                 "rank_pattern entry) must be the tensors' rank.",
+                 "vLLM 0.32 vllm/lora: the LoRA buffers are max_lora_rank wide, planned from r; a bigger tensor "
+                 "fails to load ('size 16 must match 512')", file=ADAPTER_WEIGHTS, field=name,
+                 value=t.shape[dim], limit=want)

@@ -345,8 +345,8 @@ def test_upgrade_check_loads_an_adapter_on_its_base_never_as_a_model(world, heal
 
     from modelyard.flows.adapter import ingest_adapter
     from modelyard.flows.options import IngestOptions
-    from modelyard.stages import upgrade
     from modelyard.settings import Settings
+    from modelyard.stages import upgrade
     from modelyard.stages.upgrade import RunOutcome, Runtime
 
     _, _, store = world
@@ -373,3 +373,81 @@ def test_upgrade_check_loads_an_adapter_on_its_base_never_as_a_model(world, heal
     assert a.current.error == a.candidate.error == (
         f"the base tiny@r1 is not an artifact: {tmp_path / 'other-store' / 'tiny' / 'r1'} holds no artifact, the "
         f"adapter's manifest names sha256:{'0' * 64}")
+
+
+@pytest.mark.parametrize("change,field,value", [
+    ({"r": 8.0}, "r", 8.0), ({"r": "8"}, "r", "8"), ({"r": -8}, "r", -8), ({"r": 0}, "r", 0),
+    ({"rank_pattern": {"q_proj": 4.5}}, "rank_pattern.q_proj", 4.5), ({"lora_alpha": None}, "lora_alpha", None)])
+def test_a_declared_rank_vllm_cannot_read_is_refused(world, healthy, tmp_path, change, field, value):
+    """vLLM's PEFTHelper needs r and lora_alpha and every rank a positive integer; a float, string, zero or negative
+    r (or a missing lora_alpha) passed the gate and failed in vLLM."""
+    _, _, store = world
+    d = Path(shutil.copytree(healthy, tmp_path / "cfg"))
+    cfg = json.loads((d / "adapter_config.json").read_text()) | change
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    (d / "adapter_config.json").write_text(json.dumps(cfg))
+    report, _ = verify_adapter(d, "tiny@r1", store)
+    assert _codes(report) == [("adapter.rank_invalid", "error")]
+    f = report.errors[0]
+    assert (f.field, f.value) == (field, value)
+    what = f"{field} is missing" if field == "lora_alpha" else f"{field} is {value!r}"
+    assert f.message == (f"adapter_config.json: {what}; vLLM needs r and lora_alpha, and every rank a positive integer")
+
+
+def test_tensors_of_another_rank_than_declared_are_refused(world, tmp_path):
+    """rank-32 tensors under ``r: 8`` (vLLM: "size 16 must match 32"-style failure when it copies them into
+    buffers planned from r), and a rank_pattern entry that does not match its module's tensors."""
+    root, base, store = world
+    d = Path(shutil.copytree(make_adapter(base, tmp_path / "r32", r=32), tmp_path / "lying"))
+    cfg = json.loads((d / "adapter_config.json").read_text())
+    (d / "adapter_config.json").write_text(json.dumps({**cfg, "r": 8}))
+    report, _ = verify_adapter(d, "tiny@r1", store)
+    assert _codes(report) == [("adapter.rank_mismatch", "error")] * 8  # 2 layers x (q, v) x (A, B)
+    f = report.errors[0]
+    assert (f.field, f.value, f.limit) == ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", 32, 8)
+    assert f.message == ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has rank 32 (shape [32, 64]), "
+                         "adapter_config.json declares rank 8 for model.layers.0.self_attn.q_proj")
+    p = Path(shutil.copytree(make_adapter(base, tmp_path / "r8", r=8), tmp_path / "pattern"))
+    cfg = json.loads((p / "adapter_config.json").read_text())
+    (p / "adapter_config.json").write_text(json.dumps({**cfg, "rank_pattern": {"q_proj": 4}}))
+    report, _ = verify_adapter(p, "tiny@r1", store)
+    assert [(f.code, f.field.split(".")[6], f.value, f.limit) for f in report.errors] == [
+        ("adapter.rank_mismatch", "q_proj", 8, 4)] * 4
+
+
+def test_an_adapter_without_lora_tensors_is_refused(world, healthy, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _, _, store = world
+    d = Path(shutil.copytree(healthy, tmp_path / "empty"))
+    t = load_file(str(d / "adapter_model.safetensors"))
+    save_file({k.replace(".lora_A.", ".a.").replace(".lora_B.", ".b."): v for k, v in t.items()},
+              str(d / "adapter_model.safetensors"))
+    report, _ = verify_adapter(d, "tiny@r1", store)
+    assert _codes(report) == [("adapter.no_lora_tensors", "error")]
+    assert report.errors[0].message == ("adapter_model.safetensors holds no LoRA tensor (no *.lora_A / *.lora_B weight "
+                                        "among its 8 tensor(s)); there is nothing for vLLM to apply")
+
+
+def test_lm_head_of_a_tied_base_gets_the_right_reason(world, tmp_path):
+    """An adapter on lm_head is fine on an untied Llama, and refused on a tied one because vLLM does not apply LoRA
+    to a tied lm_head (it said "the base has no such module")."""
+    from safetensors.torch import load_file, save_file
+
+    root, base, store = world
+    adapter = make_adapter(base, tmp_path / "head", targets=("q_proj", "lm_head"))
+    assert verify_adapter(adapter, "tiny@r1", store)[0].passed
+    tied = Path(shutil.copytree(base, tmp_path / "tied"))
+    for f in tied.iterdir():
+        f.chmod(0o644)
+    w = load_file(str(tied / "model.safetensors"))
+    save_file({k: v for k, v in w.items() if k != "lm_head.weight"}, str(tied / "model.safetensors"),
+              metadata={"format": "pt"})
+    cfg = json.loads((tied / "config.json").read_text())
+    (tied / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    _store_base(store.home, tied, name="tied")
+    report, _ = verify_adapter(adapter, "tied@r1", store)
+    assert _codes(report) == [("adapter.target_module_unsupported", "error")]
+    assert report.errors[0].message.startswith("the adapter adapts lm_head (base_model.model.lm_head.lora_")
+    assert report.errors[0].message.endswith("the base ties lm_head to embed_tokens (tie_word_embeddings), and vLLM "
+                                             "does not apply LoRA to a tied lm_head")
