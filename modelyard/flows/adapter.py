@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from modelyard.artifact.draft import Draft
+from modelyard.artifact.layout import MODEL_DIR
 from modelyard.artifact.manifest import Manifest, build_manifest, sign_claims
 from modelyard.artifact.store import Artifact
 from modelyard.checks import Report
@@ -88,6 +89,8 @@ def ingest_adapter(source: str, options: IngestOptions, home: str | None = None)
             if (error := smoke.gate_error(res)) is not None:
                 raise error
             smoke_dict = res.to_dict()
+            # vLLM loaded the adapter from the staging folder, gone once stored: the record names the artifact's own
+            smoke_dict["lora"] = {**smoke_dict["lora"], "path": MODEL_DIR}
             report = report.with_smoke(smoke_dict)
         plan = _plan(base.model, options, base.name)  # served-model-name: the base; the adapter: its LoRA name
         if plan is not None:

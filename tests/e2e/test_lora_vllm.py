@@ -26,6 +26,7 @@ def test_adapter_answers_through_vllm_lora(demo_run, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json_result(r.stdout, "ingest")
     lora = res["smoke"]["lora"]
+    assert lora["path"] == "model"  # the artifact's own folder, not the staging one vLLM loaded it from
     assert res["smoke"]["passed"] and lora["name"] == "smol-lora" and lora["max_lora_rank"] == 16
     assert lora["differs"] and lora["answer_ids"] != lora["base_answer_ids"]  # the adapter was applied
     assert res["smoke"]["text"] == lora["text"]

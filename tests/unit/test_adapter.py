@@ -5,6 +5,7 @@ by digest and a serve/vllm.yaml that loads it with --enable-lora."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -451,3 +452,22 @@ def test_lm_head_of_a_tied_base_gets_the_right_reason(world, tmp_path):
     assert report.errors[0].message.startswith("the adapter adapts lm_head (base_model.model.lm_head.lora_")
     assert report.errors[0].message.endswith("the base ties lm_head to embed_tokens (tie_word_embeddings), and vLLM "
                                              "does not apply LoRA to a tied lm_head")
+
+
+def test_a_failed_adapter_smoke_blames_the_adapter_not_the_base():
+    """A broken adapter's failed smoke gave the base model's fix ("check generation_config.json eos_token_id"); the
+    base answered the same prompt in the same engine, so the message shows both answers and the fix is the
+    adapter's."""
+    from modelyard.stages import smoke
+
+    res = smoke.SmokeResult(
+        passed=False, vllm_version="0.32.0", question="What is the capital of France?", text="fr fr fr fr",
+        finish_reason="length", last_token=None, prompt_tokens=9, completion_tokens=16, load_seconds=1.0,
+        generate_seconds=1.0, tokens_per_second=16.0, max_model_len=4096, enforce_eager=True, wall_seconds=3.0,
+        error="finish_reason length, not stop", lora={"name": "bad-lora", "base_text": "Paris.", "text": "fr fr fr fr", "differs": True})
+    err = smoke.gate_error(res)
+    assert err.message == ("vLLM smoke chat with the LoRA adapter bad-lora failed: finish_reason length, not stop; the "
+                           "adapter's answer was 'fr fr fr fr', the base's 'Paris.'")
+    assert err.fix.startswith("The adapter, not the base, breaks the answer") and "eos_token_id" not in err.fix
+    same = dataclasses.replace(res, text="Paris. Paris.", lora={**res.lora, "text": "Paris. Paris.", "differs": False})
+    assert smoke.gate_error(same).fix == "Check generation_config.json eos_token_id against the chat template's turn terminator."

@@ -364,6 +364,15 @@ def gate_error(res: Any) -> SmokeFailedError | None:
     if res.passed:
         return None
     judged = [f for f in res.findings if f.get("severity") == "error" and f.get("fix")]
+    lora = getattr(res, "lora", None)
+    # the base answered the same prompt otherwise in the same engine: the adapter is what failed (an adapter whose
+    # answer is the base's own leaves the base's fix)
+    if lora and lora.get("differs") and not judged:
+        return SmokeFailedError(
+            f"vLLM smoke {res.mode} with the LoRA adapter {lora.get('name')} failed: {res.error}; the adapter's answer "
+            f"was {res.text!r}, the base's {lora.get('base_text')!r}", result=res,
+            fix="The adapter, not the base, breaks the answer: check it with peft on the base (the prompt format it was "
+                "trained for, its r and lora_alpha), or ingest it for the serving mode it was trained for (--serve).")
     if getattr(res, "level", "load") == "load":
         fix = (judged[0]["fix"] if judged else
                "Check generation_config.json eos_token_id against the chat template's turn terminator."
