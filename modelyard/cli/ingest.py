@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 from typing import Any, Optional
@@ -26,11 +27,11 @@ from modelyard.cli._common import (
 )
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.cli.serving import print_server_smoke
-from modelyard.errors import SourceNotFoundError
+from modelyard.errors import EndpointUnreachableError, SourceNotFoundError
 from modelyard.model.source import parse_source, sanitize_name, with_revision
 from modelyard.runtime.prefect_server import connect, use_facts_worker
 from modelyard.settings import Settings
-from modelyard.stages.fetch import check_local
+from modelyard.stages.fetch import check_hub, check_local
 from modelyard.stages.fetch.options import FetchFlags
 from modelyard.stages.patch import PatchFlags
 from modelyard.stages.quantize import scheme
@@ -72,8 +73,10 @@ def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str],
 def _precheck(source: str, opts: Any) -> None:
     """The flow's own input checks, run before Prefect is imported: the source URI, every check of a
     local source that needs no network (:func:`~modelyard.stages.fetch.check_local`: a folder without
-    config.json or safetensors, a file that is not a GGUF, a damaged bundle) and the target options.
-    Raises what the flow would raise (same messages, exit 2)."""
+    config.json or safetensors, a file that is not a GGUF, a damaged bundle), the target options, and a hub
+    source's listing and card (:func:`~modelyard.stages.fetch.check_hub`).
+    Raises what the flow would raise (same messages and exit codes); an unreachable hub is left to the flow, which
+    retries it."""
 
     src = parse_source(source)
     if opts.name:
@@ -81,6 +84,10 @@ def _precheck(source: str, opts: Any) -> None:
     if not opts.base:  # an adapter folder has no config.json: the adapter ingest judges it
         check_local(src, allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns)
     opts.check()  # the target's values, --gpu and --quantize
+    # a hub source: the listing and the card (a gated repo, a missing revision, no model files, a refused license)
+    with contextlib.suppress(EndpointUnreachableError):
+        check_hub(src, Settings(), allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns,
+                  refuse_licenses=opts.refuse_licenses or ())
 
 
 def _print_result(d: dict[str, Any], as_json: bool) -> None:

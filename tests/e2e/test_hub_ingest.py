@@ -136,14 +136,18 @@ def test_flipped_byte_in_downloaded_shard_is_refused(hub, tmp_path):
 
 
 def test_unknown_revision_and_pickle_only(hub, tmp_path):
+    """Refused before Prefect starts (the CLI's preflight asks the hub first): with PREFECT_API_URL pointing at
+    nothing, the refusals are still the hub's, in the flow's words."""
     proxy = hub["proxy"]
     first = len(proxy.requests)
-    r = run_cli("ingest", "hf://org/tiny@no-such-branch", "--no-smoke", env={**_env(hub, tmp_path), "HF_ENDPOINT": proxy.endpoint})
+    dead = {"PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    r = run_cli("ingest", "hf://org/tiny@no-such-branch", "--no-smoke",
+                env={**_env(hub, tmp_path), "HF_ENDPOINT": proxy.endpoint, **dead})
     assert r.returncode == 2
     assert "repository org/tiny at revision 'no-such-branch' was not found on " + proxy.endpoint in r.stderr
     # answered by the first request, with no retry and nothing else asked: well under a second
     assert proxy.requests[first:] == [("GET", "/api/models/org/tiny/revision/no-such-branch", None)]
-    p = run_cli("ingest", "hf://org/pickled@main", "--no-smoke", env=_env(hub, tmp_path))
+    p = run_cli("ingest", "hf://org/pickled@main", "--no-smoke", env={**_env(hub, tmp_path), **dead})
     assert p.returncode == 2
     assert "has only pickle weights (pytorch_model.bin); modelyard never unpickles" in p.stderr
     assert "Traceback" not in r.stderr + p.stderr
@@ -449,8 +453,8 @@ def _header_ranges(shard: bytes) -> list[str]:
 
 
 def test_a_refused_card_license_stops_before_any_weight_byte_and_an_accepted_one_is_signed_in(hub, tmp_path):
-    """--refuse-license reads the card's front matter (README.md, not taken into model/) before the weights: the
-    only reads of the shard are its header's ranges. Accepted, the license is in the manifest's and the signed
+    """--refuse-license reads the card's front matter (README.md, not taken into model/) before the weights: refused
+    by the CLI's preflight, nothing of the shard is read, not even its header. Accepted, the license is in the manifest's and the signed
     report's source record."""
     proxy = hub["proxy"]
     proxy.ranges = True
@@ -463,7 +467,7 @@ def test_a_refused_card_license_stops_before_any_weight_byte_and_an_accepted_one
         assert err["type"] == "VerificationFailedError"
         assert err["message"].endswith(": the model card (README.md) says license: cc-by-nc-4.0, which "
                                        "--refuse-license refuses")
-        assert _weight_gets(proxy, first, "org/carded") == _header_ranges(hub["files"]["model.safetensors"])
+        assert _weight_gets(proxy, first, "org/carded") == []  # refused by the preflight: not even a header read
         assert store_artifacts(tmp_path) == []
         r = run_cli("ingest", "hf://org/carded@main", "--no-smoke", "--json", "--refuse-license", "unknown", env=env)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

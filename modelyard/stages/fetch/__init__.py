@@ -40,8 +40,8 @@ from modelyard.model.snapshot import FileEntry, Snapshot
 from modelyard.model.source import Source
 from modelyard.settings import Settings
 from modelyard.stages.fetch.gguf import check_gguf, fetch_gguf
-from modelyard.stages.fetch.hub import fetch_hub
-from modelyard.stages.fetch.preflight import LICENSE_KEYS, BeforeWeights, folder_license
+from modelyard.stages.fetch.hub import HubSession, fetch_hub, hub_errors
+from modelyard.stages.fetch.preflight import LICENSE_KEYS, BeforeWeights, folder_license, refuse_license
 from modelyard.transport.signing import verify_signature
 from modelyard.transport.unbundle import read_manifest, unbundle
 from modelyard.transport.zstream import check_frames
@@ -196,6 +196,27 @@ def check_local(source: Source, *, allow_patterns: Sequence[str] | None = None,
     elif source.kind == "tar" and source.path is not None:
         _check_bundle(source.path)
         check_frames(source.path)
+
+
+def check_hub(source: Source, settings: Settings, *, allow_patterns: Sequence[str] | None = None,
+              ignore_patterns: Sequence[str] | None = None, refuse_licenses: Sequence[str] = ()) -> None:
+    """The checks of an ``hf://`` fetch that need only the hub's listing and its card, as :func:`fetch` runs them
+    (the same errors): the revision resolves (a gated repo, a missing revision or repo: :class:`SourceNotFoundError`,
+    exit 2), the selected files can be a model (exit 2), and the card's license is not one of ``refuse_licenses``
+    (:class:`VerificationFailedError`, exit 1). Two API requests and at most the card's first bytes; nothing is
+    stored. The CLI calls it before Prefect starts, so that ``ingest`` refuses a bad hub source in about the time
+    ``verify hf://`` takes. Offline (``HF_HUB_OFFLINE``) it checks nothing: the fetch reads the local cache."""
+    if source.kind != "hf" or hub_offline():
+        return
+    where = settings.endpoint() or "https://huggingface.co"
+    allow, ignore = select_patterns(allow_patterns, ignore_patterns)
+    hub = HubSession(settings, source, where)
+    with hub_errors(hub.repo, hub.rev, where, token=bool(hub.token)):
+        tree = hub.resolve()
+        everything = [f.path for f in tree]
+        _require_model_files(f"hf://{hub.repo}@{hub.commit}", _filter(everything, allow, ignore), everything)
+        if refuse_licenses:
+            refuse_license({"endpoint": where, **hub.card(tree)}, refuse_licenses, source.uri)
 
 
 def _fetch_folder(source: Source, allow: Sequence[str], ignore: Sequence[str]) -> Snapshot:
