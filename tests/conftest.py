@@ -148,8 +148,13 @@ GROUPS = {"vllm-server": ("test_bench_slo_vllm.py", "test_serve_smoke_vllm.py", 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` every test is in one group, run by one worker: its module (so a module's
-    fixtures are built once), or a named group of :data:`GROUPS`."""
+    """Meant: under ``--dist loadgroup`` every test in one group, run by one worker: its module (so a module's
+    fixtures are built once), or a named group of :data:`GROUPS`.
+
+    As it stands this never applies: xdist hands its workers ``option.dist = "no"`` (and ``option.loadgroup =
+    True``), so the check below is false there and the measured runs (benchmarks/README.md) distributed the tests
+    one by one, some module fixtures built in both workers. Checking ``option.loadgroup`` turns the grouping on;
+    that is to be measured before it lands."""
     if not (config.pluginmanager.has_plugin("xdist") and config.getoption("dist", "no") == "loadgroup"):
         return
     for item in items:
