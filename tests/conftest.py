@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,22 +147,36 @@ def legacy_quantized(tiny128, tmp_path_factory):
 GROUPS = {"vllm-server": ("test_bench_slo_vllm.py", "test_serve_smoke_vllm.py", "test_metrics_prometheus.py",
                           "test_proxy_nginx.py", "test_rollout_nginx.py")}
 
+_MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\([^)]*scope=["']module["']""")
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the group marks into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Meant: under ``--dist loadgroup`` every test in one group, run by one worker: its module (so a module's
-    fixtures are built once), or a named group of :data:`GROUPS`.
 
-    As it stands this never applies: xdist hands its workers ``option.dist = "no"`` (and ``option.loadgroup =
-    True``), so the check below is false there and the measured runs (benchmarks/README.md) distributed the tests
-    one by one, some module fixtures built in both workers. Checking ``option.loadgroup`` turns the grouping on;
-    that is to be measured before it lands."""
-    if not (config.pluginmanager.has_plugin("xdist") and config.getoption("dist", "no") == "loadgroup"):
-        return
-    for item in items:
-        name = item.path.name
-        group = next((g for g, files in GROUPS.items() if name in files), str(item.path.relative_to(config.rootpath)))
-        item.add_marker(pytest.mark.xdist_group(group))
+@functools.cache
+def work_unit(path: str) -> str | None:
+    """The work unit of the tests in the module at ``path`` (relative to the root, as a node id starts), or None
+    for a module whose tests go to whichever worker is free, one by one: the named group of :data:`GROUPS` its
+    file is in, else the module itself when it defines a module-scoped fixture (built once, in one worker)."""
+    name = path.rsplit("/", 1)[-1]
+    group = next((g for g, files in GROUPS.items() if name in files), None)
+    if group is None and _MODULE_FIXTURE.search((Path(__file__).parent.parent / path).read_text()):
+        group = path
+    return group
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's Producer, Scheduling
+    """Under ``--dist loadgroup``, xdist's own group scheduler with the units of :func:`work_unit`.
+
+    xdist's ``xdist_group`` mark cannot be used: it renames the node id (``item._nodeid``), which pytest 9 no
+    longer reads (``Node.nodeid`` comes from ``_id``), so every test stayed its own unit. The controller groups
+    the collected ids here instead, from the file each id names."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid.split("::", 1)[0]) or nodeid
+
+    return ByWorkUnit(config, log)
 
 
 # --------------------------------------------------------------------------- one Prefect server per session
@@ -279,3 +295,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         prefect_server.stop(_SESSION_SERVER)
         shutil.rmtree(_SESSION_SERVER, ignore_errors=True)
         _SESSION_SERVER = None
+

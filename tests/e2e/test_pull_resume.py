@@ -257,10 +257,65 @@ def test_a_stalled_registry_fails_the_pull_within_its_timeout(big_artifact, regi
     assert list(into.parent.glob(f".{into.name}.pull-*/serve/shard.bin")) and not into.exists()
 
 
+class _GateRelay:
+    """A TCP relay on 127.0.0.1 in front of the registry that passes the client's bytes through unchanged and the
+    server's until ``after`` bytes of them (all connections together) have been relayed; then it holds every
+    answer (``held`` is set) until ``release`` is set. The test fills the disk while the pull waits on a half
+    written shard, so the case runs the same on a loaded machine as on an idle one (no polling race)."""
+
+    def __init__(self, upstream: str, after: int) -> None:
+        import socket
+        import threading
+
+        host, _, port = upstream.rpartition(":")
+        self._upstream = (host, int(port))
+        self._after = after
+        self._relayed = 0
+        self._lock = threading.Lock()
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._upstream)
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, src, dst, answers: bool) -> None:  # noqa: ANN001
+        with contextlib.suppress(OSError):
+            while chunk := src.recv(1 << 16):
+                if answers:
+                    with self._lock:
+                        self._relayed += len(chunk)
+                        over = self._relayed >= self._after
+                    if over:
+                        self.held.set()
+                        self.release.wait()
+                dst.sendall(chunk)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(2)
+
+    def close(self) -> None:
+        self.release.set()
+        self._listener.close()
+
+
 def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_artifact, registry, tmp_path):
-    """A real 240 MiB tmpfs holds the 200 MiB artifact when the pull starts (the preflight passes); another writer
-    takes the rest once the pull is under way: the pull ends with exit 2 (not 3, "internal error"), naming the
-    folder, the bytes free and still to come, and keeps its partial folder for the next pull."""
+    """A real 240 MiB tmpfs holds the 200 MiB artifact when the pull starts (the preflight passes); once 32 MiB of
+    the shard are on their way (a relay in front of the registry holds the rest), another writer takes the rest of
+    the disk: the pull ends with exit 2 (not 3, "internal error"), naming the folder, the bytes free and still to
+    come, and keeps its partial folder for the next pull."""
     import subprocess
 
     mnt = Path(f"/tmp/modelyard-fill-{uuid.uuid4().hex[:8]}")
@@ -269,30 +324,19 @@ def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_arti
     if r.returncode != 0:
         mnt.rmdir()
         pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+    relay = _GateRelay(registry, after=2 * RANGE_PART)
     try:
-        ref = f"oci://{registry}/models/fill-{uuid.uuid4().hex[:8]}:v1"
-        publish_oci(big_artifact, ref)
+        ref = f"{registry}/models/fill-{uuid.uuid4().hex[:8]}:v1"
+        publish_oci(big_artifact, f"oci://{ref}")
         into = mnt / "pulled"
-        for _attempt in range(3):  # the test's own poll races the transfer: a pull that wrote every byte before
-            # the filler landed (a loaded machine's poll lags by seconds) is no run of the case; it is pulled again
-            shutil.rmtree(into, ignore_errors=True)
-            (mnt / "filler").unlink(missing_ok=True)
-            cli = subprocess.Popen([sys.executable, "-m", "modelyard", "pull", ref, "-o", str(into), "--json"],
-                                   stdout=subprocess.PIPE, text=True)
-            filled = False
-            deadline = time.monotonic() + 120
-            while not filled and time.monotonic() < deadline and cli.poll() is None:
-                # filled as soon as the shard is opened
-                if any(mnt.glob(".pulled.pull-*/serve/shard.bin")):
-                    with open(mnt / "filler", "wb") as fh:
-                        with contextlib.suppress(OSError):
-                            os.posix_fallocate(fh.fileno(), 0, shutil.disk_usage(mnt).free)
-                    filled = True
-                time.sleep(0.02)
-            stdout, _ = cli.communicate(timeout=120)
-            if cli.returncode != 0:
-                break
-        assert filled, "the pull ended before the disk could be filled"
+        cli = subprocess.Popen([sys.executable, "-m", "modelyard", "pull", f"oci://{relay.address}/{ref.split('/', 1)[1]}",
+                                "-o", str(into), "--json"], stdout=subprocess.PIPE, text=True)
+        assert relay.held.wait(timeout=180), "the pull never asked for the shard"
+        with open(mnt / "filler", "wb") as fh:
+            with contextlib.suppress(OSError):
+                os.posix_fallocate(fh.fileno(), 0, shutil.disk_usage(mnt).free)
+        relay.release.set()
+        stdout, _ = cli.communicate(timeout=180)
         err = json_error(stdout, "pull", 2)
         assert err["type"] == "InsufficientResourcesError"
         assert re.fullmatch(rf"{mnt} filled up while serve/shard\.bin was written: [\d,]+ bytes free, [\d,]+ bytes of "
@@ -300,5 +344,6 @@ def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_arti
         assert err["fix"].startswith("Free space there (what was pulled is kept in ")
         assert list(mnt.glob(".pulled.pull-*/serve/shard.bin")) and not into.exists()
     finally:
+        relay.close()
         subprocess.run(["umount", "-l", str(mnt)], check=False)
         mnt.rmdir()
