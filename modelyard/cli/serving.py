@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -11,7 +11,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from modelyard.artifact.layout import REPORT_JSON, is_artifact, model_root
+from modelyard.artifact.layout import REPORT_JSON, model_root
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import numeric
 from modelyard.cli._choices import Serve, SmokeLevel
@@ -36,12 +36,9 @@ from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
 from modelyard.stages import host_facts, smoke
-from modelyard.stages.adapter import ADAPTERS_DIR, lora_serving
 from modelyard.stages.serve import DEFAULT_GPU, ServeTarget, plan_serve
-from modelyard.stages.serve.canary import write_canary_files
-from modelyard.stages.serve.files import ADAPTERS_DIR_MOUNT, MODEL_DIR_MOUNT, vllm_config, write_serve_files
-from modelyard.stages.serve.k8s import manifests as k8s_manifests
-from modelyard.stages.serve.k8s import verify_on_load, write_k8s_files
+from modelyard.stages.serve.command import ServePlanRequest, serve_plan
+from modelyard.stages.serve.files import vllm_config
 from modelyard.stages.serve.monitoring import ALERTS_FILE, DASHBOARD_FILE
 from modelyard.stages.serve.options import CanaryFlags, LoraFlags, ServePlanFlags, VerifyOnLoadFlags
 from modelyard.stages.smoke import bench, sweep
@@ -198,8 +195,12 @@ def smoke_cmd(  # noqa: PLR0913
     raise typer.Exit(0 if res.passed else 1)
 
 
+#: the serve-plan flags that are no part of the ServeTarget
+_NOT_TARGET = {*VerifyOnLoadFlags.model_fields, *CanaryFlags.model_fields, *LoraFlags.model_fields}
+
+
 @stage_flags(ServePlanFlags, VerifyOnLoadFlags, CanaryFlags, LoraFlags)
-def serve_plan_cmd(  # noqa: C901, PLR0913
+def serve_plan_cmd(  # noqa: PLR0913
     path: Path = typer.Argument(..., help="a model folder, an artifact folder (manifest.json + model/) or NAME[@REVISION] "
                                           "of an artifact in the store"),
     options: dict[str, Any] = STAGE_OPTIONS,
@@ -225,81 +226,18 @@ def serve_plan_cmd(  # noqa: C901, PLR0913
     or --storage-uri, serve/k8s/).
     Exit 0 with a plan, 2 when it cannot fit (the message says why and names the smallest plan that does)."""
     quiet_libraries(verbose)
-    path = stored_path(path, store)
-    vol = VerifyOnLoadFlags(**{k: options.pop(k) for k in VerifyOnLoadFlags.model_fields})
-    canary, canary_percent = options.pop("canary"), options.pop("canary_percent")
-    # LoRA adapters (PATH one, or --lora): their base's plan, with the adapters' serve keys
-    lora = lora_serving(path, [stored_path(Path(a), store) for a in options.pop("lora")])
-    plan = plan_serve(lora.base_model if lora else path, ServeTarget(**options), name=name or (lora.base_name if lora else None))
-    verify = None if vol.verify_from is None else verify_on_load(
-        vol.verify_from, name=plan.served_model_name, require_signature=vol.require_signature,
-        key_secret=vol.signing_key_secret, image=vol.verifier_image, registry_secret=vol.registry_secret)
     dest = either(output, write, "--output")
-    canary_path = None
-    if canary is not None:
-        if dest is None or no_write:
-            raise InvalidTargetError("--canary writes the canary form of serve/, which needs --output DIR",
-                                     fix="Add --output DIR.")
-        canary_path = stored_path(Path(canary), store)
-        proxy = True
-    if dest is not None and not no_write and in_store(dest, store):
-        raise InvalidTargetError(f"--output {dest} is inside the store, whose artifacts are never rewritten",
-                                 fix="Pass --output a folder outside the store (its serve/ then points at the "
-                                     "stored model/).")
-    if dest is None and is_artifact(path) and not no_write:
-        plan = replace(plan, notes=(*plan.notes, f"serve/ not written: {path} is an artifact, never rewritten (its "
-                                    "serve/ is the one it was ingested with); pass --output DIR to write this plan"))
-    written = kube = None
-    k8s = k8s or storage_uri is not None or verify is not None
-    if k8s and lora:
-        raise InvalidTargetError("serve/k8s does not carry LoRA adapters yet (the pod would not find them)",
-                                 fix="Drop --k8s/--storage-uri/--verify-from; serve/compose.yaml serves the adapters.")
-    if k8s:  # refuse a bad location or a multi-node plan before anything is written
-        k8s_manifests(plan, vllm_config(plan), model_bytes=0, storage=storage_uri, verify=verify,
-                      canary_percent=canary_percent)
-    elif canary_percent is not None:
-        raise InvalidTargetError("--canary-percent splits the traffic of a KServe InferenceService, which needs "
-                                 "--storage-uri", fix="Add --storage-uri (where the artifact was published).")
-    if canary_percent is not None and not name:
-        # KServe splits traffic between revisions of ONE InferenceService; named after the candidate, the plan would
-        # be a second InferenceService at 100 % (and a model name the stable one's clients do not send)
-        raise InvalidTargetError("--canary-percent makes a new revision of the stable InferenceService, so it needs "
-                                 "that service's name", fix="Add --served-model-name <the stable InferenceService's "
-                                 "name> (also the model name its clients send).")
-    cplan = None if canary_path is None else plan_serve(canary_path, ServeTarget(**options),
-                                                        name=plan.served_model_name)
-    if dest is not None and not no_write:
-        # serve/ is copied to other hosts: it names the model relative to DIR, never this host's path
-        mount = "../model" if (dest / "model").is_dir() else MODEL_DIR_MOUNT
-        if lora:  # adapters: serve/ runs DIR/model (the base) with DIR/adapters/NAME
-            adapters = f"../{ADAPTERS_DIR}" if (dest / ADAPTERS_DIR).is_dir() else ADAPTERS_DIR_MOUNT
-            written = write_serve_files(dest, plan, model_mount=mount, proxy=proxy, overrides=lora.overrides,
-                                        adapters_mount=adapters)
-            links = [("model", lora.base_model), *((f"{ADAPTERS_DIR}/{n}", p) for n, p in lora.adapters)]
-            missing = [f"ln -s {p} {dest}/{d}" for d, p in links if not (dest / d).is_dir()]
-            if missing:
-                plan = replace(plan, notes=(*plan.notes, "serve/ runs the base at DIR/model with the adapters at "
-                                            f"DIR/{ADAPTERS_DIR}/NAME; link them there ({'; '.join(missing)}), or set "
-                                            "MODEL_DIR and ADAPTERS_DIR for compose"))
-        else:
-            written = write_serve_files(dest, plan, model="model", model_mount=mount, proxy=proxy)
-        if cplan is not None:
-            write_canary_files(written.dir, vllm_config(cplan, model="model"))
-        if mount != "../model" and not lora:  # said here, not in serve/README.md (which travels)
-            plan = replace(plan, notes=(*plan.notes, f"{dest}/model is missing: serve/ runs the model at DIR/model "
-                                        f"(vllm.yaml: model: model). Link or copy it there (ln -s "
-                                        f"{model_root(path).resolve()} {dest}/model), or set MODEL_DIR for compose"))
-        if k8s:
-            mdir = model_root(path)
-            kube = write_k8s_files(dest, plan, yaml.safe_load(written.vllm_yaml.read_text()), storage=storage_uri,
-                                   model_bytes=sum(p.stat().st_size for p in mdir.rglob("*") if p.is_file()),
-                                   verify=verify, canary_percent=canary_percent)
+    done = serve_plan(ServePlanRequest(
+        stored_path(path, store), ServeTarget(**{k: v for k, v in options.items() if k not in _NOT_TARGET}),
+        resolve=lambda p: stored_path(Path(p), store), name=name, dest=dest, write=not no_write,
+        dest_in_store=dest is not None and not no_write and in_store(dest, store), proxy=proxy, k8s=k8s,
+        storage_uri=storage_uri, adapters=tuple(options["lora"]),
+        canary=None if options["canary"] is None else Path(options["canary"]), canary_percent=options["canary_percent"],
+        verify_on_load=VerifyOnLoadFlags(**{k: options[k] for k in VerifyOnLoadFlags.model_fields})))
     if as_json:
-        emit_json(plan.to_dict() | {"serve_dir": str(written.dir) if written else None,
-                                    "k8s_dir": str(kube.dir) if kube else None,
-                                    "storage_uri": kube.storage_uri if kube else None})
+        emit_json(done.to_dict())
         return
-
+    plan, written, kube, verify = done.plan, done.written, done.kube, done.verify
     t = Table(title=f"serve plan: {escape(plan.served_model_name)} on {plan.target_label()}", title_justify="left")
     t.add_column("quantity")
     t.add_column("value", justify="right")
@@ -315,7 +253,7 @@ def serve_plan_cmd(  # noqa: C901, PLR0913
                   + (", nginx.conf" if written.nginx_conf else "")
                   + "".join(f", {p.name}" for p in written.ray_scripts)
                   + (", vllm-canary.yaml, canary/upstream.conf (0 % canary; `modelyard rollout` shifts it)"
-                     if cplan is not None else ""), highlight=False)
+                     if done.canary is not None else ""), highlight=False)
     if kube:
         out.print(f"wrote {escape(str(kube.dir))}/: {'pvc.yaml, ' if kube.pvc else ''}deployment.yaml, service.yaml, README.md"
                   + (f" (verify on load: {escape(verify.ref)})" if verify else "")

@@ -89,7 +89,7 @@ def test_legacy_recipe_must_name_its_backend(tiny128, tmp_path):
 
 
 def test_smoke_root_cause_names_the_worker_exception():
-    from modelyard.stages.smoke import root_cause
+    from modelyard.runtime.vllm_log import root_cause
 
     log = ("(Worker pid=1) ERROR [multiproc_executor.py:1063]   File \"x.py\", line 447, in apply\n"
            "(Worker pid=1) ERROR [multiproc_executor.py:1063] AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'\n"

@@ -96,7 +96,7 @@ def test_cpu_threads_bind_gives_each_rank_its_own_cpus():
 
 
 def test_root_cause_skips_warnings_that_quote_an_error():
-    from modelyard.stages.smoke import root_cause
+    from modelyard.runtime.vllm_log import root_cause
 
     log = ("(APIServer pid=7200) WARNING 12-01 21:58:05 [system_utils.py:255] Found ulimit of 20000 and failed to "
            "automatically increase with error current limit exceeds maximum limit. This can cause fd limit errors "

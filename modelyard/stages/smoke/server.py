@@ -48,6 +48,7 @@ from modelyard.errors import InvalidTargetError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.runtime.process import free_port, kill_group
 from modelyard.runtime.venv import runtime_env, vllm_python
+from modelyard.runtime.vllm_log import root_cause
 from modelyard.settings import Settings
 from modelyard.stages.smoke import (
     cpu_smoke_dtype,
@@ -56,7 +57,6 @@ from modelyard.stages.smoke import (
     judge_numbers,
     numeric,
     refuse_unjudgeable,
-    root_cause,
 )
 from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
 
