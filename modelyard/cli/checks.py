@@ -35,7 +35,6 @@ from modelyard.cli._common import (
 )
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.errors import InvalidTargetError, ModelyardError, QualityGateError, VerificationFailedError
-from modelyard.flows.preflight import verify_before_download, verify_local
 from modelyard.model.source import parse_source, with_revision
 from modelyard.runtime.prefect_server import use_facts_worker
 from modelyard.settings import Settings
@@ -46,6 +45,7 @@ from modelyard.stages.quantize.options import QuantizeFlags
 from modelyard.stages.serve import DEFAULT_GPU, ServeTarget
 from modelyard.stages.serve.options import ServeFlags
 from modelyard.stages.verify import verify_folder
+from modelyard.stages.verify.command import verify_before_download, verify_local
 from modelyard.stages.verify.options import TargetFlags
 
 
