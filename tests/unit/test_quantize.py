@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from modelyard.errors import InsufficientResourcesError
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.settings import Settings
 from modelyard.stages import quantize as q
@@ -105,7 +106,7 @@ def test_preflight_refuses_a_model_that_cannot_fit(tmp_path):
     write_safetensors(d / "model.safetensors", {"w": {"dtype": "BF16", "shape": [n // 2], "data_offsets": [0, n]}}, b"")
     with open(d / "model.safetensors", "r+b") as fh:
         fh.truncate(fh.seek(0, 2) + n)
-    with pytest.raises(q.InsufficientResourcesError, match="GiB of RAM"):
+    with pytest.raises(InsufficientResourcesError, match="GiB of RAM"):
         q.preflight(d, q.SCHEMES["w8a8"], tmp_path / "out")
 
 

@@ -29,7 +29,6 @@ OVER_MAX_LINES = {
     "modelyard/cli/_common.py": 478,
     "modelyard/flows/ingest.py": 581,
     "modelyard/runtime/scripts/vllm_oracle.py": 539,
-    "modelyard/stages/quantize/__init__.py": 594,
     "modelyard/stages/quantize/compat.py": 462,
     "modelyard/stages/serve/files.py": 546,
     "modelyard/stages/serve/plan.py": 474,

@@ -14,120 +14,47 @@ Rules of judgement kept here (the rest is llm-compressor's):
 - preflight: RAM about 2.5 x the weight bytes + 1.5 GiB (the model, its calibration activations and
   GPTQ Hessians), disk about the output size; refused before anything starts when they do not fit.
 - CPU-only hosts: see :func:`_cpu_only_workarounds`.
+
+The concerns live in their own modules, re-exported here: :mod:`.schemes`, :mod:`.recipe`, :mod:`.calibration`,
+:mod:`.resources` (the preflight), :mod:`.quality`; :mod:`.legacy` (the legacy formats' venvs) and :mod:`.compat` (what the
+runtime loads). This module quantizes and judges.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
-from modelyard import paths, progress
+from modelyard import progress
 from modelyard.checks import Report
-from modelyard.errors import InsufficientResourcesError, QualityGateError, QuantizeError
+from modelyard.errors import QualityGateError, QuantizeError
 from modelyard.model.checkpoint import Checkpoint
-from modelyard.runtime.scripts import quality as _quality
 from modelyard.settings import Settings
 from modelyard.stages.quantize import compat, legacy
+from modelyard.stages.quantize.calibration import DATA, Calibration, data_digest, load_calibration
+from modelyard.stages.quantize.quality import Quality, eval_device, evaluate_quality, quality_from, quiet_libraries
+from modelyard.stages.quantize.recipe import RECIPES, Recipe, fit_recipe, input_widths, load_recipe, make_recipe
+from modelyard.stages.quantize.resources import GIB, Preflight, preflight
+from modelyard.stages.quantize.schemes import ALL_SCHEMES, LEGACY_SCHEMES, SCHEMES, Scheme, scheme
 from modelyard.version import library_versions
 
-RECIPES = paths.RECIPES
-DATA = paths.DATA
-GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """A quantization scheme: its recipe file, family, whether it needs calibration data, the
-    weight bits (for disk estimates) and the quality thresholds of its family."""
-
-    name: str
-    family: str
-    needs_data: bool
-    weight_bits: int
-    max_ppl_ratio: float  # quantized / parent perplexity on the held-out text
-    max_kl: float  # mean per-token KL(parent || quantized), nats
-    backend: str = "llm-compressor"  # or a legacy backend of stages/quantize/legacy.py
-
-
-#: Thresholds are per family: 8-bit schemes should be near-lossless; 4-bit ones lose more, most on
-#: small models (measured on SmolLM2-135M: see README "Quantization").
-SCHEMES: dict[str, Scheme] = {
-    "w4a16": Scheme("w4a16", "int4", True, 4, 1.35, 0.35),
-    "awq": Scheme("awq", "int4", True, 4, 1.35, 0.35),
-    "w8a8": Scheme("w8a8", "int8", True, 8, 1.10, 0.10),
-    "fp8-dynamic": Scheme("fp8-dynamic", "fp8", False, 8, 1.10, 0.10),
-    "nvfp4": Scheme("nvfp4", "fp4", True, 4, 1.60, 0.60),
-    "nvfp4a16": Scheme("nvfp4a16", "fp4", False, 4, 1.50, 0.50),
-}
-#: legacy formats (stages/quantize/legacy.py), each made by its own library in its own venv.
-LEGACY_SCHEMES: dict[str, Scheme] = {
-    "gptq": Scheme("gptq", "int4", True, 4, 1.35, 0.35, backend="gptqmodel"),
-    "awq-gemm": Scheme("awq-gemm", "int4", True, 4, 1.35, 0.35, backend="autoawq"),
-}
-ALL_SCHEMES = {**SCHEMES, **LEGACY_SCHEMES}
-#: groups used by llm-compressor's preset schemes (compressed-tensors quant_scheme.py).
-_PRESET_GROUP = {"NVFP4": 16, "NVFP4A16": 16, "MXFP4": 32, "W4A16": 128, "W4A16_ASYM": 128}
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """The effective recipe: YAML ``text``, its ``sha256``, where it came from, and what
-    :func:`fit_recipe` changed (``adjustments``, human-readable)."""
-
-    text: str
-    sha256: str
-    source: str
-    adjustments: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Calibration samples (texts), the data's sha256 and origin."""
-
-    texts: tuple[str, ...]
-    sha256: str
-    source: str
-    max_seq_len: int
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """Estimates and what is available, bytes."""
-
-    weight_bytes: int
-    ram_needed: int
-    ram_available: int | None
-    disk_needed: int
-    disk_available: int
-
-
-@dataclass(frozen=True)
-class Quality:
-    """Perplexity of parent and quantized model on the held-out text, mean per-token
-    KL(parent || quantized) in nats, over ``tokens`` tokens; thresholds and verdict."""
-
-    ppl_parent: float
-    ppl_quantized: float
-    ppl_ratio: float
-    kl_mean: float
-    tokens: int
-    max_ppl_ratio: float
-    max_kl: float
-    passed: bool
-    text_sha256: str
+__all__ = [
+    "ALL_SCHEMES", "Calibration", "compat", "DATA", "data_digest", "eval_device", "evaluate_quality", "fit_recipe",
+    "GIB", "input_widths", "judge", "legacy", "LEGACY_SCHEMES", "load_calibration", "load_recipe", "make_recipe",
+    "manifest_record", "Preflight", "preflight", "Quality", "quality_from", "quality_gate", "QuantizeResult",
+    "quantize_model", "quiet_libraries", "RECIPES", "Recipe", "Scheme", "scheme", "SCHEMES", "tool_versions",
+    "variant_digest",
+]
 
 
 @dataclass(frozen=True)
@@ -150,175 +77,6 @@ class QuantizeResult:
                            "adjustments": list(self.recipe.adjustments), "text": self.recipe.text},
                 "calibration": self.calibration, "quality": asdict(self.quality) if self.quality else None,
                 "preflight": asdict(self.preflight), "seconds": round(self.seconds, 2), "tools": self.tools}
-
-
-def scheme(name: str) -> Scheme:
-    """The :class:`Scheme` called ``name``; raises :class:`QuantizeError` listing the valid names."""
-    try:
-        return ALL_SCHEMES[name]
-    except KeyError as exc:
-        raise QuantizeError(f"--quantize/--scheme {name!r} is not a scheme modelyard knows",
-                            fix=f"Use one of: {', '.join(ALL_SCHEMES)}.") from exc
-
-
-def load_recipe(name: str, recipe_file: Path | None = None) -> tuple[dict[str, Any], str]:
-    """The recipe dict of scheme ``name`` (or of ``recipe_file``) and its source label.
-    Raises :class:`QuantizeError` for an unreadable or non-YAML recipe."""
-    path = Path(recipe_file) if recipe_file else RECIPES / f"{name}.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise QuantizeError(f"recipe {path}: cannot read it as YAML ({exc})",
-                            fix="Pass an llm-compressor recipe YAML file.") from exc
-    if not isinstance(data, dict):
-        raise QuantizeError(f"recipe {path} is not a YAML mapping of stages", fix="See modelyard/recipes/*.yaml.")
-    return data, (f"modelyard/recipes/{name}.yaml" if recipe_file is None else str(path))
-
-
-def input_widths(cfg: dict[str, Any]) -> dict[str, int]:
-    """Input widths (elements) of the Linear layers of a decoder: q/k/v/gate/up read hidden_size,
-    o_proj reads heads x head_dim, down_proj reads intermediate_size."""
-    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    out = {}
-    if isinstance(hidden, int):
-        out["hidden_size"] = hidden
-    head_dim = cfg.get("head_dim") if isinstance(cfg.get("head_dim"), int) else (
-        hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None)
-    if isinstance(heads, int) and head_dim:
-        out["num_attention_heads x head_dim"] = heads * head_dim
-    for k in ("intermediate_size", "moe_intermediate_size"):
-        if isinstance(cfg.get(k), int):
-            out[k] = cfg[k]
-    return out
-
-
-def fit_recipe(recipe: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Lower every ``group_size`` (128 -> 64 -> 32) until it divides every Linear input width of
-    ``cfg``; returns the new recipe and what changed. Raises :class:`QuantizeError` when no group
-    down to 32 fits, or a preset scheme's fixed group does not."""
-    widths = input_widths(cfg)
-    out = copy.deepcopy(recipe)
-    notes: list[str] = []
-
-    def bad(g: int) -> list[str]:
-        return [f"{k} {w}" for k, w in widths.items() if w % g]
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            g = node.get("group_size")
-            if isinstance(g, int) and g > 0 and node.get("strategy") == "group" and bad(g):
-                new = next((c for c in (g // 2, g // 4) if c >= 32 and not bad(c)), None)
-                if new is None:
-                    raise QuantizeError(f"group_size {g}: {', '.join(bad(g))} is not a multiple of it, nor of 64 or 32",
-                                        fix="Use a per-channel scheme (w8a8, fp8-dynamic) for this model.")
-                notes.append(f"group_size {g} -> {new}: {', '.join(bad(g))} is not a multiple of {g}")
-                node["group_size"] = new
-            preset = node.get("scheme")
-            if isinstance(preset, str) and preset in _PRESET_GROUP and bad(_PRESET_GROUP[preset]):
-                raise QuantizeError(f"scheme {preset} quantizes in groups of {_PRESET_GROUP[preset]}, and "
-                                    f"{', '.join(bad(_PRESET_GROUP[preset]))} is not a multiple of it",
-                                    fix="Choose another scheme for this model.")
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(out)
-    return out, notes
-
-
-def make_recipe(name: str, cfg: dict[str, Any], recipe_file: Path | None = None) -> Recipe:
-    """Load, fit to ``cfg`` and serialize the recipe of scheme ``name``."""
-    data, source = load_recipe(name, recipe_file)
-    fitted, notes = fit_recipe(data, cfg)
-    text = yaml.safe_dump(fitted, sort_keys=False)
-    return Recipe(text, hashlib.sha256(text.encode()).hexdigest(), source, tuple(notes))
-
-
-def load_calibration(path: Path | None, *, num_samples: int, max_seq_len: int, tokenizer: Any = None) -> Calibration:
-    """Calibration texts from ``path``: a text file (samples separated by blank lines), a JSONL file
-    (``{"text": ...}`` or ``{"messages": [...]}`` rendered with the chat template), or a folder saved
-    with ``datasets.save_to_disk`` (column ``text``); default: ``modelyard/data/calibration.txt``.
-    Local only. ``num_samples`` caps the count. Raises :class:`QuantizeError` for unreadable or
-    empty data."""
-    path = Path(path) if path else DATA / "calibration.txt"
-    h = hashlib.sha256()
-    texts: list[str] = []
-    try:
-        if path.is_dir():
-            import datasets  # noqa: PLC0415 - heavy: datasets, imported on first use
-
-            ds = datasets.load_from_disk(str(path))
-            if isinstance(ds, datasets.DatasetDict):
-                ds = ds[next(iter(ds))]
-            if "text" not in ds.column_names:
-                raise QuantizeError(f"--calibration {path}: the dataset has no 'text' column ({ds.column_names})",
-                                    fix="Save a dataset with a 'text' column.")
-            texts = [t for t in ds["text"][: num_samples * 4] if isinstance(t, str) and t.strip()]
-            for f in sorted(p for p in path.rglob("*") if p.is_file()):
-                h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
-        else:
-            raw = path.read_bytes()
-            h.update(raw)
-            text = raw.decode("utf-8")
-            if path.suffix in (".jsonl", ".json"):
-                for n, line in enumerate(text.splitlines(), 1):
-                    if not line.strip():
-                        continue
-                    rec = json.loads(line)
-                    if isinstance(rec, dict) and isinstance(rec.get("text"), str):
-                        texts.append(rec["text"])
-                    elif isinstance(rec, dict) and isinstance(rec.get("messages"), list) and tokenizer is not None:
-                        texts.append(tokenizer.apply_chat_template(rec["messages"], tokenize=False))
-                    else:
-                        raise QuantizeError(f"--calibration {path}: line {n} has neither 'text' nor 'messages'",
-                                            fix='Write one {"text": "..."} or {"messages": [...]} object per line.')
-            else:
-                texts = [p.strip() for p in text.split("\n\n") if p.strip()]
-    except QuantizeError:
-        raise
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise QuantizeError(f"--calibration {path}: cannot read it ({exc})",
-                            fix="Pass a UTF-8 text or JSONL file, or a datasets folder.") from exc
-    if not texts:
-        raise QuantizeError(f"--calibration {path} holds no samples", fix="Pass a file with text in it.")
-    return Calibration(tuple(texts[:num_samples]), h.hexdigest(), str(path), max_seq_len)
-
-
-def preflight(model_dir: Path, sch: Scheme, out_parent: Path) -> Preflight:
-    """Estimate RAM and disk for quantizing ``model_dir`` and refuse when they do not fit.
-
-    RAM: 2.5 x the weight bytes (the model, calibration activations, GPTQ Hessians) + 1.5 GiB for
-    the interpreter and libraries; disk: the weights at ``weight_bits`` plus 10% and 64 MiB.
-    Raises :class:`InsufficientResourcesError` naming both numbers."""
-    ckpt = Checkpoint(model_dir)
-    weight_bytes = sum(t.end - t.begin for t in ckpt.tensors.values())
-    ram_needed = int(weight_bytes * 2.5 + 1.5 * GIB)
-    disk_needed = int(weight_bytes * sch.weight_bits / 16 * 1.1 + 64 * 1024**2)
-    ram_avail = _mem_available()
-    out_parent.mkdir(parents=True, exist_ok=True)
-    disk_avail = shutil.disk_usage(out_parent).free
-    pf = Preflight(weight_bytes, ram_needed, ram_avail, disk_needed, disk_avail)
-    if ram_avail is not None and ram_needed > ram_avail:
-        raise InsufficientResourcesError(
-            f"quantizing {model_dir.name} ({weight_bytes / GIB:.1f} GiB of weights) needs about {ram_needed / GIB:.1f} GiB "
-            f"of RAM; {ram_avail / GIB:.1f} GiB is available", fix="Run it on a host with more memory (or a GPU host).")
-    if disk_needed > disk_avail:
-        raise InsufficientResourcesError(
-            f"the {sch.name} output needs about {disk_needed / GIB:.2f} GiB under {out_parent}; "
-            f"{disk_avail / GIB:.2f} GiB is free", fix="Free disk space there or pass another --out.")
-    return pf
-
-
-def _mem_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _cpu_only_workarounds() -> None:
@@ -396,7 +154,7 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     calib = load_calibration(calibration, num_samples=num_samples, max_seq_len=max_seq_len, tokenizer=tok)
     kw: dict[str, Any] = {}
-    with _quiet_libraries():
+    with quiet_libraries():
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="auto", local_files_only=True)
         _cpu_only_workarounds()
         from llmcompressor import oneshot  # noqa: PLC0415 - heavy: llm-compressor, imported on first use
@@ -411,14 +169,14 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     layers = int(cfg.get("num_hidden_layers") or 1)
     with _staged_output(model_dir, out_model) as tmp:
         with progress.task(f"quantizing {sch.name} (llm-compressor, {layers} layers)", total=None):
-            with _quiet_libraries():
+            with quiet_libraries():
                 oneshot(model=model, recipe=recipe.text, **kw)
                 model.save_pretrained(str(tmp), save_compressed=True)
     seconds = time.perf_counter() - t0
     del model
     quality = None
     if evaluate:  # False only for benchmarks that time the quantization alone
-        with _quiet_libraries():
+        with quiet_libraries():
             quality = evaluate_quality(model_dir, out_model, quality_text, max_seq_len=max_seq_len,
                                        max_ppl_ratio=max_ppl_ratio or sch.max_ppl_ratio, max_kl=max_kl or sch.max_kl)
     calib_rec = {"source": calib.source, "sha256": calib.sha256, "samples": len(calib.texts),
@@ -460,97 +218,6 @@ def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Reci
                  "max_seq_len": max_seq_len, "used": True}
     return QuantizeResult(sch.name, out_model, recipe, calib_rec, quality, pf, seconds, tools,
                           backend=backend, loaded_with=loaded_with)
-
-
-class _quiet_libraries:
-    """Keep llm-compressor's loguru stream, the libraries' tqdm bars and their warnings off the
-    terminal while quantizing or evaluating: stdout and stderr (Python's and file descriptors 1
-    and 2) go to /dev/null for the duration. modelyard's CLI reports through its own duplicate of the terminal's
-    stderr, so its progress stays visible. ``MODELYARD_VERBOSE=1`` shows everything."""
-
-    def __enter__(self) -> None:
-
-        self._stack = contextlib.ExitStack()
-        if Settings().verbose:
-            return
-        self._stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("ignore")
-        devnull = self._stack.enter_context(open(os.devnull, "w"))
-        for fd, stream in ((1, sys.stdout), (2, sys.stderr)):  # llm-compressor's loguru sink is stdout
-            try:
-                stream.flush()
-                saved = os.dup(fd)
-            except (OSError, ValueError, AttributeError):
-                continue
-            os.dup2(devnull.fileno(), fd)
-            self._stack.callback(os.close, saved)
-            self._stack.callback(os.dup2, saved, fd)
-        self._stack.enter_context(contextlib.redirect_stderr(devnull))
-        self._stack.enter_context(contextlib.redirect_stdout(devnull))
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-
-def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None = None, *, max_seq_len: int = 512,
-                     max_ppl_ratio: float = 1.35, max_kl: float = 0.35) -> Quality:
-    """Perplexity of both models on ``text_file`` (default: modelyard's held-out text) in windows
-    of ``max_seq_len`` tokens, and the mean per-token KL(parent || quantized) in nats, computed
-    with transformers (the quantized model is loaded from its saved compressed-tensors
-    files, as it will be served) on :func:`eval_device`."""
-    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy: transformers, imported on first use
-
-
-    path = Path(text_file) if text_file else DATA / "heldout.txt"
-    raw = path.read_bytes()
-    tok = AutoTokenizer.from_pretrained(str(parent_dir), local_files_only=True)
-    wins = _quality.windows(tok(raw.decode("utf-8"), add_special_tokens=False)["input_ids"], max_seq_len)
-    dev = eval_device()
-    place: dict[str, Any] = {} if dev == "cpu" else {"device_map": dev}
-    with progress.task("quality: perplexity and KL", total=len(wins) * 2, unit="windows") as adv:
-        m = _quality.compare(
-            lambda: AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32, local_files_only=True,
-                                                         **place),
-            # "auto": compressed-tensors layers keep their scales in the checkpoint dtype (NVFP4 fails in float32).
-            lambda: AutoModelForCausalLM.from_pretrained(str(quant_dir), dtype="auto", local_files_only=True, **place),
-            wins, adv)
-    return quality_from(m, max_ppl_ratio, max_kl, hashlib.sha256(raw).hexdigest())
-
-
-def eval_device() -> str:
-    """Where :func:`evaluate_quality` runs both models: ``MODELYARD_EVAL_DEVICE`` when set (``cpu``,
-    ``cuda``, ``cuda:1``), else ``cuda`` when torch sees a CUDA GPU, else ``cpu``. Quantization
-    itself needs no such choice: llm-compressor onloads each layer to the accelerator it finds."""
-    import torch  # noqa: PLC0415 - heavy: torch, imported on first use
-
-    configured = (Settings().eval_device or "").strip()
-    if configured:
-        return configured
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def quality_from(m: dict[str, Any], max_ppl_ratio: float, max_kl: float, text_sha256: str) -> Quality:
-    """A :class:`Quality` from :func:`_quality.compare`'s figures and the thresholds."""
-    return Quality(m["ppl_parent"], m["ppl_quantized"], m["ppl_ratio"], m["kl_mean"], m["tokens"], max_ppl_ratio,
-                   max_kl, m["ppl_ratio"] <= max_ppl_ratio and m["kl_mean"] <= max_kl, text_sha256)
-
-
-def data_digest(path: Path | None) -> str:
-    """sha256 of a calibration source (file bytes, or a folder's relative paths and bytes);
-    the default set when ``path`` is None."""
-    path = Path(path) if path else DATA / "calibration.txt"
-    h = hashlib.sha256()
-    try:
-        if path.is_dir():
-            for f in sorted(p for p in path.rglob("*") if p.is_file()):
-                h.update(f.relative_to(path).as_posix().encode() + b"\0" + f.read_bytes())
-        else:
-            h.update(path.read_bytes())
-    except OSError as exc:
-        raise QuantizeError(f"--calibration {path}: cannot read it ({exc.strerror})",
-                            fix="Pass a readable file or folder.") from exc
-    return h.hexdigest()
 
 
 def variant_digest(model_dir: Path, options: Any) -> str:
