@@ -18,6 +18,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # it are tested in tests/e2e/test_runtime_oracle_vllm.py, which sets MODELYARD_VERIFY_RUNTIME=auto.
 os.environ.setdefault("MODELYARD_VERIFY_RUNTIME", "none")
 
+from modelyard.errors import code_of
 from tests.fixtures import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,8 @@ def json_envelope(stdout: str, command: str, exit_code: int = 0) -> dict:
     if exit_code == 0:
         assert env["error"] is None, env
     else:
-        assert list(env["error"])[:3] == ["type", "message", "fix"], env
+        assert list(env["error"])[:4] == ["type", "code", "message", "fix"], env
+        assert env["error"]["code"] == code_of(env["error"]["type"]), env
     return env
 
 
@@ -62,6 +64,14 @@ def json_result(stdout: str, command: str, exit_code: int = 0):
 def json_error(stdout: str, command: str, exit_code: int) -> dict:
     """The ``error`` of a failed ``--json`` command's envelope (:func:`json_envelope` checks the envelope)."""
     return json_envelope(stdout, command, exit_code)["error"]
+
+
+def generated_doc(path: Path, text: str) -> None:
+    """Assert that the generated page ``path`` reads ``text`` (what its generator gives now);
+    ``MODELYARD_UPDATE_GOLDEN=1`` rewrites it first (review the diff)."""
+    if os.environ.get("MODELYARD_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.read_text() == text, f"{path.name} is stale: MODELYARD_UPDATE_GOLDEN=1 rewrites it"
 
 
 def store_artifacts(home: Path) -> list[Path]:

@@ -29,7 +29,7 @@ from typer.core import TyperCommand
 
 from modelyard import progress
 from modelyard.cli._reporters import LineReporter, RichReporter
-from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, StoreError, VerificationFailedError, redact
+from modelyard.errors import BundleError, InvalidTargetError, ModelyardError, StoreError, VerificationFailedError, redact, verdict
 from modelyard.model.modes import DEFAULT_SERVE, SERVE_MODES
 from modelyard.text import printable
 
@@ -193,26 +193,26 @@ def verbose_option(text: str | None = None) -> Any:
 
 
 def error_object(exc: BaseException) -> dict[str, Any]:
-    """The envelope's ``error`` for ``exc``: ``{type, message, fix}``, ``type`` the modelyard error class
-    (modelyard/errors.py), ``InternalError`` for anything else (its message names the Python exception)
-    or ``Interrupted``; a :class:`VerificationFailedError` adds the verification ``report`` (the report
-    schema, modelyard/artifact/report.schema.json)."""
+    """The envelope's ``error`` for ``exc``: ``{type, code, message, fix}``, ``type`` the modelyard error class
+    (modelyard/errors.py) and ``code`` its stable code, ``InternalError`` for anything else (its message names the
+    Python exception) or ``Interrupted``; a :class:`VerificationFailedError` adds the verification ``report`` (the
+    report schema, modelyard/artifact/report.schema.json)."""
     if isinstance(exc, ModelyardError):
-        d: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message, "fix": exc.fix}
+        d: dict[str, Any] = {"type": type(exc).__name__, "code": exc.code, "message": exc.message, "fix": exc.fix}
         report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
         if report is not None:
             d["report"] = report.to_dict()
         return d
     if isinstance(exc, KeyboardInterrupt):
-        return {"type": "Interrupted", "message": "interrupted", "fix": None}
-    return {"type": "InternalError", "message": _internal_message(exc), "fix": "Re-run with --verbose for details."}
+        return verdict("Interrupted", "interrupted", None)
+    return verdict("InternalError", _internal_message(exc), "Re-run with --verbose for details.")
 
 
 def envelope(command: str, result: Any, *, exit_code: int = 0, error: dict[str, Any] | None = None) -> dict[str, Any]:
     """The one ``--json`` shape of every command, success and failure alike:
     ``{"ok": exit_code == 0, "command": command, "exit_code": exit_code, "result": result, "error": error}``.
     ``result`` is the command's own object (null when it failed before producing one); ``error`` is null on
-    success, else ``{type, message, fix}`` (:func:`error_object`). A gate that judged and failed (verify
+    success, else ``{type, code, message, fix}`` (:func:`error_object`, :func:`verdict_error`). A gate that judged and failed (verify
     with errors, a failed smoke, unmet host needs) carries both its result and its error."""
     return {"ok": exit_code == 0, "command": command, "exit_code": exit_code, "result": result, "error": error}
 
@@ -364,7 +364,7 @@ def _render_failure(exc: BaseException, as_json: bool) -> int:
         report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
         if report is not None:
             findings_table(report)
-        err.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error\\[{exc.code}]:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.fix:
             err.print(f"[bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
     elif isinstance(exc, KeyboardInterrupt):
@@ -418,8 +418,8 @@ class Command(TyperCommand):
                 raise
             code = exc.exit_code
             _write_json(envelope(_command_name(parent, info_name), None, exit_code=code,
-                                 error={"type": "UsageError", "message": exc.format_message(),
-                                        "fix": f"See `modelyard {info_name} --help`."}))
+                                 error=verdict("UsageError", exc.format_message(),
+                                                     f"See `modelyard {info_name} --help`.")))
             raise typer.Exit(code) from exc
 
     def invoke(self, ctx: ClickContext) -> Any:

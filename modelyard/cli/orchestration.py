@@ -23,6 +23,7 @@ from modelyard.cli._common import (
     verbose_option,
     working,
 )
+from modelyard.errors import verdict
 
 
 def _watch_table(decisions: list[dict[str, Any]]) -> None:
@@ -157,8 +158,8 @@ def deploy(  # noqa: PLR0913
 def _watch_error(failed: list[dict[str, Any]]) -> dict[str, Any]:
     """The envelope's ``error`` of a watch round where ingests failed: type ``IngestFailed``, naming each
     repo@revision and its reason."""
-    return {"type": "IngestFailed", "message": "; ".join(f"{d['repo']}@{d['revision']}: {d['reason']}" for d in failed),
-            "fix": "Each failed decision in result.decisions says why; fix it and the next round retries."}
+    return verdict("IngestFailed", "; ".join(f"{d['repo']}@{d['revision']}: {d['reason']}" for d in failed),
+                         "Each failed decision in result.decisions says why; fix it and the next round retries.")
 
 
 def deploy_ingest(

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import typer
 
 from modelyard.cli._common import Command, emit_json, json_option, out, store_option, verbose_option
+from modelyard.errors import verdict
 from modelyard.runtime import prefect_server as server
 from modelyard.settings import Settings
 
@@ -87,8 +88,8 @@ def status_cmd(
         return
     if as_json:
         emit_json({"running": False}, exit_code=1,
-                  error={"type": "ServerNotRunning", "message": f"no prefect server running for {_store(store)}",
-                         "fix": "Start one with `modelyard server start`."})
+                  error=verdict("ServerNotRunning", f"no prefect server running for {_store(store)}",
+                                      "Start one with `modelyard server start`."))
     else:
         out.print(f"no prefect server running for {_store(store)}; start one with `modelyard server start`",
                   highlight=False, soft_wrap=True)

@@ -31,7 +31,7 @@ from modelyard.cli._common import (
     working,
 )
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
-from modelyard.errors import InvalidTargetError, MissingConfigError, SourceNotFoundError
+from modelyard.errors import InvalidTargetError, MissingConfigError, SourceNotFoundError, verdict
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
@@ -325,6 +325,6 @@ def _needs_error(checks: list[doc.NeedCheck]) -> dict[str, Any]:
     """The envelope's ``error`` of a host that does not meet an artifact's needs: type ``NeedsNotMet``,
     naming each unmet (or unknown) need and the first fix."""
     unmet = [c for c in checks if c.ok is not True and c.severity == "error"]
-    return {"type": "NeedsNotMet",
-            "message": "needs not met: " + "; ".join(f"{c.need} (required {c.required}, have {c.have})" for c in unmet),
-            "fix": next((c.fix for c in unmet if c.fix), None)}
+    return verdict("NeedsNotMet",
+                         "needs not met: " + "; ".join(f"{c.need} (required {c.required}, have {c.have})" for c in unmet),
+                         next((c.fix for c in unmet if c.fix), None))

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelyard.cli._common import emit_json, err, json_option, out, quiet_libraries, store_option, verbose_option, working
+from modelyard.errors import verdict
 from modelyard.settings import Settings
 
 
@@ -42,9 +43,9 @@ def upgrade_check_cmd(
         res = upgrade.upgrade_check(roots, cur, cand, settings, max_tokens=max_tokens)
     code = res.exit_code
     names = ", ".join(f"{a.name}@{a.revision}" for a in res.regressions)
-    error = {"type": "UpgradeRegression", "message": f"fails on vLLM {cand.vllm_version} but passes on "
-             f"{cur.vllm_version}: {names}", "fix": "See each artifact's 'what changed'; stay on the current release "
-             "for it, or re-ingest it for the candidate."} if code else None
+    error = verdict("UpgradeRegression", f"fails on vLLM {cand.vllm_version} but passes on {cur.vllm_version}: "
+                          f"{names}", "See each artifact's 'what changed'; stay on the current release for it, or "
+                          "re-ingest it for the candidate.") if code else None
     if as_json:
         emit_json(res.to_dict(), exit_code=code, error=error)
         return
@@ -67,7 +68,7 @@ def upgrade_check_cmd(
                 err.print(f"{escape(a.name)} on {label} vLLM {escape(str(o.vllm_version))}: {escape(o.error)}",
                           highlight=False, soft_wrap=True)
     if error is not None:
-        err.print(f"[bold red]regression:[/] {escape(error['message'])}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]regression:[/] {escape(str(error['message']))}", highlight=False, soft_wrap=True)
     else:
         out.print(f"no regression on vLLM {escape(str(cand.vllm_version))} ({len(res.artifacts)} artifact"
                   f"{'s' if len(res.artifacts) != 1 else ''})", highlight=False)

@@ -28,7 +28,7 @@ def _assert_clean(r, tmp_path, line: str):
 
 def test_missing_source(tmp_path):
     r = run_cli("ingest", f"file://{tmp_path}/nope", "--out", str(tmp_path / "store"))
-    _assert_clean(r, tmp_path, f"error: source folder {tmp_path}/nope does not exist")
+    _assert_clean(r, tmp_path, f"error[source_not_found]: source folder {tmp_path}/nope does not exist")
 
 
 def test_folder_without_config(tmp_path):
@@ -36,7 +36,7 @@ def test_folder_without_config(tmp_path):
     d.mkdir()
     (d / "model.safetensors").write_bytes(b"\0" * 16)
     r = run_cli("ingest", f"file://{d}", "--out", str(tmp_path / "store"))
-    _assert_clean(r, tmp_path, f"error: folder {d} has no config.json")
+    _assert_clean(r, tmp_path, f"error[missing_config]: folder {d} has no config.json")
 
 
 def test_pickle_only_folder(tmp_path):
@@ -54,7 +54,8 @@ def test_unreachable_endpoint_json(tmp_path):
                 env={"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_TOKEN": "hf_canary_never_print_me"})
     assert r.returncode == 2
     assert json_error(r.stdout, "ingest", 2) == {
-        "type": "EndpointUnreachableError", "message": f"cannot reach the hub endpoint http://127.0.0.1:{port} (ConnectError)",
+        "type": "EndpointUnreachableError", "code": "endpoint_unreachable",
+        "message": f"cannot reach the hub endpoint http://127.0.0.1:{port} (ConnectError)",
         "fix": "Check HF_ENDPOINT / MODELYARD_HF_ENDPOINT and the network."}
     assert "hf_canary_never_print_me" not in r.stdout + r.stderr
     assert store_artifacts(tmp_path / "store") == []

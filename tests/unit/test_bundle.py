@@ -560,7 +560,7 @@ def test_bundle_over_an_existing_file_is_refused_unless_forced(artifact, tmp_pat
     out.write_bytes(b"keep me")
     r = run_cli("bundle", str(artifact), "-o", str(out), timeout=120)
     assert (r.returncode, out.read_bytes()) == (2, b"keep me")
-    assert f"error: {out} already exists" in r.stderr and "--force" in r.stderr
+    assert f"error[bundle_invalid]: {out} already exists" in r.stderr and "--force" in r.stderr
     r = run_cli("bundle", str(artifact), "-o", str(out), "--force", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     assert json_result(r.stdout, "bundle")["bytes_out"] == out.stat().st_size

@@ -190,7 +190,8 @@ def test_verify_json_with_errors_keeps_the_report_schema_inside_the_envelope():
     assert (r.returncode, r.stderr) == (1, "")
     env = json_envelope(r.stdout, "verify", 1)
     jsonschema.validate(env["result"], json.loads(REPORT_SCHEMA.read_text()))
-    assert env["error"] == {"type": "VerificationFailedError", "message": f"{case} has 1 error, 0 warnings",
+    assert env["error"] == {"type": "VerificationFailedError", "code": "verification_failed",
+                            "message": f"{case} has 1 error, 0 warnings",
                             "fix": "Each finding in result.findings names the file, the field and the fix."}
 
 
@@ -198,7 +199,7 @@ def test_usage_error_with_json_is_the_envelope_and_without_is_typers_own(tmp_pat
     r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100", "--json")
     assert (r.returncode, r.stderr) == (2, "")
     assert json_error(r.stdout, "serve-plan", 2) == {
-        "type": "UsageError", "message": "Invalid value for '--gpu': 'V100' is not one of "
+        "type": "UsageError", "code": "usage", "message": "Invalid value for '--gpu': 'V100' is not one of "
                                          + ", ".join(repr(g) for g in GPUS) + ".",
         "fix": "See `modelyard serve-plan --help`."}
     r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100")

@@ -19,7 +19,7 @@ from modelyard.version import __version__
 from tests.conftest import json_envelope, json_error, run_cli
 
 INTERNAL_LINE = "internal error: RuntimeError: boom (re-run with --verbose for details)\n"
-INTERNAL_ERROR = {"type": "InternalError", "message": "internal error: RuntimeError: boom",
+INTERNAL_ERROR = {"type": "InternalError", "code": "internal", "message": "internal error: RuntimeError: boom",
                   "fix": "Re-run with --verbose for details."}
 
 
@@ -53,7 +53,7 @@ def test_verify_missing_path(tmp_path: Path):
     missing = tmp_path / "nope"
     r = run_cli("verify", str(missing))
     assert (r.returncode, r.stdout) == (2, "")
-    assert r.stderr == (f"error: {missing} does not exist\n"
+    assert r.stderr == (f"error[source_not_found]: {missing} does not exist\n"
                         "fix: Pass the model folder (the one with config.json).\n")
 
 
@@ -62,7 +62,7 @@ def test_verify_missing_path_json(tmp_path: Path):
     r = run_cli("verify", str(missing), "--json")
     assert (r.returncode, r.stderr) == (2, "")
     assert json.loads(r.stdout) == {"ok": False, "command": "verify", "exit_code": 2, "result": None, "error": {
-        "type": "SourceNotFoundError", "message": f"{missing} does not exist",
+        "type": "SourceNotFoundError", "code": "source_not_found", "message": f"{missing} does not exist",
         "fix": "Pass the model folder (the one with config.json)."}}
     json_envelope(r.stdout, "verify", 2)  # and its keys in order
 
@@ -72,16 +72,16 @@ def test_smoke_of_a_missing_or_file_path_names_the_path(tmp_path: Path):
     file.write_text("x")
     fix = "fix: Pass a model or artifact folder (`modelyard list` shows the store's artifacts).\n"
     r = run_cli("smoke", str(missing), "--smoke", "load")
-    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {missing} does not exist\n" + fix)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error[source_not_found]: {missing} does not exist\n" + fix)
     r = run_cli("smoke", str(file), "--smoke", "load")
-    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {file} is not a folder\n" + fix)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error[source_not_found]: {file} is not a folder\n" + fix)
 
 
 def test_runner_and_main_agree(tmp_path: Path, stderr: io.StringIO, monkeypatch, capsys):
     missing = tmp_path / "nope"
     r = CliRunner().invoke(app, ["verify", str(missing)])
     assert (r.exit_code, r.stdout) == (2, "")
-    assert stderr.getvalue() == (f"error: {missing} does not exist\n"
+    assert stderr.getvalue() == (f"error[source_not_found]: {missing} does not exist\n"
                                  "fix: Pass the model folder (the one with config.json).\n")
     monkeypatch.setattr(sys, "argv", ["modelyard", "verify", str(missing), "--json"])
     with pytest.raises(SystemExit) as exit_:
@@ -121,7 +121,7 @@ def test_interrupted(tiny_llama_dir: Path, stderr: io.StringIO, monkeypatch):
     assert (r.exit_code, r.stdout, stderr.getvalue()) == (130, "", "interrupted\n")
     r = CliRunner().invoke(app, ["verify", str(tiny_llama_dir), "--json"])
     assert (r.exit_code, json_error(r.stdout, "verify", 130), stderr.getvalue()) == (
-        130, {"type": "Interrupted", "message": "interrupted", "fix": None}, "interrupted\n")
+        130, {"type": "Interrupted", "code": "interrupted", "message": "interrupted", "fix": None}, "interrupted\n")
 
 
 def test_error_json_with_progress_command(tmp_path: Path, stderr: io.StringIO, monkeypatch):
@@ -141,7 +141,8 @@ def test_demo_missing_package_json(stderr: io.StringIO, monkeypatch):
     monkeypatch.setattr("modelyard.cli.ingest.demo_gguf_path", gone)
     r = CliRunner().invoke(app, ["demo", "--json"])
     assert r.exit_code == 2
-    assert json_error(r.stdout, "demo", 2) == {"type": "SourceNotFoundError", "message": "gone", "fix": "reinstall"}
+    assert json_error(r.stdout, "demo", 2) == {"type": "SourceNotFoundError", "code": "source_not_found",
+                                               "message": "gone", "fix": "reinstall"}
 
 
 
@@ -159,7 +160,8 @@ def test_verify_refuses_json_and_markdown_together(tmp_path):
     r = CliRunner().invoke(app, ["verify", str(tmp_path), "--json", "--markdown"])
     assert r.exit_code == 2
     assert json_error(r.stdout, "verify", 2) == {
-        "type": "InvalidTargetError", "message": "--json and --markdown both ask for the report on stdout",
+        "type": "InvalidTargetError", "code": "invalid_target",
+        "message": "--json and --markdown both ask for the report on stdout",
         "fix": "Pass one of them (the JSON report carries everything the Markdown one shows)."}
 
 

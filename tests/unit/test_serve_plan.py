@@ -542,5 +542,5 @@ def test_a_bare_artifact_name_is_read_from_the_default_store(tiny_llama_dir, tmp
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(app, ["verify", "nosuch", "--json"], env=env)
     assert json_error(r.stdout, "verify", 2) == {
-        "type": "StoreError", "message": f"the store {home} holds no artifact named 'nosuch'",
+        "type": "StoreError", "code": "store_failed", "message": f"the store {home} holds no artifact named 'nosuch'",
         "fix": "Check the name (`modelyard list`) or pass the artifact folder's path."}

@@ -250,7 +250,7 @@ def test_list_names_its_store_and_revisions_resolve_by_prefix(store_artifact, tm
     assert json_result(r.stdout, "show")["revision"] == rev
     missing = tmp_path / "nowhere"
     r = run_cli("list", "--out", str(missing))
-    assert r.returncode == 2 and f"error: there is no store at {missing}" in r.stderr
+    assert r.returncode == 2 and f"error[store_failed]: there is no store at {missing}" in r.stderr
 
 
 def test_the_signature_covers_what_is_run_not_only_model(artifact, keys):

@@ -44,7 +44,7 @@ def test_ingest_of_a_folder_without_config_fails_before_prefect(tmp_path):
     empty.mkdir()
     p, mods = _imports("ingest", f"file://{empty}", "--no-smoke", "--store", str(tmp_path / "store"))
     assert (p.returncode, p.stdout) == (2, "")
-    assert p.stderr.splitlines()[:2] == [f"error: folder {empty} has no config.json",
+    assert p.stderr.splitlines()[:2] == [f"error[missing_config]: folder {empty} has no config.json",
                                          "fix: Point SOURCE at a transformers model folder (with config.json)."]
     assert "prefect" not in mods and "torch" not in mods and "transformers" not in mods
     assert "modelyard" in mods  # the import lines were read
@@ -59,7 +59,7 @@ def test_ingest_of_pickle_only_weights_fails_before_prefect(tmp_path):
     p, mods = _imports("ingest", f"file://{d}", "--store", str(tmp_path / "store"), "--json")
     assert p.returncode == 2
     assert json_error(p.stdout, "ingest", 2) == {
-        "type": "UnsupportedWeightsError",
+        "type": "UnsupportedWeightsError", "code": "unsupported_weights",
         "message": f"folder {d} has only pickle weights (pytorch_model.bin); modelyard never unpickles",
         "fix": "Convert them to safetensors in a sandbox (transformers save_pretrained) and ingest that."}
     assert "prefect" not in mods
@@ -70,7 +70,7 @@ def test_ingest_with_exclude_patterns_is_prechecked_with_them(tmp_path, tiny_lla
     p, mods = _imports("ingest", f"file://{tiny_llama_dir}", "--exclude", "*.safetensors", "--no-smoke",
                        "--store", str(tmp_path / "store"))
     assert p.returncode == 2
-    assert p.stderr.splitlines()[:2] == [f"error: folder {tiny_llama_dir} has no *.safetensors weights",
+    assert p.stderr.splitlines()[:2] == [f"error[unsupported_weights]: folder {tiny_llama_dir} has no *.safetensors weights",
                                          "fix: Publish the weights as safetensors."]
     assert "prefect" not in mods
 
@@ -81,8 +81,8 @@ def test_ingest_of_a_damaged_single_file_source_fails_before_prefect(tmp_path, k
     f.write_bytes(b"not a model at all")
     p, mods = _imports("ingest", f"{kind}://{f}", "--no-smoke", "--store", str(tmp_path / "store"))
     assert p.returncode == 2
-    want = (f"error: {f} is not a GGUF file (no GGUF magic)" if kind == "gguf" else
-            f"error: {f.name}: no zstd frame at byte 0 (magic 0x20746f6e); the file is not zstd-compressed")
+    want = (f"error[invalid_source]: {f} is not a GGUF file (no GGUF magic)" if kind == "gguf" else
+            f"error[bundle_invalid]: {f.name}: no zstd frame at byte 0 (magic 0x20746f6e); the file is not zstd-compressed")
     assert p.stderr.splitlines()[0] == want
     assert "prefect" not in mods
 
