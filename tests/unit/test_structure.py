@@ -1,8 +1,9 @@
 """The package's shape, measured with the stdlib ``ast`` and ``tokenize``: no import circle inside any package,
 no module over 450 lines but the named ones (which may only shrink, and leave the list once at or under 450), no
 more per-function exceptions to ruff's complexity and argument-count rules than recorded, mypy strict where
-``pyproject.toml`` says, and no module outside ``artifact/`` that parses ``manifest.json`` or ``report.json``
-itself."""
+``pyproject.toml`` says, no module outside ``artifact/`` that parses ``manifest.json`` or ``report.json``
+itself, and no more ``Settings()`` built below the entry points or public functions returning ``dict[str, Any]``
+than recorded."""
 
 from __future__ import annotations
 
@@ -224,3 +225,40 @@ def test_no_cli_function_takes_more_than_12_parameters():
                 if n > 12:
                     wide[f"{name}.{node.name}"] = n
     assert wide == {}
+
+
+#: ``Settings()`` built from the environment outside the entry points (``cli/``, ``flows/``), when the rule came in:
+#: one ``Settings`` per run is built where the run starts and passed down; this count may only go down
+SETTINGS_BUDGET = 18
+#: module-level public functions outside ``cli/`` returning ``dict[str, Any]`` when the rule came in (results
+#: cross layers typed; a document builder such as ``vllm_config`` returns its document): may only go down
+DICT_RESULT_BUDGET = 35
+
+
+def _settings_built_here(tree: ast.AST) -> int:
+    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+               and node.func.id == "Settings" and not node.args and not node.keywords)
+
+
+def _dict_results(tree: ast.Module) -> list[str]:
+    return [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not node.name.startswith("_") and node.returns is not None
+            and ast.unparse(node.returns).replace(" ", "") == "dict[str,Any]"]
+
+
+def test_the_typing_rules_see_what_they_count():
+    src = "def f() -> dict[str, Any]:\n    s = Settings()\n    t = Settings(home=h)\n    return {}\n" \
+          "def _g() -> dict[str, Any]: ...\nclass C:\n    def to_dict(self) -> dict[str, Any]: ...\n"
+    tree = ast.parse(src)
+    assert (_settings_built_here(tree), _dict_results(tree)) == (1, ["f"])
+
+
+def test_settings_are_built_at_the_entry_points_and_results_are_typed():
+    trees = {n: ast.parse(p.read_text()) for n, p in MODULES.items()
+             if not n.startswith(("modelyard.cli", "modelyard.runtime.scripts"))}
+    settings = sum(_settings_built_here(t) for n, t in trees.items() if not n.startswith("modelyard.flows"))
+    dicts = sum(len(_dict_results(t)) for t in trees.values())
+    assert settings <= SETTINGS_BUDGET, (f"Settings() built {settings} times outside cli/ and flows/ (budget "
+                                         f"{SETTINGS_BUDGET}): take the run's settings as a parameter instead")
+    assert dicts <= DICT_RESULT_BUDGET, (f"{dicts} public functions return dict[str, Any] (budget "
+                                         f"{DICT_RESULT_BUDGET}): return a typed result")
