@@ -44,6 +44,7 @@ from modelyard.stages.serve.options import CanaryFlags, LoraFlags, ServePlanFlag
 from modelyard.stages.smoke import bench, sweep
 from modelyard.stages.smoke import server as serve_smoke
 from modelyard.stages.smoke.bench_out import write_bench_out
+from modelyard.stages.smoke.golden import load_golden
 from modelyard.stages.smoke.options import BenchLoadFlags, SmokeFlags
 
 
@@ -174,7 +175,7 @@ def smoke_cmd(  # noqa: PLR0913
 
                 config = vllm_config(plan_serve(model_dir, ServeTarget(gpu=DEFAULT_GPU)), model=str(model_dir))
             golden = options["golden"]
-            prompts, src = serve_smoke.load_golden(Path(golden) if golden else None, mode)
+            prompts, src = load_golden(Path(golden) if golden else None, mode)
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
                                            bench=spec if level == "bench" else None, mode=mode,

@@ -66,6 +66,7 @@ from modelyard.stages import patch, quantize, serve, smoke, verify
 from modelyard.stages.serve.files import vllm_config, write_serve_files
 from modelyard.stages.smoke import bench, warmup
 from modelyard.stages.smoke import server as serve_smoke
+from modelyard.stages.smoke.golden import load_golden
 from modelyard.transport.objectstore import open_store
 from modelyard.transport.publish import publish
 
@@ -225,9 +226,8 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions
                       plan: serve.ServePlan | None, name: str, parent: Path | None = None) -> serve_smoke.ServerSmokeResult:
     """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides), through
     the target's serving mode (``options.mode``: the chat or the completions API)."""
-
     cfg = vllm_config(plan, model=str(model_dir)) if plan else {"served-model-name": name}
-    golden, src = serve_smoke.load_golden(_path(options.golden), options.mode)
+    golden, src = load_golden(_path(options.golden), options.mode)
     res = serve_smoke.smoke_server(
         model_dir, settings, config=cfg, question=options.prompt, max_tokens=options.max_tokens,
         golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.level == "bench" else None,

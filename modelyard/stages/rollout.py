@@ -38,6 +38,7 @@ from modelyard.settings import Settings
 from modelyard.stages.serve.canary import CANARY_SERVER, STABLE_SERVER, UPSTREAM_FILE, upstream_conf
 from modelyard.stages.smoke import server as serve_smoke
 from modelyard.stages.smoke.bench import BenchSpec
+from modelyard.stages.smoke.golden import load_golden
 
 DEFAULT_RELOAD = "docker compose exec -T nginx nginx -s reload"
 HISTORY_FILE = "rollout.json"
@@ -143,7 +144,7 @@ def rollout(canary_model: Path, serve_dir: Path, settings: Settings, *, steps: S
                                  fix="Write it with `modelyard serve-plan STABLE --proxy --canary CANARY -o DIR`.")
     config = yaml.safe_load(cfg_file.read_text())
     name = config["served-model-name"]
-    prompts, src = serve_smoke.load_golden(None, mode)
+    prompts, src = load_golden(None, mode)
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     history_path = canary_dir / HISTORY_FILE
     done: list[RolloutStep] = []

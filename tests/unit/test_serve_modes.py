@@ -21,7 +21,7 @@ from modelyard.flows.ingest import smoke_covers
 from modelyard.flows.options import IngestOptions
 from modelyard.model.modes import DEFAULT_SERVE, judge_answer
 from modelyard.settings import Settings
-from modelyard.stages.smoke import bench, smoke_load
+from modelyard.stages.smoke import bench, golden, smoke_load
 from modelyard.stages.smoke import server as ss
 from tests.conftest import json_result, run_cli
 
@@ -48,11 +48,11 @@ def test_default_prompt_and_golden_set_per_mode():
     assert [IngestOptions(serve=m).smoke_prompt() for m in ("chat", "completion")] == [
         "What is the capital of France?", "The capital of France is"]
     assert IngestOptions(serve="completion", question="Once upon a time").smoke_prompt() == "Once upon a time"
-    prompts, src = ss.load_golden(None, "completion")
+    prompts, src = golden.load_golden(None, "completion")
     assert [(p.name, p.prompt, p.expect, p.max_tokens) for p in prompts] == [
         ("capital-of-france-continued", "The capital of France is", ("Paris",), 16)]
     assert src.startswith(str(ss.DATA / "golden-demo-completion.yaml") + "@sha256:")
-    assert ss.load_golden(None)[1].startswith(str(ss.DATA / "golden-demo.yaml") + "@")
+    assert golden.load_golden(None)[1].startswith(str(golden.DATA / "golden-demo.yaml") + "@")
 
 
 def test_unknown_mode_is_a_usage_error():

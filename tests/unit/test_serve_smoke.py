@@ -3,19 +3,22 @@ the Markdown of a server result. The server itself is exercised in tests/e2e/tes
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 
 from modelyard.checks.report import _server_smoke_md
 from modelyard.errors import InvalidTargetError
+from modelyard.stages.smoke import golden
 from modelyard.stages.smoke import server as ss
 
 
 def test_default_golden_set_is_for_the_demo_model():
-    prompts, src = ss.load_golden(None)
+    prompts, src = golden.load_golden(None)
     assert [(p.name, p.prompt, p.expect, p.max_tokens) for p in prompts] == [
         ("capital-of-france", "What is the capital of France?", ("Paris",), 64),
         ("largest-planet", "Which planet is the largest in our solar system?", ("Jupiter",), 64)]
-    assert src.startswith(str(ss.DATA / "golden-demo.yaml") + "@sha256:") and len(src.split(":")[-1]) == 12
+    assert src.startswith(str(golden.DATA / "golden-demo.yaml") + "@sha256:") and len(src.split(":")[-1]) == 12
 
 
 @pytest.mark.parametrize("body,msg", [
@@ -30,16 +33,16 @@ def test_bad_golden_files_are_usage_errors(tmp_path, body, msg):
     f = tmp_path / "g.yaml"
     f.write_text(body)
     with pytest.raises(InvalidTargetError, match=msg.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")) as e:
-        ss.load_golden(f)
+        golden.load_golden(f)
     assert e.value.exit_code == 2 and str(f) in str(e.value)
 
 
 def test_golden_verdicts():
-    g = ss.GoldenPrompt("g", "q", ("Paris", "France"), r"\bParis\b", 16)
-    assert ss.judge_golden(g, "Paris is the capital of France.")["passed"] is True
-    miss = ss.judge_golden(g, "Lyon, France")
-    assert (miss["passed"], miss["missing"], miss["regex_matched"]) == (False, ["Paris"], False)
-    assert ss.judge_golden(ss.GoldenPrompt("s", "q", ("4",)), None) == {
+    g = golden.GoldenPrompt("g", "q", ("Paris", "France"), r"\bParis\b", 16)
+    assert golden.judge_golden(g, "Paris is the capital of France.").passed is True
+    miss = golden.judge_golden(g, "Lyon, France")
+    assert (miss.passed, miss.missing, miss.regex_matched) == (False, ["Paris"], False)
+    assert asdict(golden.judge_golden(golden.GoldenPrompt("s", "q", ("4",)), None)) == {
         "name": "s", "prompt": "q", "answer": "", "missing": ["4"], "regex": None, "regex_matched": None, "passed": False}
 
 

