@@ -74,6 +74,18 @@ def generated_doc(path: Path, text: str) -> None:
     assert path.read_text() == text, f"{path.name} is stale: MODELYARD_UPDATE_GOLDEN=1 rewrites it"
 
 
+def store_beside(demo_run, root: Path) -> Path:  # noqa: ANN001 - the demo_run fixture's (store, result)
+    """A store of one's own at ``root`` holding a hard-linked copy of the demo artifact (same name and revision):
+    the demo store is shared read-only by the session's tests, and a LoRA adapter must lie beside its base
+    (``<store>/<base name>/<revision>``). Returns ``root``."""
+    import shutil
+
+    demo_home, out = demo_run
+    base = Path(out["artifact"])
+    shutil.copytree(base, root / base.relative_to(demo_home), symlinks=True, copy_function=os.link)
+    return root
+
+
 def store_artifacts(home: Path) -> list[Path]:
     """Every published artifact folder under ``home`` (name/revision with a manifest)."""
     return sorted(p.parent for p in home.glob("*/*/manifest.json"))

@@ -108,8 +108,9 @@ class PublishResult:
     content_digest: str
     digest: str | None = None  # OCI: the image manifest's digest
     skipped: int = 0  # blobs the registry already held; S3: files the prefix already held (same size and sha256)
-    sent: int | None = None  # S3: bytes sent (a killed publish's files and parts are not sent again); None: not counted
+    sent: int | None = None  # bytes sent (a killed publish's files, parts and chunks are not sent again); None: not counted
     referrers: tuple[str, ...] = ()  # OCI: what was pushed as referrers of the manifest (signature, verification, smoke)
+    restarted: tuple[str, ...] = ()  # OCI: files whose kept upload session the registry had forgotten (sent again whole)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ def publish_modelcar(artifact_dir: str | Path, ref: str, *, settings: Any = None
     unreachable or refusing registry; :class:`HashMismatchError` (exit 1) naming a file whose bytes differ
     from ``manifest.json``."""
     # the registry is reached (or refused) before the layers are written
-    target, art, client, container = push_target(artifact_dir, ref, settings=settings, insecure=insecure, home=home)
+    target, art, client, container, _ = push_target(artifact_dir, ref, settings=settings, insecure=insecure, home=home)
     skipped = 0
     with tempfile.TemporaryDirectory(prefix="modelyard-modelcar-") as td:
         layout = Path(td) / "layout"
@@ -164,7 +164,7 @@ def publish_modelcar(artifact_dir: str | Path, ref: str, *, settings: Any = None
         with progress.task(f"pushing ModelCar to {target}", total=total) as adv:
             for digest, b in blobs.items():
                 what = (b.get("annotations") or {}).get(IN_LAYER_PATH) or f"blob {digest}"
-                skipped += upload_layer(client, container, _blob(layout, digest), b, what, target, chunk_size)
+                skipped += upload_layer(client, container, _blob(layout, digest), b, what, target, chunk_size) is None
                 adv(b["size"])
         for desc in mans if entry["mediaType"] == INDEX_MEDIA_TYPE else []:
             _put_manifest(client, target, desc["digest"], _blob(layout, desc["digest"]).read_bytes(), desc["mediaType"],

@@ -16,8 +16,9 @@ hashed is refused there, and each byte is read once (never hashed again here).
 - manifest annotations: ``org.opencontainers.image.{title,version,revision,source,created}`` and
   ``dev.modelyard.{content-digest,source.commit,quantization}``.
 
-Files over ``chunk_size`` (16 MiB) go up in chunks (POST, PATCH per chunk, PUT), the rest in one
-PUT; :data:`LAYER_CONCURRENCY` layers at once. Pull fetches the manifest, checks every layer title (no ``..``,
+Files over ``chunk_size`` (16 MiB) go up in chunks (POST, PATCH per chunk, PUT) that a killed publish continues
+(:mod:`.oci_upload`), the rest in one PUT; :data:`LAYER_CONCURRENCY` layers at once.
+Pull fetches the manifest, checks every layer title (no ``..``,
 no absolute path) and that the layers are exactly manifest.json's files (same sha256) plus the others, streams
 each blob to a temp folder while hashing it (a big blob as ranged GETs, several in flight, when the registry
 answers ``Range``) and renames the folder into place when everything matched.
@@ -40,14 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from modelyard import progress
-from modelyard.artifact.layout import MANIFEST, REPORT_JSON, SIGNATURE
-from modelyard.artifact.report_record import ReportRecord
+from modelyard.artifact.layout import MANIFEST, SIGNATURE
 from modelyard.errors import HashMismatchError, PublishError, SignatureError
 from modelyard.settings import Settings
 from modelyard.transport import referrers
 from modelyard.transport._transfer import (
     RANGE_PART,
-    LocalArtifact,
     PublishResult,
     PullResult,
     Staging,
@@ -57,6 +56,7 @@ from modelyard.transport._transfer import (
     skip_bytes,
 )
 from modelyard.transport.modelpack import TITLE, annotations_of, model_config
+from modelyard.transport.oci_upload import Upload, upload_blob
 from modelyard.transport.refs import load_artifact
 from modelyard.transport.signing import verify_signature
 
@@ -201,7 +201,7 @@ def check_response(r, what: str, ref: OciRef, *, fix: str | None = None) -> None
 
 def push_target(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
                 home: Path | None = None):  # noqa: ANN201
-    """What a push needs: ``(target OciRef with its tag, LocalArtifact, oras client, container)``. The tag
+    """What a push needs: ``(target OciRef with its tag, LocalArtifact, oras client, container, the settings)``. The tag
     defaults to the artifact's revision. Raises :class:`PublishError` for a digest reference, an artifact
     that does not match its manifest, or an unreachable registry (checked before any work)."""
     target = parse_oci_ref(ref)
@@ -211,8 +211,9 @@ def push_target(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
     if target.tag is None:
         rev = art.manifest.revision or "latest"
         target = OciRef(target.host, target.repo, rev if _TAG_RE.match(rev) else "latest", None)
-    client = _client(target, insecure, Settings() if settings is None else settings)
-    return target, art, client, client.get_container(f"{target.repo}:{target.tag}")
+    settings = Settings() if settings is None else settings
+    client = _client(target, insecure, settings)
+    return target, art, client, client.get_container(f"{target.repo}:{target.tag}"), settings
 
 
 def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
@@ -223,14 +224,15 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
     Raises :class:`PublishError` (exit 2) when the reference is malformed, the registry is unreachable
     or refuses a blob (a file whose bytes no longer match its sha256 is refused by the registry's
     digest check and named in the message)."""
-    target, art, client, container = push_target(artifact_dir, ref, settings=settings, insecure=insecure, home=home)
+    target, art, client, container, settings = push_target(artifact_dir, ref, settings=settings, insecure=insecure,
+                                                           home=home)
     entries = [(MANIFEST, len(art.manifest_bytes), _sha(art.manifest_bytes), None)]
     entries += [(f.rel, f.size, f.sha256, f.path) for f in art.files]
     layers: list[dict[str, Any]] = [{"mediaType": media_type(rel), "digest": f"sha256:{sha}", "size": size,
                "annotations": {TITLE: rel, FILEPATH: rel}} for rel, size, sha, _ in entries]
     config_bytes = json.dumps(model_config(art, [lay["digest"] for lay in layers]), sort_keys=True,
                               separators=(",", ":")).encode()
-    skipped = 0
+    journal = settings.cache_dir() / "oci-uploads"
     with tempfile.TemporaryDirectory(prefix="modelyard-oci-") as td:
         small = Path(td)
         (small / MANIFEST).write_bytes(art.manifest_bytes)
@@ -238,15 +240,15 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
         with progress.task(f"pushing to {target}", total=art.total_bytes + len(config_bytes)) as adv:
             config_layer = {"mediaType": CONFIG_MEDIA_TYPE, "digest": f"sha256:{_sha(config_bytes)}",
                             "size": len(config_bytes)}
-            skipped += upload_layer(client, container, small / "config.json", config_layer, "the ModelPack config blob",
-                               target, chunk_size)
+            ups = [upload_layer(client, container, small / "config.json", config_layer, "the ModelPack config blob",
+                                target, chunk_size, journal)]
             adv(len(config_bytes))
             pool = ThreadPoolExecutor(max_workers=LAYER_CONCURRENCY, thread_name_prefix="modelyard-oci-layer")
             try:  # layers go up side by side (each one's chunks in order, as the protocol asks)
                 futures = [pool.submit(upload_layer, client, container, path or small / MANIFEST, layer, rel, target,
-                                       chunk_size) for (rel, _size, _sha256, path), layer in zip(entries, layers)]
+                                       chunk_size, journal) for (rel, _size, _sha256, path), layer in zip(entries, layers)]
                 for fut, (_rel, size, _sha256, _path) in zip(futures, entries):
-                    skipped += fut.result()
+                    ups.append(fut.result())
                     adv(size)
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
@@ -255,14 +257,16 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
         r = client.upload_manifest(manifest, container)
         check_response(r, "the image manifest", target)
     digest = r.headers.get("Docker-Content-Digest") or ""
-    pushed = push_evidence(client, container, art, digest) if digest else ()
+    pushed = referrers.push_evidence(client, container, art, digest) if digest else ()
+    restarted = tuple(str(e[0]) for e, up in zip([("the ModelPack config blob",), *entries], ups) if up and up.forgotten)
     return PublishResult(uri=f"oci://{target.host}/{target.repo}:{target.tag}", files=len(entries),
-                         bytes=art.total_bytes, content_digest=art.manifest.content_digest,
-                         digest=digest or None, skipped=skipped, referrers=pushed)
+                         bytes=art.total_bytes, content_digest=art.manifest.content_digest, digest=digest or None,
+                         skipped=sum(u is None for u in ups), sent=sum(u.sent for u in ups if u), referrers=pushed,
+                         restarted=restarted)
 
 
 def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, home: Path | None = None) -> PublishResult:
-    """Push the artifact's signature and attestations (:func:`push_evidence`) as OCI 1.1 referrers of the
+    """Push the artifact's signature and attestations (:func:`~modelyard.transport.referrers.push_evidence`) as OCI 1.1 referrers of the
     manifest already at ``ref`` (a tag or ``@sha256:`` digest), pushing no layer: for an artifact signed after
     it was published. That manifest must be this artifact's (its ``dev.modelyard.content-digest`` annotation and
     its manifest.json layer, the same bytes), else :class:`PublishError` (exit 2) names both; an artifact
@@ -286,61 +290,36 @@ def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, home
                 f"holds the same content ({ours}) under another manifest.json (another revision or origin)")
         raise PublishError(f"{src} {said}; nothing was attached",
                            fix="Attach to the manifest this artifact was published as (`modelyard publish` prints it).")
-    pushed = push_evidence(client, container, art, digest)
+    pushed = referrers.push_evidence(client, container, art, digest)
     return PublishResult(uri=f"oci://{src.host}/{src.repo}@{digest}", files=0, bytes=0,
                          content_digest=art.manifest.content_digest, digest=digest, referrers=pushed)
 
 
-def push_evidence(client, container, art: LocalArtifact, digest: str) -> tuple[str, ...]:  # noqa: ANN001
-    """Push the artifact's signature (``model.sig``), its verification report and its smoke evidence as OCI 1.1
-    referrers of the manifest ``digest`` (:mod:`modelyard.transport.referrers`); returns their kinds."""
-    subject = referrers.subject_of(client, container, digest)
-    name = art.manifest.name or art.root.name
-    out = []
-    sig = art.root / SIGNATURE
-    if sig.is_file():
-        referrers.push_referrer(client, container, subject, artifact_type=referrers.SIGSTORE_BUNDLE,
-                                blob=sig.read_bytes(), title=SIGNATURE, kind="signature", created=art.manifest.created_at)
-        out.append("signature")
-    report = art.root / REPORT_JSON
-    record = ReportRecord.from_bytes(report.read_bytes()) if report.is_file() else None
-    if record is not None:
-        body = referrers.statement(name, digest, referrers.VERIFICATION_PREDICATE, record.to_dict())
-        referrers.push_referrer(client, container, subject, artifact_type=referrers.IN_TOTO, blob=body,
-                                title="verification.intoto.json", kind="verification", created=art.manifest.created_at)
-        out.append("verification")
-    smoke = record.smoke if record is not None and record.smoke is not None else art.manifest.smoke
-    if smoke is not None:  # from the report (which the signature covers) where it has one
-        body = referrers.statement(name, digest, referrers.SMOKE_PREDICATE, smoke.to_dict())
-        referrers.push_referrer(client, container, subject, artifact_type=referrers.IN_TOTO, blob=body,
-                                title="smoke.intoto.json", kind="smoke", created=art.manifest.created_at)
-        out.append("smoke")
-    return tuple(out)
-
-
-def upload_layer(client, container, path: Path, layer: dict, what: str, ref: OciRef, chunk_size: int) -> int:  # noqa: ANN001
-    """Upload one blob unless the registry has it (returns 1 then). The registry checks the digest."""
+def upload_layer(client, container, path: Path, layer: dict, what: str, ref: OciRef, chunk_size: int,  # noqa: ANN001
+                 journal: Path | None = None) -> Upload | None:
+    """Upload one blob unless the registry has it (None then); a big one in chunks that a killed publish continues
+    (:func:`~modelyard.transport.oci_upload.upload_blob`, its session kept under ``journal``). The registry checks
+    the digest."""
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
 
     try:
         if client.blob_exists(layer, container):
-            return 1
-        big = layer["size"] > chunk_size
-        r = (client.chunked_upload(str(path), container, layer, chunk_size=chunk_size) if big
-             else client.put_upload(str(path), container, layer))
+            return None
+        up = upload_blob(client, container, path, layer, chunk_size=chunk_size, journal=journal) \
+            if layer["size"] > chunk_size else Upload(client.put_upload(str(path), container, layer), layer["size"])
     except OSError as exc:
         raise PublishError(f"{ref}: cannot read {what} ({exc.strerror or exc})",
                            fix="Check that the artifact folder is readable.") from exc
     except (requests.exceptions.RequestException, ValueError) as exc:
         raise PublishError(f"{ref}: uploading {what} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
                            fix="Check the registry (running, free space), then publish again.") from exc
-    if r.status_code == 400 and "DIGEST_INVALID" in r.text:
+    if up.response.status_code == 400 and "DIGEST_INVALID" in up.response.text:
         raise HashMismatchError(f"{ref}: the registry refused {what}: its bytes do not match sha256 "
                                 f"{layer['digest'][7:]} recorded in manifest.json",
                                 fix="The artifact changed after it was made: run `modelyard verify` on it and "
                                     "re-ingest the model.")
-    check_response(r, what, ref)
-    return 0
+    check_response(up.response, what, ref)
+    return up
 
 
 def _sha(data: bytes) -> str:

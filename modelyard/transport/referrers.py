@@ -28,7 +28,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from modelyard.artifact.layout import REPORT_JSON, SIGNATURE
+from modelyard.artifact.report_record import ReportRecord
 from modelyard.errors import PublishError
+from modelyard.transport._transfer import LocalArtifact
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
@@ -237,3 +240,30 @@ def fetch_layer(client: Any, container: Any, ref: Referrer, limit: int = 16 << 2
         raise PublishError(f"the layer of the referrer {ref.digest} does not match its digest",
                            fix="Do not trust this registry's copy; publish the artifact again.")
     return b.content
+
+
+def push_evidence(client, container, art: LocalArtifact, digest: str) -> tuple[str, ...]:  # noqa: ANN001
+    """Push the artifact's signature (``model.sig``), its verification report and its smoke evidence as OCI 1.1
+    referrers of the manifest ``digest`` (:mod:`modelyard.transport.referrers`); returns their kinds."""
+    subject = subject_of(client, container, digest)
+    name = art.manifest.name or art.root.name
+    out = []
+    sig = art.root / SIGNATURE
+    if sig.is_file():
+        push_referrer(client, container, subject, artifact_type=SIGSTORE_BUNDLE,
+                                blob=sig.read_bytes(), title=SIGNATURE, kind="signature", created=art.manifest.created_at)
+        out.append("signature")
+    report = art.root / REPORT_JSON
+    record = ReportRecord.from_bytes(report.read_bytes()) if report.is_file() else None
+    if record is not None:
+        body = statement(name, digest, VERIFICATION_PREDICATE, record.to_dict())
+        push_referrer(client, container, subject, artifact_type=IN_TOTO, blob=body,
+                                title="verification.intoto.json", kind="verification", created=art.manifest.created_at)
+        out.append("verification")
+    smoke = record.smoke if record is not None and record.smoke is not None else art.manifest.smoke
+    if smoke is not None:  # from the report (which the signature covers) where it has one
+        body = statement(name, digest, SMOKE_PREDICATE, smoke.to_dict())
+        push_referrer(client, container, subject, artifact_type=IN_TOTO, blob=body,
+                                title="smoke.intoto.json", kind="smoke", created=art.manifest.created_at)
+        out.append("smoke")
+    return tuple(out)

@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import json_result, run_cli
+from tests.conftest import json_result, run_cli, store_beside
 from tests.unit.test_adapter import make_adapter
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 
 def test_adapter_answers_through_vllm_lora(demo_run, tmp_path):
-    home, out = demo_run
+    _, out = demo_run
+    home = store_beside(demo_run, tmp_path / "store")  # the demo store stays as the other tests read it
     adapter = make_adapter(Path(out["artifact"]) / "model", tmp_path / "smol-lora", r=8)
     r = run_cli("ingest", f"file://{adapter}", "--base", f"{out['name']}@{out['revision']}", "--name", "smol-lora",
                 "--store", str(home), "--serve", "completion", "--json", timeout=900)

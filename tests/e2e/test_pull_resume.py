@@ -25,6 +25,7 @@ from modelyard.transport._transfer import RANGE_PART
 from modelyard.transport.oci import publish_oci
 from modelyard.transport.s3 import publish_s3
 from tests.conftest import json_error, json_result, run_cli
+from tests.e2e.gate_relay import GateRelay
 from tests.e2e.publish_servers import AWS_ENV
 from tests.killing import kill_at
 from tests.unit.test_bundle import _build_artifact
@@ -257,60 +258,6 @@ def test_a_stalled_registry_fails_the_pull_within_its_timeout(big_artifact, regi
     assert list(into.parent.glob(f".{into.name}.pull-*/serve/shard.bin")) and not into.exists()
 
 
-class _GateRelay:
-    """A TCP relay on 127.0.0.1 in front of the registry that passes the client's bytes through unchanged and the
-    server's until ``after`` bytes of them (all connections together) have been relayed; then it holds every
-    answer (``held`` is set) until ``release`` is set. The test fills the disk while the pull waits on a half
-    written shard, so the case runs the same on a loaded machine as on an idle one (no polling race)."""
-
-    def __init__(self, upstream: str, after: int) -> None:
-        import socket
-        import threading
-
-        host, _, port = upstream.rpartition(":")
-        self._upstream = (host, int(port))
-        self._after = after
-        self._relayed = 0
-        self._lock = threading.Lock()
-        self.held = threading.Event()
-        self.release = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import socket
-        import threading
-
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self._upstream)
-            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
-
-    def _pipe(self, src, dst, answers: bool) -> None:  # noqa: ANN001
-        with contextlib.suppress(OSError):
-            while chunk := src.recv(1 << 16):
-                if answers:
-                    with self._lock:
-                        self._relayed += len(chunk)
-                        over = self._relayed >= self._after
-                    if over:
-                        self.held.set()
-                        self.release.wait()
-                dst.sendall(chunk)
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(2)
-
-    def close(self) -> None:
-        self.release.set()
-        self._listener.close()
-
-
 def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_artifact, registry, tmp_path):
     """A real 240 MiB tmpfs holds the 200 MiB artifact when the pull starts (the preflight passes); once 32 MiB of
     the shard are on their way (a relay in front of the registry holds the rest), another writer takes the rest of
@@ -324,14 +271,14 @@ def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_arti
     if r.returncode != 0:
         mnt.rmdir()
         pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
-    relay = _GateRelay(registry, after=2 * RANGE_PART)
+    relay = GateRelay(registry, after=2 * RANGE_PART)
     try:
         ref = f"{registry}/models/fill-{uuid.uuid4().hex[:8]}:v1"
         publish_oci(big_artifact, f"oci://{ref}")
         into = mnt / "pulled"
         cli = subprocess.Popen([sys.executable, "-m", "modelyard", "pull", f"oci://{relay.address}/{ref.split('/', 1)[1]}",
                                 "-o", str(into), "--json"], stdout=subprocess.PIPE, text=True)
-        assert relay.held.wait(timeout=180), "the pull never asked for the shard"
+        assert relay.holding.wait(timeout=180), "the pull never asked for the shard"
         with open(mnt / "filler", "wb") as fh:
             with contextlib.suppress(OSError):
                 os.posix_fallocate(fh.fileno(), 0, shutil.disk_usage(mnt).free)
@@ -347,3 +294,77 @@ def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_arti
         relay.close()
         subprocess.run(["umount", "-l", str(mnt)], check=False)
         mnt.rmdir()
+
+
+def _kill_oci_publish_at(big_artifact: Path, relay: GateRelay, ref: str, env: dict, journal: Path) -> dict:
+    """Run ``modelyard publish ARTIFACT --to REF`` through ``relay``; once the relay holds it, check that the layer's
+    upload session is kept in ``journal`` (its record returned), SIGKILL the publish and drop what the relay held
+    (the killed process never sent it)."""
+    import signal
+    import subprocess
+
+    cli = subprocess.Popen([sys.executable, "-m", "modelyard", "publish", str(big_artifact), "--to", ref, "--json"],
+                           env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert relay.holding.wait(timeout=180), "the publish never reached the hold"
+        kept = [json.loads(p.read_text()) for p in journal.glob("*.json")]
+        assert len(kept) == 1 and kept[0]["digest"] == "sha256:" + _tree(big_artifact)["serve/shard.bin"]
+    finally:
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait(timeout=60)
+        relay.cut()
+    return kept[0]
+
+
+def _unsent(big_artifact: Path, registry: str, ref: str) -> int:
+    """Bytes of the artifact's files but the big shard that the registry does not hold yet."""
+    import requests
+
+    repo = ref.split("/", 3)[3].split(":")[0]
+    return sum((big_artifact / rel).stat().st_size for rel, sha in _tree(big_artifact).items()
+               if rel != "serve/shard.bin" and requests.head(f"http://{registry}/v2/{repo}/blobs/sha256:{sha}",
+                                                             timeout=30).status_code != 200)
+
+
+def test_a_killed_oci_publish_continues_the_half_pushed_layer(big_artifact, registry, tmp_path):
+    """`modelyard publish --to oci://` SIGKILLed while the 200 MiB layer goes up, between two chunks (a relay in front
+    of the real registry holds the 4th chunk's PATCH): the session's location was kept in the journal under
+    MODELYARD_HOME; the next publish asks the registry what the session holds (3 chunks) and sends only the rest of
+    that layer and the files the registry has not (the config blob went first, in the killed run); it pulls whole."""
+    import requests
+
+    env = {"MODELYARD_HOME": str(tmp_path / "home")}
+    journal = tmp_path / "home" / ".cache" / "oci-uploads"
+    relay = GateRelay(registry, after=3 * RANGE_PART, held="requests", at=b"PATCH ")
+    try:
+        ref = f"oci://{relay.address}/models/republish-{uuid.uuid4().hex[:8]}:v1"
+        kept = _kill_oci_publish_at(big_artifact, relay, ref, env, journal)
+        status = requests.get(kept["location"], timeout=30)  # what the session holds, as the next publish asks it
+        assert (status.status_code, status.headers.get("Range")) == (204, f"0-{3 * RANGE_PART - 1}"), status.text
+        missing = _unsent(big_artifact, registry, ref)
+        out = json_result(run_cli("publish", str(big_artifact), "--to", ref, "--json", env=env).stdout, "publish")
+        assert (out["sent"], out["restarted"]) == (BIG - 3 * RANGE_PART + missing, [])
+        assert list(journal.glob("*")) == []
+    finally:
+        relay.close()
+    r = run_cli("pull", ref.replace(relay.address, registry), "-o", str(tmp_path / "pulled"), "--json", env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert _tree(tmp_path / "pulled") == _tree(big_artifact)
+
+
+def test_a_publish_killed_inside_a_chunk_restarts_that_layer_only_and_says_so(big_artifact, registry, tmp_path):
+    """Killed in the middle of a chunk's PATCH, the registry (docker-registry, CNCF distribution) holds more bytes
+    than the session's last location says and cancels the session when it is asked about it: the next publish
+    names that layer in ``restarted`` and sends it whole, and nothing else twice."""
+    env = {"MODELYARD_HOME": str(tmp_path / "home")}
+    journal = tmp_path / "home" / ".cache" / "oci-uploads"
+    relay = GateRelay(registry, after=3 * RANGE_PART + RANGE_PART // 2, held="requests")
+    try:
+        ref = f"oci://{relay.address}/models/republish-{uuid.uuid4().hex[:8]}:v1"
+        _kill_oci_publish_at(big_artifact, relay, ref, env, journal)
+        missing = _unsent(big_artifact, registry, ref)
+        out = json_result(run_cli("publish", str(big_artifact), "--to", ref, "--json", env=env).stdout, "publish")
+        assert (out["sent"], out["restarted"]) == (BIG + missing, ["serve/shard.bin"])
+        assert list(journal.glob("*")) == []
+    finally:
+        relay.close()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, json_result, run_cli
+from tests.conftest import ROOT, json_result, run_cli, store_beside
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -59,8 +59,9 @@ def test_a_lora_adapter_is_checked_on_its_base_on_both_releases(demo_run, candid
 
     from tests.unit.test_adapter import make_adapter
 
-    home, ingested = demo_run
-    adapter = make_adapter(Path(ingested["artifact"]) / "model", tmp_path / "up-lora", r=8)
+    _, ingested = demo_run
+    home, base = store_beside(demo_run, tmp_path / "store"), Path(ingested["artifact"])  # the demo store stays as is
+    adapter = make_adapter(base / "model", tmp_path / "up-lora", r=8)
     r = run_cli("ingest", f"file://{adapter}", "--base", f"{ingested['name']}@{ingested['revision']}", "--name",
                 "up-lora", "--store", str(home), "--serve", "completion", "--no-smoke", "--json", timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
