@@ -313,12 +313,12 @@ class RolledBackError(ModelyardError, RuntimeError):
 @dataclass(frozen=True)
 class ErrorKind:
     """One kind of failure the CLI reports: ``type`` (the JSON envelope's ``error.type``: the class name, or the
-    verdict's name), its stable ``code``, the ``exit_code`` (None: the command's own, see ``summary``), and what it
-    means (``summary``, the class docstring's first paragraph)."""
+    verdict's name), its stable ``code``, the ``exit_code``, and what it means (``summary``, the class docstring's
+    first paragraph)."""
 
     type: str
     code: str
-    exit_code: int | None
+    exit_code: int
     summary: str
 
 

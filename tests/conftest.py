@@ -317,4 +317,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         prefect_server.stop(_SESSION_SERVER)
         shutil.rmtree(_SESSION_SERVER, ignore_errors=True)
         _SESSION_SERVER = None
-

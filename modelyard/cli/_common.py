@@ -212,8 +212,9 @@ def envelope(command: str, result: Any, *, exit_code: int = 0, error: dict[str, 
     """The one ``--json`` shape of every command, success and failure alike:
     ``{"ok": exit_code == 0, "command": command, "exit_code": exit_code, "result": result, "error": error}``.
     ``result`` is the command's own object (null when it failed before producing one); ``error`` is null on
-    success, else ``{type, code, message, fix}`` (:func:`error_object`, :func:`verdict_error`). A gate that judged and failed (verify
-    with errors, a failed smoke, unmet host needs) carries both its result and its error."""
+    success, else ``{type, code, message, fix}`` (:func:`error_object`, :func:`modelyard.errors.verdict`).
+    A gate that judged and failed (verify with errors, a failed smoke, unmet host needs) carries both its result
+    and its error."""
     return {"ok": exit_code == 0, "command": command, "exit_code": exit_code, "result": result, "error": error}
 
 
@@ -418,8 +419,7 @@ class Command(TyperCommand):
                 raise
             code = exc.exit_code
             _write_json(envelope(_command_name(parent, info_name), None, exit_code=code,
-                                 error=verdict("UsageError", exc.format_message(),
-                                                     f"See `modelyard {info_name} --help`.")))
+                                 error=verdict("UsageError", exc.format_message(), f"See `modelyard {info_name} --help`.")))
             raise typer.Exit(code) from exc
 
     def invoke(self, ctx: ClickContext) -> Any:

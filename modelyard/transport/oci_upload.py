@@ -93,8 +93,10 @@ def upload_blob(client, container, path: Path, layer: dict[str, Any], *, chunk_s
     if location is None:
         r = client.do_request(f"{client.prefix}://{container.upload_blob_url()}", "POST",
                               headers={"Content-Type": "application/octet-stream", "Content-Length": "0", **client.headers})
-        if not r.headers.get("Location"):
+        if r.status_code != 202:  # refused: the caller reports the answer
             return Upload(r, 0, 0, forgotten)
+        if not r.headers.get("Location"):
+            raise ValueError(f"the registry opened an upload of {layer['digest']} without a Location")
         location = urljoin(base, r.headers["Location"])
         if record:
             _keep(record, location, layer["digest"])
