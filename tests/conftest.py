@@ -184,6 +184,7 @@ def work_unit(path: str) -> str | None:
     return group
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: `-p no:xdist` runs without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's Producer, Scheduling
     """Under ``--dist loadgroup``, xdist's own group scheduler with the units of :func:`work_unit`.
 

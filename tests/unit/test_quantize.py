@@ -53,6 +53,16 @@ def test_every_scheme_recipe_quantizes_and_verifies(quantized, scheme, tiny128):
     assert qual.passed is (qual.ppl_ratio <= qual.max_ppl_ratio and qual.kl_mean <= qual.max_kl)
 
 
+def test_same_inputs_give_the_same_weights(quantized, tiny128, tmp_path):
+    """llm-compressor shuffles the calibration samples by default (an unseeded RandomSampler): GPTQ then
+    sums its Hessian in another order on every run, and a borderline model answered Paris on one run and
+    nonsense on the next. modelyard calibrates in a fixed order, so one model, recipe and data give one set
+    of weights, byte for byte."""
+    again = q.quantize_model(tiny128, tmp_path / "w8a8", "w8a8", num_samples=8, max_seq_len=64, evaluate=False)
+    assert (again.model_dir / "model.safetensors").read_bytes() == \
+        (quantized["w8a8"].model_dir / "model.safetensors").read_bytes()
+
+
 @pytest.mark.parametrize("scheme", list(q.SCHEMES))
 def test_runtime_table_judges_each_scheme(quantized, scheme):
     label = EXPECTED[scheme][1]

@@ -134,7 +134,11 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
 
     ``num_samples`` calibration samples of at most ``max_seq_len`` tokens. Raises
     :class:`QuantizeError`, :class:`InsufficientResourcesError`; the quality verdict is in the
-    result (the caller gates on it)."""
+    result (the caller gates on it).
+
+    The samples are calibrated in a fixed order (llm-compressor's ``shuffle_calibration_samples=False``; its
+    default shuffles them with an unseeded ``RandomSampler``, so GPTQ's Hessian was summed in another order on
+    every run): one model, recipe and data give the same weights byte for byte."""
 
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy: transformers, imported on first use
 
@@ -165,7 +169,8 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
             ds = Dataset.from_dict({"text": list(calib.texts)}).map(
                 lambda r: tok(r["text"], truncation=True, max_length=max_seq_len, add_special_tokens=False),
                 remove_columns=["text"])
-            kw = {"dataset": ds, "max_seq_length": max_seq_len, "num_calibration_samples": len(calib.texts)}
+            kw = {"dataset": ds, "max_seq_length": max_seq_len, "num_calibration_samples": len(calib.texts),
+                  "shuffle_calibration_samples": False}
     layers = int(cfg.get("num_hidden_layers") or 1)
     with _staged_output(model_dir, out_model) as tmp:
         with progress.task(f"quantizing {sch.name} (llm-compressor, {layers} layers)", total=None):
