@@ -14,6 +14,7 @@ from rich.table import Table
 from modelyard.artifact.layout import REPORT_JSON, model_root
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import numeric
+from modelyard.checks.base import Severity
 from modelyard.cli._choices import Serve, SmokeLevel
 from modelyard.cli._common import (
     alias_option,
@@ -268,7 +269,7 @@ def doctor(
                                   help="seconds the vLLM runtime probe (and the NCCL check) may take"),
     nccl: bool = typer.Option(True, "--nccl/--no-nccl",
                               help="with two or more GPUs, all-reduce across them through NCCL (bus bandwidth)"),
-    as_json: bool = json_option("{host: the facts, needs: the judged needs}"),
+    as_json: bool = json_option("{host: the facts, needs: the judged needs, findings: the same verdicts as findings}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Report this serving host (GPUs, compute capability, driver, CUDA, torch, NCCL, vLLM; an NCCL
@@ -278,10 +279,10 @@ def doctor(
     needs = doc.artifact_needs(artifact) if artifact is not None else None
     facts = host_facts.collect_host_facts(timeout=timeout, nccl=nccl)
     checks = doc.judge_needs(facts, needs) if needs is not None else []
-    failed = any(c.ok is False and c.severity == "error" for c in checks) or \
-        any(c.ok is None and c.severity == "error" for c in checks)
+    failed = not doc.needs_met(checks)
     if as_json:
-        emit_json({"host": facts.to_dict(), "needs": [asdict(c) for c in checks]}, exit_code=1 if failed else 0,
+        emit_json({"host": facts.to_dict(), "needs": [asdict(c) for c in checks],
+                   "findings": [c.finding().to_dict() for c in checks]}, exit_code=1 if failed else 0,
                   error=_needs_error(checks) if failed else None)
         return
 
@@ -325,7 +326,7 @@ def doctor(
 def _needs_error(checks: list[doc.NeedCheck]) -> dict[str, Any]:
     """The envelope's ``error`` of a host that does not meet an artifact's needs: type ``NeedsNotMet``,
     naming each unmet (or unknown) need and the first fix."""
-    unmet = [c for c in checks if c.ok is not True and c.severity == "error"]
+    unmet = [c for c in checks if c.finding().severity is Severity.ERROR]
     return verdict("NeedsNotMet",
                          "needs not met: " + "; ".join(f"{c.need} (required {c.required}, have {c.have})" for c in unmet),
                          next((c.fix for c in unmet if c.fix), None))

@@ -49,6 +49,7 @@ import yaml
 
 from modelyard.artifact.layout import MANIFEST, model_root
 from modelyard.artifact.manifest import Manifest
+from modelyard.checks.base import Finding, Severity
 from modelyard.checks.config import ROPE_MIN_VLLM, declared_dtype, rope_blocks, rope_type
 from modelyard.checks.quantization import QUANT_METHOD_SINCE, VLLM_LATEST_METHODS
 from modelyard.checks.versions import parse_version, version_lt
@@ -90,14 +91,30 @@ class ArtifactNeeds:
 
 @dataclass(frozen=True)
 class NeedCheck:
-    """One judged need: ``ok`` True (met), False (unmet), None (unknown: a fact is missing)."""
+    """One judged need: its catalogue ``code`` (``host.*``), ``ok`` True (met), False (unmet), None (unknown: a
+    fact is missing). :meth:`finding` is its verdict in the one shape every stage reports."""
 
+    code: str
     need: str
     required: str
     have: str
     ok: bool | None
     severity: str  # error | warning | info
     fix: str = ""
+
+    def finding(self) -> Finding:
+        """This need as a :class:`Finding`: an unmet or unknown need keeps its severity; a met need is ``info``,
+        or ``warning`` when it is met only slower (a fallback kernel, another vLLM release)."""
+        state = "met" if self.ok else "NOT MET" if self.ok is False else "unknown"
+        sev = self.severity if self.ok is not True else "warning" if self.severity == "warning" else "info"
+        return Finding(self.code, Severity(sev), f"{self.need}: {state} (required {self.required}, have {self.have})",
+                       field=self.need, value=self.have, limit=self.required, fix=self.fix or None,
+                       source="modelyard.stages.doctor (the rules of its module docstring)")
+
+
+def needs_met(checks: list[NeedCheck]) -> bool:
+    """True when no judged need is an error: every ``error`` need met, whatever the warnings say."""
+    return not any(c.finding().severity is Severity.ERROR for c in checks)
 
 
 def artifact_needs(path: Path) -> ArtifactNeeds:  # noqa: C901
@@ -183,7 +200,7 @@ def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
     layout = f"tensor_parallel_size {needs.tensor_parallel_size}" + (
         f" x pipeline_parallel_size {needs.pipeline_parallel_size}" if needs.pipeline_parallel_size > 1 else "") + (
         " per node, Ray multi-node" if needs.multi_node else "")
-    out.append(NeedCheck("GPUs", f">= {n} ({layout})", str(have_gpus), have_gpus >= n,
+    out.append(NeedCheck("host.gpus", "GPUs", f">= {n} ({layout})", str(have_gpus), have_gpus >= n,
                          "info" if have_gpus >= n else "error",
                          "" if have_gpus >= n else
                          ("Run on a host with an NVIDIA GPU and driver (nvidia-smi must work)." if not have_gpus else
@@ -193,46 +210,46 @@ def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
         c = facts.nccl
         req = f"NCCL all-reduce across {n} GPUs"
         if c is None:
-            out.append(NeedCheck("NCCL", req, "not measured", None, "warning",
+            out.append(NeedCheck("host.nccl", "NCCL", req, "not measured", None, "warning",
                                  "Run doctor on the serving host, with torch in the runtime (MODELYARD_VLLM_PYTHON)."))
         elif not c.ok or c.world_size < n:
-            out.append(NeedCheck("NCCL", req, c.error or f"measured across {c.world_size} GPUs", False, "error",
+            out.append(NeedCheck("host.nccl", "NCCL", req, c.error or f"measured across {c.world_size} GPUs", False, "error",
                                  "Fix NCCL on this host (NCCL_DEBUG=INFO shows why) before serving with "
                                  "tensor parallelism."))
         else:
-            out.append(NeedCheck("NCCL", req, f"ok, bus bandwidth {c.busbw_gbps:.1f} GB/s across {c.world_size}",
+            out.append(NeedCheck("host.nccl", "NCCL", req, f"ok, bus bandwidth {c.busbw_gbps:.1f} GB/s across {c.world_size}",
                                  True, "info"))
     cc = facts.min_compute_capability()
     for feature, hard, full in needs.min_cc:
         req = f"compute capability >= {hard}" + (f" (>= {full} for native speed)" if full else "")
         if cc is None:
-            out.append(NeedCheck(feature, req, "unknown (no GPU)", None, "error" if not facts.gpus else "warning",
-                                 "Run doctor on the serving host."))
+            out.append(NeedCheck("host.compute_capability", feature, req, "unknown (no GPU)", None,
+                                 "error" if not facts.gpus else "warning", "Run doctor on the serving host."))
         elif cc_tuple(cc) < cc_tuple(hard):
-            out.append(NeedCheck(feature, req, cc, False, "error",
+            out.append(NeedCheck("host.compute_capability", feature, req, cc, False, "error",
                                  f"Use a GPU with compute capability >= {full or hard}, or a checkpoint without "
                                  f"{feature} (e.g. a bf16/fp16 or W4A16 variant)."))
         elif full and cc_tuple(cc) < cc_tuple(full):
-            out.append(NeedCheck(feature, req, cc, True, "warning",
+            out.append(NeedCheck("host.compute_capability", feature, req, cc, True, "warning",
                                  f"Runs on vLLM's weight-only fallback below {full}; expect lower throughput."))
         else:
-            out.append(NeedCheck(feature, req, cc, True, "info"))
+            out.append(NeedCheck("host.compute_capability", feature, req, cc, True, "info"))
     if needs.quant_method:
         v = facts.vllm_version
         since = QUANT_METHOD_SINCE.get(needs.quant_method)
         req = f"vLLM that knows quant_method {needs.quant_method!r}" + (f" (>= {since})" if since else "")
         if v is None:
-            out.append(NeedCheck("quantization method", req, "vLLM not found", None, "warning",
+            out.append(NeedCheck("host.quantization_method", "quantization method", req, "vLLM not found", None, "warning",
                                  "Install vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
         else:
             known = (not version_lt(v, since)) if since else needs.quant_method in VLLM_LATEST_METHODS
-            out.append(NeedCheck("quantization method", req, f"vLLM {v}", known, "info" if known else "error",
+            out.append(NeedCheck("host.quantization_method", "quantization method", req, f"vLLM {v}", known, "info" if known else "error",
                                  "" if known else f"Upgrade vLLM to >= {since or 'a release that lists it'}."))
     if needs.rank_bytes and facts.gpus and have_gpus >= n:
         small = min(g.memory_bytes for g in facts.gpus[:n])
         usable = int(small * needs.gpu_memory_utilization)
         ok = needs.rank_bytes <= usable
-        out.append(NeedCheck("GPU memory for the plan",
+        out.append(NeedCheck("host.gpu_memory", "GPU memory for the plan",
                              f"{needs.rank_bytes / 2**30:.2f} GiB per rank (weights + 3 GiB overhead + "
                              f"{needs.max_model_len:,} tokens of KV)",
                              f"{usable / 2**30:.2f} GiB ({small / 2**30:.2f} GiB x {needs.gpu_memory_utilization:g})",
@@ -243,7 +260,7 @@ def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
         per_rank = -(-needs.weight_bytes // n)
         small = min(g.memory_bytes for g in facts.gpus[:n])
         ok = per_rank < small * 0.9
-        out.append(NeedCheck("weights per GPU", f"{per_rank / 2**30:.2f} GiB < 90% of GPU memory",
+        out.append(NeedCheck("host.weights_per_gpu", "weights per GPU", f"{per_rank / 2**30:.2f} GiB < 90% of GPU memory",
                              f"{small / 2**30:.2f} GiB", ok, "info" if ok else "error",
                              "" if ok else "Re-plan with modelyard serve-plan for this GPU (more GPUs or fp8)."))
     return out
@@ -260,42 +277,42 @@ def _build_and_version_checks(facts: HostFacts, needs: ArtifactNeeds) -> list[Ne
                 + f", torch {facts.torch_version or 'not found'}"
                 + (f" (CUDA {facts.torch_cuda})" if facts.torch_cuda else ""))
         if facts.vllm_version is None:  # nothing here can serve the plan: a failed need, not a warning
-            out.append(NeedCheck("vLLM build", req, have, False, "error",
+            out.append(NeedCheck("host.vllm_build", "vLLM build", req, have, False, "error",
                                  "Install the CUDA wheel of vLLM (pip install vllm==<release>) in the runtime "
                                  "(MODELYARD_VLLM_PYTHON), or point MODELYARD_VLLM_PYTHON at the interpreter that has it."))
         elif build is None:
-            out.append(NeedCheck("vLLM build", req, have, None,
+            out.append(NeedCheck("host.vllm_build", "vLLM build", req, have, None,
                                  "warning", "Install the CUDA wheel of vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
         else:
             ok = build in ("cuda", "rocm")
-            out.append(NeedCheck("vLLM build", req, f"{have}: {build.upper()} build", ok, "info" if ok else "error",
+            out.append(NeedCheck("host.vllm_build", "vLLM build", req, f"{have}: {build.upper()} build", ok, "info" if ok else "error",
                                  "" if ok else "Install the CUDA wheel of vLLM (pip install vllm==<release>) on a GPU "
                                  "host; the CPU build serves only on CPU (modelyard smoke runs there)."))
     v = facts.vllm_version
     if needs.smoke_vllm_version:
         req = f"vLLM {needs.smoke_vllm_version} (the release the artifact's smoke loaded it in)"
         if v is None:
-            out.append(NeedCheck("vLLM version", req, "vLLM not found", None, "warning",
+            out.append(NeedCheck("host.vllm_version", "vLLM version", req, "vLLM not found", None, "warning",
                                  "Install vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
         else:
             same = _same_release(v, needs.smoke_vllm_version)
-            out.append(NeedCheck("vLLM version", req, f"vLLM {v}", True, "info" if same else "warning",
+            out.append(NeedCheck("host.vllm_version", "vLLM version", req, f"vLLM {v}", True, "info" if same else "warning",
                                  "" if same else f"Re-run `modelyard smoke ARTIFACT` with vLLM {v}, or install vLLM "
                                  f"{needs.smoke_vllm_version}."))
     for what, since in needs.min_vllm:
         req = f"vLLM >= {since}"
         if v is None:
-            out.append(NeedCheck(what, req, "vLLM not found", None, "warning",
+            out.append(NeedCheck("host.vllm_release", what, req, "vLLM not found", None, "warning",
                                  "Install vLLM in the runtime (MODELYARD_VLLM_PYTHON)."))
         else:
             ok = not version_lt(v, since)
-            out.append(NeedCheck(what, req, f"vLLM {v}", ok, "info" if ok else "error",
+            out.append(NeedCheck("host.vllm_release", what, req, f"vLLM {v}", ok, "info" if ok else "error",
                                  "" if ok else f"Upgrade vLLM to >= {since}."))
     if facts.cuda_version and facts.torch_cuda and build == "cuda":
         drv, tc = cc_tuple(facts.cuda_version), cc_tuple(facts.torch_cuda)
         ok = drv[0] >= tc[0]
         warn = ok and drv < tc
-        out.append(NeedCheck("driver vs torch CUDA", f"driver CUDA >= torch's CUDA {facts.torch_cuda}",
+        out.append(NeedCheck("host.driver_cuda", "driver vs torch CUDA", f"driver CUDA >= torch's CUDA {facts.torch_cuda}",
                              f"driver {facts.driver_version or '?'} (CUDA {facts.cuda_version})", ok,
                              "error" if not ok else "warning" if warn else "info",
                              "" if ok and not warn else

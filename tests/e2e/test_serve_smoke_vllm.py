@@ -80,6 +80,11 @@ def test_golden_miss_is_an_error(vllm_server, tmp_path):
     s = env["result"]
     assert (env["error"]["type"], s["passed"], s["error"]) == ("SmokeFailedError", False, "failed: golden:wrong-capital")
     assert s["golden"][0]["missing"] == ["Lyon"]
+    # the miss is also a finding of the catalogue, in the one shape every verdict has, and its fix is the error's
+    (miss,) = [f for f in s["findings"] if f["severity"] == "error"]
+    assert (miss["code"], miss["field"], miss["value"]) == ("smoke.golden.missed", "wrong-capital", s["golden"][0]["answer"])
+    assert miss["message"] == f"golden prompt wrong-capital: the answer {s['golden'][0]['answer']!r} misses 'Lyon'"
+    assert env["error"]["fix"] == miss["fix"]
 
 
 def test_the_gate_asks_only_for_the_positions_the_server_serves(vllm_server):

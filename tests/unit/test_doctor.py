@@ -82,6 +82,33 @@ def test_no_gpu_says_which_needs_are_unmet():
     assert _by(checks, "FP8-DYNAMIC weights").ok is None and _by(checks, "FP8-DYNAMIC weights").severity == "error"
 
 
+def test_needs_are_findings_with_catalogue_codes():
+    """Each judged need is also a Finding: an unmet need keeps its severity and names the need, the required and
+    the held value; a need met only slower is a warning, a met one info; needs_met reads the findings."""
+    t4_checks = judge_needs(t4(), FP8)
+    assert [(c.code, c.finding().severity.value) for c in t4_checks] == [
+        ("host.gpus", "info"), ("host.compute_capability", "error"), ("host.compute_capability", "error"),
+        ("host.quantization_method", "info")]
+    f = t4_checks[1].finding()
+    assert f.to_dict() == {
+        "code": "host.compute_capability", "severity": "error",
+        "message": "FP8-DYNAMIC weights: NOT MET (required compute capability >= 8.0 (>= 8.9 for native speed), have 7.5)",
+        "file": None, "field": "FP8-DYNAMIC weights", "value": "7.5",
+        "fix": "Use a GPU with compute capability >= 8.9, or a checkpoint without FP8-DYNAMIC weights (e.g. a bf16/fp16 "
+               "or W4A16 variant).",
+        "source": "modelyard.stages.doctor (the rules of its module docstring)",
+        "limit": "compute capability >= 8.0 (>= 8.9 for native speed)"}
+    assert d.needs_met(t4_checks) is False
+    a100 = HostFacts(gpus=(GpuDevice(0, "NVIDIA A100-SXM4-80GB", 81920 * MIB, "8.0"),), vllm_version="0.32.0")
+    slower = _by(judge_needs(a100, FP8), "FP8-DYNAMIC weights").finding()
+    assert (slower.severity.value, slower.message) == (
+        "warning", "FP8-DYNAMIC weights: met (required compute capability >= 8.0 (>= 8.9 for native speed), have 8.0)")
+    assert d.needs_met(judge_needs(a100, FP8)) is True
+    unknown = _by(judge_needs(HostFacts(), FP8), "bfloat16").finding()
+    assert (unknown.severity.value, unknown.message) == (
+        "error", "bfloat16: unknown (required compute capability >= 8.0, have unknown (no GPU))")
+
+
 def test_quant_method_needs_a_vllm_that_knows_it():
     old = HostFacts(gpus=h100().gpus, vllm_version="0.4.0")
     assert _by(judge_needs(old, ArtifactNeeds("m", quant_method="compressed-tensors")), "quantization method").ok is False
@@ -187,7 +214,7 @@ def test_allreduce_check_reports_a_missing_interpreter(tmp_path):
 
 def test_tensor_parallel_needs_a_working_allreduce():
     tp2 = ArtifactNeeds("m", tensor_parallel_size=2)
-    assert _by(judge_needs(h100(2), tp2), "NCCL") == d.NeedCheck(
+    assert _by(judge_needs(h100(2), tp2), "NCCL") == d.NeedCheck("host.nccl",
         "NCCL", "NCCL all-reduce across 2 GPUs", "not measured", None, "warning",
         "Run doctor on the serving host, with torch in the runtime (MODELYARD_VLLM_PYTHON).")
     good = dataclasses.replace(h100(2), nccl=hf.NcclCheck(True, 2, "nccl", "2.27.3", 256 * MIB, 0.00125, 214.75, 214.75))

@@ -9,7 +9,7 @@ import pytest
 
 from modelyard.checks.report import _server_smoke_md
 from modelyard.errors import InvalidTargetError
-from modelyard.stages.smoke import golden
+from modelyard.stages.smoke import bench, golden
 from modelyard.stages.smoke import server as ss
 
 
@@ -44,6 +44,35 @@ def test_golden_verdicts():
     assert (miss.passed, miss.missing, miss.regex_matched) == (False, ["Paris"], False)
     assert asdict(golden.judge_golden(golden.GoldenPrompt("s", "q", ("4",)), None)) == {
         "name": "s", "prompt": "q", "answer": "", "missing": ["4"], "regex": None, "regex_matched": None, "passed": False}
+
+
+def test_server_verdicts_are_findings_with_catalogue_codes():
+    """A failed API check, a missed golden answer and a missed SLO target each become one error finding of the
+    catalogue; passed checks and the numeric check (whose verdict is the gate's own findings) add none."""
+    checks = [ss.Check("models", True, "/v1/models lists ['demo']"),
+              ss.Check("chat.finish_reason", False, "finish_reason 'length' (stop = the model ended its turn within 64 "
+                                                    "tokens)"),
+              ss.Check("stream.reassembles", False, "3 chunks reassemble to 'Par' answer"),
+              ss.Check("numeric", False, "KL 0.4 over the limit 0.1")]
+    miss = golden.judge_golden(golden.GoldenPrompt("capital", "q", ("Paris",)), "Lyon")
+    level = {"concurrency": 2, "completed": 8, "failed": 0, "p95_ttft_ms": 41000.0}
+    slo = bench.judge(level, {"ttft_p95_ms": 30000.0, "error_rate": 0.0}, cls="cpu")
+    found = [f.to_dict() for f in ss.verdicts_as_findings(checks, [miss], {"passed": False, "slo": slo})]
+    assert [(f["code"], f["severity"], f["message"]) for f in found] == [
+        ("smoke.server.finish_reason", "error",
+         "chat.finish_reason: finish_reason 'length' (stop = the model ended its turn within 64 tokens)"),
+        ("smoke.server.stream_text", "error", "stream.reassembles: 3 chunks reassemble to 'Par' answer"),
+        ("smoke.golden.missed", "error", "golden prompt capital: the answer 'Lyon' misses 'Paris'"),
+        ("smoke.slo.missed", "error", "SLO target ttft_p95_ms missed: 41000.0 ms against the max limit 30000.0 "
+                                      "(default)")]
+    assert (found[3]["field"], found[3]["value"], found[3]["limit"]) == ("ttft_p95_ms", 41000.0, 30000.0)
+    # a bench that failed with no target missed (the client failed) is one smoke.bench.failed
+    assert [(f.code, f.message) for f in bench.bench_findings({"passed": False, "error": "the benchmark client exited "
+                                                                                         "without a result"})] == [
+        ("smoke.bench.failed", "the bench failed: the benchmark client exited without a result")]
+    hit = golden.judge_golden(golden.GoldenPrompt("capital", "q", ("Paris",)), "Paris.")
+    assert ss.verdicts_as_findings([checks[0]], [hit], {"passed": True, "slo": bench.judge(
+        level, {"error_rate": 0.0}, cls="cpu")}) == []
 
 
 def test_cpu_overrides_of_serve_yaml(tmp_path):

@@ -38,6 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from modelyard.checks.base import Finding, Severity
 from modelyard.errors import InvalidTargetError
 from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.runtime.process import run_script
@@ -167,6 +168,28 @@ def device_class(device: Mapping[str, Any] | None) -> str | None:
 def missed(result: Mapping[str, Any]) -> list[str]:
     """The targets a bench result's SLO verdict missed (``slo:<key>``), in order."""
     return [f"slo:{v['target']}" for v in (result.get("slo") or {}).get("verdicts", []) if not v["passed"]]
+
+
+def bench_findings(result: Mapping[str, Any]) -> list[Finding]:
+    """A bench result's verdict as findings: one ``smoke.slo.missed`` per target the headline level missed
+    (``value`` and ``limit`` in the target's unit), and ``smoke.bench.failed`` when the bench failed without a
+    missed target (requests unaccounted for, the client failed, no level met the targets)."""
+    head = result.get("max_concurrency_meeting_slo")
+    at = f" at concurrency {head}" if head is not None else ""
+    out = [Finding("smoke.slo.missed", Severity.ERROR,
+                   f"SLO target {v['target']} missed{at}: {v['value']} {v['unit']} against the {v['bound']} limit "
+                   f"{v['limit']} ({v['source']})", field=v["target"], value=v["value"], limit=v["limit"],
+                   fix="Serve on a larger GPU or more of them, lower --max-num-seqs, or set the target the service "
+                       "needs (--slo key=value).", source="modelyard.stages.smoke.bench.judge")
+           for v in (result.get("slo") or {}).get("verdicts", []) if not v["passed"]]
+    if not out and not result.get("passed"):
+        levels = [(x.get("concurrency"), len(x.get("errors") or []), x.get("passed")) for x in result.get("levels") or []]
+        out.append(Finding("smoke.bench.failed", Severity.ERROR,
+                           f"the bench failed: {result.get('error') or 'no level met the SLO targets'}"
+                           + (f" (levels: concurrency, errors, passed = {levels})" if levels else ""),
+                           fix="Read the bench's levels (errors, figures) in the smoke result; a failed request names "
+                               "its cause in the server log.", source="vllm bench serve"))
+    return out
 
 
 def run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchSpec, env: dict[str, str],  # noqa: PLR0913

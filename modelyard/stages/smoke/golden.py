@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from modelyard import paths
+from modelyard.checks.base import Finding, Severity
 from modelyard.errors import InvalidTargetError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode
 
@@ -42,6 +43,18 @@ class GoldenVerdict:
     regex: str | None
     regex_matched: bool | None
     passed: bool
+
+    def finding(self) -> Finding | None:
+        """A missed golden answer as a ``smoke.golden.missed`` finding (None when it passed)."""
+        if self.passed:
+            return None
+        why = ([f"misses {', '.join(map(repr, self.missing))}"] if self.missing else []) + (
+            [f"does not match the regex {self.regex!r}"] if self.regex_matched is False else [])
+        return Finding("smoke.golden.missed", Severity.ERROR,
+                       f"golden prompt {self.name}: the answer {self.answer!r} {' and '.join(why)}",
+                       field=self.name, value=self.answer,
+                       fix="Read the answer against the golden file's expectations; a wrong answer from a healthy "
+                           "model may mean the wrong revision or template.", source="the golden prompts")
 
 
 #: the golden prompts used when none are given, per serving mode (both for the demo model)

@@ -42,6 +42,7 @@ import httpx
 import yaml
 
 from modelyard import paths, progress
+from modelyard.checks.base import Finding, Severity
 from modelyard.errors import InvalidTargetError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.runtime.process import free_port, kill_group
@@ -56,7 +57,7 @@ from modelyard.stages.smoke import (
     numeric,
     refuse_unjudgeable,
 )
-from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, missed, run_bench
+from modelyard.stages.smoke.bench import ENDPOINTS, BenchSpec, bench_findings, missed, run_bench
 from modelyard.stages.smoke.golden import GoldenPrompt, GoldenVerdict, judge_golden
 
 DATA = paths.DATA
@@ -66,11 +67,29 @@ LEVELS = ("load", "server", "bench")
 CPU_DROP = ("gpu-memory-utilization", "tensor-parallel-size", "kv-cache-dtype", "swap-space")
 
 
+#: a server check's name (less its serving mode) -> the code of its finding when it fails
+CHECK_CODES = {"models": "smoke.server.model_not_listed", "text": "smoke.server.no_answer",
+               "finish_reason": "smoke.server.finish_reason", "usage": "smoke.server.usage",
+               "stream.reassembles": "smoke.server.stream_text", "stream.finish_reason": "smoke.server.stream_finish_reason",
+               "stream.usage": "smoke.server.stream_usage"}
+
+
 @dataclass(frozen=True)
 class Check:
+    """One check of the OpenAI API (its ``name``, as the smoke's JSON lists it, and what it saw)."""
+
     name: str
     passed: bool
     detail: str
+
+    def finding(self) -> Finding | None:
+        """A failed check as a finding with its code of :data:`CHECK_CODES` (None when it passed, and for the
+        ``numeric`` check, whose verdict is the numerical gate's own findings)."""
+        code = CHECK_CODES.get(self.name.removeprefix("chat.").removeprefix("completion."))
+        if self.passed or code is None:
+            return None
+        return Finding(code, Severity.ERROR, f"{self.name}: {self.detail}", field=self.name,
+                       fix=None, source="vLLM's OpenAI-compatible server, asked the same question plain and streamed")
 
 
 @dataclass(frozen=True)
@@ -100,7 +119,8 @@ class ServerSmokeResult:
     mode: str = DEFAULT_SERVE  # chat (/v1/chat/completions) or completion (/v1/completions)
     url: str | None = None  # the running server checked (--url); None: one started for the smoke
     numeric: dict[str, Any] | None = None  # the numerical gate (checks.numeric.NumericVerdict.to_dict())
-    findings: tuple[dict[str, Any], ...] = ()  # what the numerical gate and the degenerate-answer check found
+    #: every verdict as findings: the numerical gate, a degenerate answer, failed API checks, golden misses, SLO misses
+    findings: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -335,8 +355,10 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     checks.append(Check("numeric", verdict.passed, "; ".join(f["message"] for f in findings if f["severity"] == "error")
                         or f"prose perplexity {verdict.prose_ppl}, KL {verdict.kl_mean}, top-1 {verdict.top1} "
                            f"({'compared with ' + str(verdict.reference) if verdict.compared else 'not compared'})"))
-    passed = all(c.passed for c in checks) and all(r.passed for r in results) and (
-        bench_res is None or bool(bench_res.get("passed")))
+    found = [*findings, *(x.to_dict() for x in verdicts_as_findings(checks, results, bench_res))]
+    if not verdict.passed and not any(f["severity"] == "error" for f in findings):  # a gate that failed unexplained
+        found.append(Finding("smoke.numeric.disagreement", Severity.ERROR, checks[-1].detail).to_dict())
+    passed = not any(f["severity"] == "error" for f in found)
     failed = [c.name for c in checks if not c.passed] + [f"golden:{r.name}" for r in results if not r.passed]
     if bench_res is not None and not bench_res.get("passed"):
         failed += missed(bench_res) or ["bench"]
@@ -347,7 +369,15 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
         checks=tuple(checks), golden=tuple(results), golden_source=golden_source, bench=bench_res,
         startup_seconds=None if url else srv.startup_seconds, wall_seconds=round(time.perf_counter() - t0, 2),
         config=srv.config, error=f"failed: {', '.join(failed)}" if failed else None, mode=mode, url=url,
-        numeric=verdict.to_dict(), findings=tuple(findings))
+        numeric=verdict.to_dict(), findings=tuple(found))
+
+
+def verdicts_as_findings(checks: list[Check], golden: list[GoldenVerdict],
+                         bench: dict[str, Any] | None) -> list[Finding]:
+    """The server smoke's own verdicts in the one shape: each failed API check, each missed golden answer, each
+    missed SLO target or failed bench (:func:`~modelyard.stages.smoke.bench.bench_findings`)."""
+    out = [f for f in (*(c.finding() for c in checks), *(g.finding() for g in golden)) if f is not None]
+    return out + (bench_findings(bench) if bench is not None else [])
 
 
 def _api_checks(client: httpx.Client, mode: str, name: str, question: str, max_tokens: int,
