@@ -28,13 +28,12 @@ from modelyard.cli._common import (
 from modelyard.cli._options import STAGE_OPTIONS, stage_flags
 from modelyard.cli.serving import print_server_smoke
 from modelyard.errors import EndpointUnreachableError, SourceNotFoundError
-from modelyard.model.source import parse_source, sanitize_name, with_revision
+from modelyard.model.source import Source, parse_source, sanitize_name, with_revision
 from modelyard.runtime.prefect_server import connect, use_facts_worker
 from modelyard.settings import Settings
 from modelyard.stages.fetch import check_hub, check_local
 from modelyard.stages.fetch.options import FetchFlags
 from modelyard.stages.patch import PatchFlags
-from modelyard.stages.quantize import scheme
 from modelyard.stages.quantize.options import QuantizeFlags
 from modelyard.stages.serve.options import ServeFlags
 from modelyard.stages.smoke import warmup
@@ -51,16 +50,14 @@ def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str],
     with working(as_json):
         from modelyard.flows.options import IngestOptions  # noqa: PLC0415 - heavy: pydantic, imported on first use
 
-        if options.get("quantize"):
-            scheme(options["quantize"])  # a bad scheme is bad usage: fail before fetching anything
         for to in options.get("publish") or ():
             check_target(to)
         opts = IngestOptions(**options)
-        _precheck(source, opts)  # bad input fails in a second, before Prefect is imported or started
+        src = parse_source(source)  # once on this side; the flow parses its string parameter once on its own
+        _precheck(src, opts)  # bad input fails in a second, before Prefect is imported or started
         store = Settings().local_store(out_dir)
         api = connect(store)  # a kept server, or a private one booting meanwhile
-        local = parse_source(source)
-        folder = local.path if local.kind == "file" else None
+        folder = src.path if src.kind == "file" else None
         use_facts_worker(store)  # the kept server's warm worker answers verify's transformers questions
         from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
@@ -70,7 +67,7 @@ def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str],
     return result.to_dict()
 
 
-def _precheck(source: str, opts: Any) -> None:
+def _precheck(src: Source, opts: Any) -> None:
     """The flow's own input checks, run before Prefect is imported: the source URI, every check of a
     local source that needs no network (:func:`~modelyard.stages.fetch.check_local`: a folder without
     config.json or safetensors, a file that is not a GGUF, a damaged bundle), the target options, and a hub
@@ -78,7 +75,6 @@ def _precheck(source: str, opts: Any) -> None:
     Raises what the flow would raise (same messages and exit codes); an unreachable hub is left to the flow, which
     retries it."""
 
-    src = parse_source(source)
     if opts.name:
         sanitize_name(opts.name)
     if not opts.base:  # an adapter folder has no config.json: the adapter ingest judges it

@@ -31,7 +31,7 @@ from modelyard.errors import InvalidSourceError, ServePlanError
 from modelyard.model import digest as hashing
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry, Snapshot
-from modelyard.model.source import parse_source, sanitize_name
+from modelyard.model.source import Source, sanitize_name
 from modelyard.settings import Settings
 from modelyard.stages import adapter as adapter_stage
 from modelyard.stages import serve, smoke
@@ -53,16 +53,15 @@ class AdapterResult:
     source: str
 
 
-def ingest_adapter(source: str, options: IngestOptions, home: str | None = None) -> AdapterResult:
-    """Store the adapter folder ``source`` (``file://``) as a LoRA artifact on ``options.base`` in the
+def ingest_adapter(src: Source, options: IngestOptions, home: str | None = None) -> AdapterResult:
+    """Store the adapter folder ``src`` (a parsed ``file://`` source) as a LoRA artifact on ``options.base`` in the
     store ``home`` (default MODELYARD_STORE, else MODELYARD_HOME). Its revision is the first 16 hex of
     sha256(adapter tree digest, base digest); the same adapter on the same base is reused. Raises
     :class:`InvalidSourceError` (exit 2) for a source that is no local adapter folder,
     :class:`~modelyard.errors.VerificationFailedError` (exit 1) when the adapter does not fit the base (``adapter.*`` findings) and
     :class:`~modelyard.errors.SmokeFailedError` (exit 1) when vLLM cannot serve it."""
-    src = parse_source(source)
     if src.kind != "file" or not (Path(src.path or "") / ADAPTER_CONFIG).is_file():
-        raise InvalidSourceError(f"--base is for a PEFT adapter folder (file:///path with {ADAPTER_CONFIG}); got {source}",
+        raise InvalidSourceError(f"--base is for a PEFT adapter folder (file:///path with {ADAPTER_CONFIG}); got {src.uri}",
                                  fix="Pass the adapter folder as file:///path, or drop --base to ingest a model.")
     settings = Settings.for_store(home)
     store = open_store(settings=settings)

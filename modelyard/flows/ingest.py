@@ -196,10 +196,10 @@ def package_task(snapshot: Snapshot, draft: Draft, plan: PatchPlan, settings: Se
 
 @task(name="smoke", cache_policy=NO_CACHE)
 def smoke_task(model_dir: Path, settings: Settings, options: SmokeOptions, parent: Path | None = None) -> smoke.SmokeResult:
-    """The ``load`` smoke in the target's serving mode (``options.mode``: chat or completion); ``parent``:
+    """The ``load`` smoke in the target's serving mode (``options.serve``: chat or completion); ``parent``:
     the checkpoint a quantized or patched ``model_dir`` came from, compared by the numerical gate."""
-    res = smoke.smoke_load(model_dir, settings, question=options.prompt, max_tokens=options.max_tokens,
-                           max_model_len=options.max_model_len, mode=options.mode, parent=parent)
+    res = smoke.smoke_load(model_dir, settings, question=options.prompt, max_tokens=options.smoke_max_tokens,
+                           max_model_len=options.max_model_len, mode=options.serve, parent=parent)
     if (error := smoke.gate_error(res)) is not None:
         raise error
     return res
@@ -225,13 +225,13 @@ def serve_plan_task(model_dir: Path, options: ServeOptions, name: str) -> serve.
 def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions,
                       plan: serve.ServePlan | None, name: str, parent: Path | None = None) -> serve_smoke.ServerSmokeResult:
     """The ``server``/``bench`` smoke, from the vllm.yaml that serve/ will hold (CPU overrides), through
-    the target's serving mode (``options.mode``: the chat or the completions API)."""
+    the target's serving mode (``options.serve``: the chat or the completions API)."""
     cfg = vllm_config(plan, model=str(model_dir)) if plan else {"served-model-name": name}
-    golden, src = load_golden(_path(options.golden), options.mode)
+    golden, src = load_golden(_path(options.golden), options.serve)
     res = serve_smoke.smoke_server(
-        model_dir, settings, config=cfg, question=options.prompt, max_tokens=options.max_tokens,
+        model_dir, settings, config=cfg, question=options.prompt, max_tokens=options.smoke_max_tokens,
         golden=golden, golden_source=src, bench=serve_smoke.BenchSpec() if options.level == "bench" else None,
-        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.mode,
+        max_model_len=min(options.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=options.serve,
         slo=bench.parse_slo(options.slo), slo_class=bench.slo_class(options.slo_class) if options.slo_class else None,
         parent=parent)
     if (error := smoke.gate_error(res)) is not None:
@@ -241,7 +241,7 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions
 
 @task(name="quantize", cache_policy=NO_CACHE)
 def quantize_task(model_dir: Path, out_model: Path, options: QuantizeOptions) -> quantize.QuantizeResult:
-    return quantize.quantize_model(model_dir, out_model, options.scheme or "", num_samples=options.num_samples,
+    return quantize.quantize_model(model_dir, out_model, options.quantize or "", num_samples=options.num_samples,
                                    max_seq_len=options.max_seq_len, recipe_file=_path(options.recipe),
                                    calibration=_path(options.calibration))
 
@@ -370,7 +370,7 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
     options = IngestOptions(**options) if isinstance(options, dict) else options or IngestOptions()
     options.check()
     if options.base:  # a PEFT adapter on a base artifact: its own kind of artifact
-        a = ingest_adapter(source, options, home)
+        a = ingest_adapter(src, options, home)
         return IngestResult(a.artifact, a.report, a.smoke, a.source, None)
     settings = Settings.for_store(home)
     store = open_store(settings=settings)

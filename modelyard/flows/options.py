@@ -1,12 +1,16 @@
 """IngestOptions: what a caller can ask of one ingest run, composed of the options each stage declares
 (CLI flags and watch YAML keys map 1:1 to its fields), and its per-stage groups
 (:class:`FetchOptions`, :class:`PatchOptions`, :class:`QuantizeOptions`,
-:class:`SmokeOptions`, :class:`ServeOptions`): each stage's task receives only its own group."""
+:class:`SmokeOptions`, :class:`ServeOptions`): each stage's task receives only its own group.
+
+A group's fields carry the names of the declared options they hold and are read from them by one function
+(:meth:`IngestOptions.group`), never copied by hand; only the values computed from several declarations are
+named there (:data:`DERIVED`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, fields
+from typing import Any, Optional, TypeVar
 
 from pydantic import ConfigDict, Field
 
@@ -37,7 +41,7 @@ class FetchOptions:
 class PatchOptions:
     """Whether to repair, which tokens to make special, a chat template file to install."""
 
-    enabled: bool = True
+    patch: bool = True
     add_special_tokens: tuple[str, ...] = ()
     chat_template: str | None = None
 
@@ -47,7 +51,7 @@ class QuantizeOptions:
     """The scheme (None: no quantization), its recipe and calibration, the quality gate's override and
     the runtime whose support is judged. ``num_samples`` samples of at most ``max_seq_len`` tokens."""
 
-    scheme: str | None = None
+    quantize: str | None = None  # the scheme's name (stages.quantize.SCHEMES), checked by IngestOptions.check
     recipe: str | None = None
     calibration: str | None = None
     num_samples: int = 64
@@ -58,13 +62,13 @@ class QuantizeOptions:
 
 @dataclass(frozen=True)
 class SmokeOptions:
-    """The smoke: ``level`` (load, server, bench; None: no smoke), serving ``mode``, the prompt, at most
-    ``max_tokens`` tokens, golden prompts for server/bench, ``max_model_len`` in tokens."""
+    """The smoke: ``level`` (load, server, bench; None: no smoke), the serving mode ``serve``, the prompt, at
+    most ``smoke_max_tokens`` tokens, golden prompts for server/bench, ``max_model_len`` in tokens."""
 
     level: str | None = "load"
-    mode: str = DEFAULT_SERVE
+    serve: str = DEFAULT_SERVE
     prompt: str = ""
-    max_tokens: int = 64
+    smoke_max_tokens: int = 64
     golden: str | None = None
     max_model_len: int | None = None
     slo: str | None = None  # bench targets, ``key=value,...`` (stages.smoke.bench.parse_slo)
@@ -136,24 +140,37 @@ class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFla
                              transformers_version=self.transformers_version, gpu_cc=self.gpu_cc,
                              require_judged=self.require_judged)
 
+    def group(self, cls: type[G]) -> G:
+        """The stage group ``cls``: each field read from the declared option of the same name, the fields of
+        :data:`DERIVED` computed from several. A field that is neither raises AttributeError (a test holds every
+        group to it)."""
+        derived = DERIVED.get(cls, {})
+        return cls(**{f.name: derived[f.name](self) if f.name in derived else getattr(self, f.name)
+                      for f in fields(cls)})
+
     @property
     def fetching(self) -> FetchOptions:
-        return FetchOptions(self.allow_patterns, self.ignore_patterns)
+        return self.group(FetchOptions)
 
     @property
     def patching(self) -> PatchOptions:
-        return PatchOptions(self.patch, self.add_special_tokens, self.chat_template)
+        return self.group(PatchOptions)
 
     @property
     def quantizing(self) -> QuantizeOptions:
-        return QuantizeOptions(self.quantize, self.recipe, self.calibration, self.num_samples, self.max_seq_len,
-                               self.accept_quality_loss, self.runtime)
+        return self.group(QuantizeOptions)
 
     @property
     def smoking(self) -> SmokeOptions:
-        return SmokeOptions(self.smoke_level if self.smoke else None, self.serve, self.smoke_prompt(),
-                            self.smoke_max_tokens, self.golden, self.max_model_len, self.slo, self.slo_class)
+        return self.group(SmokeOptions)
 
     @property
     def serving(self) -> ServeOptions:
-        return ServeOptions(self.gpu, self.gpus, self.max_model_len)
+        return self.group(ServeOptions)
+
+
+G = TypeVar("G", FetchOptions, PatchOptions, QuantizeOptions, SmokeOptions, ServeOptions)
+#: group -> its fields computed from several declared options (every other field is the option of its name)
+DERIVED: dict[type, dict[str, Any]] = {
+    SmokeOptions: {"level": lambda o: o.smoke_level if o.smoke else None, "prompt": IngestOptions.smoke_prompt},
+}

@@ -21,7 +21,7 @@ from modelyard.stages.smoke import warmup
 
 def plan_patches(root: Path, report: Report, options: PatchOptions) -> PatchPlan:
     """The repairs of ``root`` judged by ``report`` (empty when patching is off)."""
-    if not options.enabled:
+    if not options.patch:
         return PatchPlan()
     return patch.plan_patches(root, report, add_special_tokens=options.add_special_tokens,
                               chat_template=Path(options.chat_template) if options.chat_template else None)

@@ -17,6 +17,7 @@ import yaml
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.store import Store
 from modelyard.checks.adapter import LORA_MODULES, read_adapter, serve_rank
+from modelyard.model.source import parse_source
 from modelyard.stages.adapter import lora_overrides, verify_adapter
 from tests.fixtures import make_tiny_llama
 
@@ -166,7 +167,7 @@ def test_an_adapter_file_that_links_out_of_its_folder_is_refused_before_it_is_re
     assert report.errors[0].message == f"adapter_model.safetensors is a link to {outside}, outside the model folder"
     before = sorted(p.name for p in store.home.iterdir())
     with pytest.raises(VerificationFailedError):
-        ingest_adapter(f"file://{d}", IngestOptions(base="tiny@r1", smoke=False, name="linked-lora"),
+        ingest_adapter(parse_source(f"file://{d}"), IngestOptions(base="tiny@r1", smoke=False, name="linked-lora"),
                        home=str(store.home))
     assert sorted(p.name for p in store.home.iterdir()) == before
 
@@ -191,7 +192,7 @@ def test_ingest_adapter_artifact(world, healthy, tmp_path, monkeypatch):
     from modelyard.flows.options import IngestOptions
 
     _, _, store = world
-    res = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora"),
+    res = ingest_adapter(parse_source(f"file://{healthy}"), IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora"),
                          home=str(store.home))
     art = Path(res.artifact.path)
     m = Manifest.load(art)
@@ -242,7 +243,7 @@ def test_stored_adapter_compose_runs_the_base_with_the_adapter(world, healthy):
     from modelyard.flows.options import IngestOptions
 
     _, _, store = world
-    res = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora3"),
+    res = ingest_adapter(parse_source(f"file://{healthy}"), IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora3"),
                          home=str(store.home))
     art = Path(res.artifact.path)
     svc = _compose_config(art / "serve" / "compose.yaml")["services"]["vllm"]
@@ -269,7 +270,7 @@ def test_serve_plan_of_the_adapter_artifact(world, healthy, tmp_path):
     from modelyard.flows.adapter import ingest_adapter
     from modelyard.flows.options import IngestOptions
 
-    res = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora2"),
+    res = ingest_adapter(parse_source(f"file://{healthy}"), IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora2"),
                          home=str(store.home))
     out = tmp_path / "out"
     r = run_cli("serve-plan", str(res.artifact.path), "--gpu", "H100-80GB", "--output", str(out))
@@ -304,9 +305,9 @@ def test_serve_plan_of_a_base_with_two_adapters(world, healthy, tmp_path):
 
     root, base, store = world
     wide = make_adapter(base, tmp_path / "wide", r=24)
-    a = ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="lora-a"),
+    a = ingest_adapter(parse_source(f"file://{healthy}"), IngestOptions(base="tiny@r1", smoke=False, name="lora-a"),
                        home=str(store.home)).artifact
-    b = ingest_adapter(f"file://{wide}", IngestOptions(base="tiny@r1", smoke=False, name="lora-b"),
+    b = ingest_adapter(parse_source(f"file://{wide}"), IngestOptions(base="tiny@r1", smoke=False, name="lora-b"),
                        home=str(store.home)).artifact
     out = tmp_path / "out"
     (out / "adapters").mkdir(parents=True)
@@ -351,7 +352,7 @@ def test_upgrade_check_loads_an_adapter_on_its_base_never_as_a_model(world, heal
     from modelyard.stages.upgrade import RunOutcome, Runtime
 
     _, _, store = world
-    art = Path(ingest_adapter(f"file://{healthy}", IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora-up"),
+    art = Path(ingest_adapter(parse_source(f"file://{healthy}"), IngestOptions(base="tiny@r1", smoke=False, name="tiny-lora-up"),
                               home=str(store.home)).artifact.path)
     seen = []
 

@@ -227,12 +227,12 @@ def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Reci
 
 def variant_digest(model_dir: Path, options: Any) -> str:
     """sha256 (hex) identifying a quantized variant: scheme, effective recipe, calibration data and
-    sizes. ``options`` has ``scheme``, ``recipe``, ``calibration`` (paths or None), ``num_samples`` and
-    ``max_seq_len`` (the flow's ``QuantizeOptions``). Same inputs, same digest: the store reuses the
-    artifact instead of quantizing again."""
+    sizes. ``options`` has ``quantize`` (the scheme's name), ``recipe``, ``calibration`` (paths or None),
+    ``num_samples`` and ``max_seq_len`` (the flow's ``QuantizeOptions``). Same inputs, same digest: the store
+    reuses the artifact instead of quantizing again."""
     cfg = Checkpoint(model_dir).text_config
-    recipe = make_recipe(options.scheme, cfg, Path(options.recipe) if options.recipe else None)
-    key = json.dumps({"scheme": options.scheme, "recipe": recipe.sha256,
+    recipe = make_recipe(options.quantize, cfg, Path(options.recipe) if options.recipe else None)
+    key = json.dumps({"scheme": options.quantize, "recipe": recipe.sha256,
                       "calibration": data_digest(Path(options.calibration) if options.calibration else None),
                       "num_samples": options.num_samples, "max_seq_len": options.max_seq_len}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()
