@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from modelyard.checks import numeric
+from modelyard.checks.base import Severity
 from modelyard.checks.report import counted, not_judged_line
 from modelyard.cli._choices import SmokeLevel
 from modelyard.cli._common import (
@@ -41,9 +42,12 @@ from modelyard.stages.smoke.options import SmokeFlags
 from modelyard.stages.verify.options import TargetFlags
 from modelyard.transport.publish import check_target
 
+if TYPE_CHECKING:  # the flows import Prefect: imported on first use, in _run_ingest
+    from modelyard.flows.ingest import IngestResult
+
 
 def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str], as_json: bool,
-                verbose: bool) -> dict[str, Any]:
+                verbose: bool) -> IngestResult:
     """Run the ingest flow on ``source`` with ``options`` (:class:`~modelyard.flows.options.IngestOptions`'
     fields) into the store ``out_dir``; bad input fails before Prefect is imported."""
     quiet_libraries(verbose)
@@ -64,7 +68,7 @@ def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str],
         warmup.start(folder)  # else verify's imports in a thread, beside Prefect's start (not beside a worker)
         with api.use():
             result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
-    return result.to_dict()
+    return result
 
 
 def _precheck(src: Source, opts: Any) -> None:
@@ -86,40 +90,42 @@ def _precheck(src: Source, opts: Any) -> None:
                   refuse_licenses=opts.refuse_licenses or ())
 
 
-def _print_result(d: dict[str, Any], as_json: bool) -> None:
+def _print_result(r: IngestResult, as_json: bool) -> None:
+    """The one output of ``ingest`` and ``demo``: ``--json`` prints :meth:`IngestResult.to_dict`, the human form
+    reads the same attributes."""
     if as_json:
-        emit_json(d)
+        emit_json(r.to_dict())
         return
-    v = d["verification"]
-    out.print(f"[bold green]artifact:[/] {d['artifact']}" + ("  (already in the store)" if d["reused"] else ""), highlight=False,
+    a, rep = r.artifact, r.report
+    out.print(f"[bold green]artifact:[/] {a.location}" + ("  (already in the store)" if a.reused else ""), highlight=False,
               soft_wrap=True)
-    out.print(f"name: {d['name']}  revision: {d['revision']}", highlight=False)
-    out.print(f"content: {d['content_digest']}", highlight=False, soft_wrap=True)
-    out.print(f"verification: {'passed' if v['passed'] else 'FAILED'} ({counted(v['errors'], 'error')}, "
-              f"{counted(v['warnings'], 'warning')}"
-              + (f"; {not_judged_line(v['not_judged'])}" if v.get("not_judged") else "") + ")")
-    if d.get("left_out"):
-        out.print(f"left out of model/ (no runtime reads them; see report.json): {', '.join(d['left_out'])}",
+    out.print(f"name: {a.name}  revision: {a.revision}", highlight=False)
+    out.print(f"content: {a.content_digest}", highlight=False, soft_wrap=True)
+    not_judged = rep.count(Severity.NOT_JUDGED)
+    out.print(f"verification: {'passed' if rep.passed else 'FAILED'} ({counted(rep.count(Severity.ERROR), 'error')}, "
+              f"{counted(rep.count(Severity.WARNING), 'warning')}"
+              + (f"; {not_judged_line(not_judged)}" if not_judged else "") + ")")
+    if r.left_out:
+        out.print(f"left out of model/ (no runtime reads them; see report.json): {', '.join(r.left_out)}",
                   highlight=False, soft_wrap=True)
-    cached = d.get("cached_stages") or []
-    if cached or d.get("hashed_bytes") == 0:
-        hashed = "; hash: 0 bytes read (digest cache)" if d.get("hashed_bytes") == 0 else ""
-        out.print(f"from cache: {', '.join(cached) or 'no stage'}{hashed}", highlight=False)
-    if d.get("patches"):
-        out.print(f"patches: {d['patches']} repair(s), see {d['artifact']}/patch.diff", highlight=False)
-    for p in d.get("published") or []:
-        out.print(f"published: {p['uri']} ({p['files']} files, {p['bytes']} bytes)", highlight=False, soft_wrap=True)
-    s = d.get("smoke")
-    if s and s.get("level") in ("server", "bench"):
-        print_server_smoke(s)
-    elif s:
-        stored = " (the stored artifact's smoke, not re-run)" if d["reused"] else ""
-        out.print(f"vLLM {s['vllm_version']}: loaded in {s['load_seconds']} s, {s['tokens_per_second']} tokens/s{stored}",
+    if r.cached or r.hashed_bytes == 0:
+        hashed = "; hash: 0 bytes read (digest cache)" if r.hashed_bytes == 0 else ""
+        out.print(f"from cache: {', '.join(r.cached) or 'no stage'}{hashed}", highlight=False)
+    if r.patches:
+        out.print(f"patches: {r.patches} repair(s), see {a.location}/patch.diff", highlight=False)
+    for p in r.published:
+        out.print(f"published: {p.uri} ({p.files} files, {p.bytes} bytes)", highlight=False, soft_wrap=True)
+    s = r.smoke
+    if s is not None and s.level in ("server", "bench"):
+        print_server_smoke(s.to_dict())
+    elif s is not None:
+        stored = " (the stored artifact's smoke, not re-run)" if a.reused else ""
+        out.print(f"vLLM {s.vllm_version}: loaded in {s.load_seconds} s, {s.tokens_per_second} tokens/s{stored}",
                   highlight=False, soft_wrap=True)
-        out.print(f"{'prompt' if s.get('mode') == 'completion' else 'question'}: {s['question']}", highlight=False)
-        out.print(f"answer: {s['text']}", highlight=False)
-        out.print(f"finish_reason: {s['finish_reason']}", highlight=False)
-        out.print(numeric.summary_line(s.get("numeric")), highlight=False, soft_wrap=True)
+        out.print(f"{'prompt' if s.mode == 'completion' else 'question'}: {s.question}", highlight=False)
+        out.print(f"answer: {s.text}", highlight=False)
+        out.print(f"finish_reason: {s.finish_reason}", highlight=False)
+        out.print(numeric.summary_line(s.numeric), highlight=False, soft_wrap=True)
     else:
         out.print("smoke: skipped (--no-smoke)")
 
@@ -150,10 +156,10 @@ def ingest(  # noqa: PLR0913
     Judged and smoke-tested for chat serving unless --serve says otherwise, as `modelyard verify` judges it."""
     with working(as_json):
         source = with_revision(source, revision)
-    d = _run_ingest(source, {**options, "name": name, "publish": tuple(publish), "base": base,
+    r = _run_ingest(source, {**options, "name": name, "publish": tuple(publish), "base": base,
                                   "max_lora_rank": max_lora_rank}, out_dir=either(store, out_dir, "--store"),
                     as_json=as_json, verbose=verbose)
-    _print_result(d, as_json)
+    _print_result(r, as_json)
 
 
 def demo_gguf_path() -> Path:
@@ -179,6 +185,6 @@ def demo(
     verbose: bool = verbose_option(),
 ) -> None:
     """Ingest the built-in demo model (SmolLM2-135M-Instruct, GGUF) and chat with it in vLLM."""
-    d = _run_ingest(f"gguf://{demo_gguf_path()}", {"name": "smollm2-135m-instruct", "smoke_level": smoke_level},
+    r = _run_ingest(f"gguf://{demo_gguf_path()}", {"name": "smollm2-135m-instruct", "smoke_level": smoke_level},
                     out_dir=either(store, out_dir, "--store"), as_json=as_json, verbose=verbose)
-    _print_result(d, as_json)
+    _print_result(r, as_json)

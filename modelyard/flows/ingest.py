@@ -40,7 +40,7 @@ from modelyard.artifact.draft import Draft, patched_files
 from modelyard.artifact.identity import find_reusable, source_revision, variant_revision
 from modelyard.artifact.layout import MODEL_DIR, REPORT_JSON, REPORT_MD
 from modelyard.artifact.manifest import Manifest, build_manifest, sign_claims, source_record
-from modelyard.artifact.records import SmokeRecord
+from modelyard.artifact.records import SmokeRecord, validate
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.artifact.store import Artifact, StoreProtocol
 from modelyard.checks import Report, Target
@@ -68,29 +68,40 @@ from modelyard.stages.smoke import bench, warmup
 from modelyard.stages.smoke import server as serve_smoke
 from modelyard.stages.smoke.golden import load_golden
 from modelyard.transport.objectstore import open_store
-from modelyard.transport.publish import publish
+from modelyard.transport.publish import PublishResult, publish
 
 
 @dataclass(frozen=True)
 class IngestResult:
     artifact: Artifact
     report: Report
-    smoke: dict[str, Any] | None
+    smoke: SmokeRecord | None  # this run's smoke, or the stored artifact's (reused); None: no smoke
     source: str
     commit: str | None
     patches: int = 0  # repairs applied (patches.json beside model/)
-    published: tuple[dict[str, Any], ...] = ()  # --publish results: uri, files, bytes, digest
+    published: tuple[PublishResult, ...] = ()  # --publish results, in the order asked
     cached: tuple[str, ...] = ()  # stages whose result came from the stage cache (e.g. "fetch", "verify")
     hashed_bytes: int = 0  # bytes read to hash the source (0: every digest came from the digest cache)
     left_out: tuple[str, ...] = ()  # the source's files model/ does not hold (each a files.left_out finding)
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``ingest --json`` result (docs/reference/json.md): the one place the result becomes a dict; the
+        human output reads the same attributes."""
         a = self.artifact
         return {"artifact": a.location, "name": a.name, "revision": a.revision, "content_digest": a.content_digest,
                 "reused": a.reused, "source": self.source, "commit": self.commit,
-                "verification": self.report.to_dict()["summary"], "patches": self.patches, "smoke": self.smoke,
-                "published": list(self.published), "cached_stages": list(self.cached),
-                "hashed_bytes": self.hashed_bytes, "left_out": list(self.left_out)}
+                "verification": self.report.to_dict()["summary"], "patches": self.patches,
+                "smoke": self.smoke.to_dict() if self.smoke is not None else None,
+                "published": [{"uri": p.uri, "files": p.files, "bytes": p.bytes, "digest": p.digest, "skipped": p.skipped}
+                              for p in self.published],
+                "cached_stages": list(self.cached), "hashed_bytes": self.hashed_bytes, "left_out": list(self.left_out)}
+
+
+def smoke_record(result: smoke.SmokeResult | serve_smoke.ServerSmokeResult | dict[str, Any]) -> SmokeRecord:
+    """The stored record of a smoke stage's result (its keys and their order kept): built here once, then held by
+    the report, the manifest and :class:`IngestResult`."""
+    return validate(SmokeRecord, result if isinstance(result, dict) else result.to_dict(), "the smoke's result",
+                    fix="Report this: a smoke result must fit the manifest's smoke record.")
 
 
 def smoke_covers(prev: SmokeRecord | None, options: IngestOptions) -> bool:
@@ -256,12 +267,10 @@ def publish_task(draft: Draft, name: str, revision: str, digest: str) -> Artifac
 
 
 @task(name="publish-remote", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE)
-def publish_remote_task(artifact_dir: Path, to: str, settings: Settings) -> dict[str, Any]:
+def publish_remote_task(artifact_dir: Path, to: str, settings: Settings) -> PublishResult:
     """Push the stored artifact to ``to`` (OCI registry or S3); retried: both are idempotent
     (blobs by digest, S3 manifest written last)."""
-
-    r = publish(artifact_dir, to, settings=settings)
-    return {"uri": r.uri, "files": r.files, "bytes": r.bytes, "digest": r.digest, "skipped": r.skipped}
+    return publish(artifact_dir, to, settings=settings)
 
 
 def _run_name() -> str:
@@ -371,7 +380,7 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
     options.check()
     if options.base:  # a PEFT adapter on a base artifact: its own kind of artifact
         a = ingest_adapter(src, options, home)
-        return IngestResult(a.artifact, a.report, a.smoke, a.source, None)
+        return IngestResult(a.artifact, a.report, smoke_record(a.smoke) if a.smoke else None, a.source, None)
     settings = Settings.for_store(home)
     store = open_store(settings=settings)
     _start_attempt(source, store, settings)
@@ -398,12 +407,12 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
         revision = variant_revision(revision, patch_digest=None if plan.empty else plan.digest, scheme=options.quantize,
                                     variant_digest=quantize.variant_digest(snap.root, options.quantizing)
                                     if options.quantize else None)
-        artifact, report, smoke_dict = _store(r, store, revision, snap, plan, report, precopy)
+        artifact, report, smoke_rec = _store(r, store, revision, snap, plan, report, precopy)
     finally:
         if precopy is not None:
             shutil.rmtree(precopy, ignore_errors=True)
     published = tuple(publish_remote_task(store.local(artifact), to, settings) for to in options.publish)
-    return IngestResult(artifact, report, smoke_dict, src.uri, snap.commit, len(plan.ops), published,
+    return IngestResult(artifact, report, smoke_rec, src.uri, snap.commit, len(plan.ops), published,
                         tuple(r.stages.cached), hashed_bytes, snap.left_out)
 
 
@@ -441,7 +450,7 @@ def _artifact_name(options: IngestOptions, src: Source, snap: Snapshot) -> str:
 
 
 def _store(r: _Run, store: StoreProtocol, revision: str, snap: Snapshot, plan: PatchPlan, report: Report,
-           precopy: Path | None) -> tuple[Artifact, Report, dict[str, Any] | None]:
+           precopy: Path | None) -> tuple[Artifact, Report, SmokeRecord | None]:
     """Reuse the stored ``name@revision`` when it stands for this run, else build it in a draft and
     commit it; under the store's lock, so concurrent identical ingests on this host build once (on
     other hosts too, when one commits before the other's slot of the GPU pool comes free; else the
@@ -467,14 +476,14 @@ def _store(r: _Run, store: StoreProtocol, revision: str, snap: Snapshot, plan: P
                 found = reusable() if r.gpu_pool else None  # committed elsewhere while this run waited for the slot
                 if found is not None:
                     return _reuse(r, store, *found, plan, report)
-                report, smoke_dict, digest = _build(r, draft, revision, snap, plan, files, digest, report, precopy)
+                report, smoke_rec, digest = _build(r, draft, revision, snap, plan, files, digest, report, precopy)
             artifact = publish_task(draft, r.name, revision, digest)
     _attach(store, artifact, report)
-    return artifact, report, smoke_dict
+    return artifact, report, smoke_rec
 
 
 def _reuse(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest, plan: PatchPlan,
-           report: Report) -> tuple[Artifact, Report, dict[str, Any] | None]:
+           report: Report) -> tuple[Artifact, Report, SmokeRecord | None]:
     """The stored artifact, with the report re-judged on its model/ when it is a variant (the stored
     smoke stands: it is reported as the stored one). An object store's artifact is downloaded to the
     local cache only when its model/ must be read (a variant's re-judging, explicit serve options)."""
@@ -489,8 +498,7 @@ def _reuse(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest, pl
     report = report.with_source(prev_record.source.to_dict()) if prev_record.source else report
     report = report.with_artifact(prev_record.artifact.to_dict()) if prev_record.artifact else report
     _attach(store, existing, report)
-    return (existing, report.with_smoke(prev_record.smoke.to_dict()) if prev_record.smoke else report,
-            prev.smoke.to_dict() if prev.smoke else None)
+    return (existing, report.with_smoke(prev_record.smoke.to_dict()) if prev_record.smoke else report, prev.smoke)
 
 
 def _check_serve_plan(r: _Run, store: StoreProtocol, existing: Artifact, prev: Manifest) -> None:
@@ -520,7 +528,7 @@ def _check_serve_plan(r: _Run, store: StoreProtocol, existing: Artifact, prev: M
 
 
 def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan, files: tuple[FileEntry, ...],  # noqa: PLR0913
-           digest: str, report: Report, precopy: Path | None) -> tuple[Report, dict[str, Any] | None, str]:
+           digest: str, report: Report, precopy: Path | None) -> tuple[Report, SmokeRecord | None, str]:
     """package → (verify the patched copy) → (quantize → verify → gates) → serve plan → smoke →
     report and manifest, in ``draft``. Returns the report, the smoke result and the content digest
     (a quantized model's) to commit the draft under."""
@@ -539,12 +547,13 @@ def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan
         verify.gate(report, f"{snap.source} quantized with {r.options.quantize}")
         quantize.quality_gate(qres, accept=r.options.accept_quality_loss)
     serve_plan = serve_plan_task(model_dir, r.options.serving, r.name)
-    smoke_dict = None
+    smoke_rec = None
     parent = snap.root if (r.options.quantize or not plan.empty) else None  # the derived artifact's parent
     if r.options.smoking.level in ("server", "bench"):
-        smoke_dict = smoke_server_task(model_dir, r.settings, r.options.smoking, serve_plan, r.name, parent).to_dict()
+        smoke_rec = smoke_record(smoke_server_task(model_dir, r.settings, r.options.smoking, serve_plan, r.name, parent))
     elif r.options.smoking.level == "load":
-        smoke_dict = smoke_task(model_dir, r.settings, r.options.smoking, parent).to_dict()
+        smoke_rec = smoke_record(smoke_task(model_dir, r.settings, r.options.smoking, parent))
+    smoke_dict = smoke_rec.to_dict() if smoke_rec is not None else None
     if serve_plan is not None:
         write_serve_files(draft.path, serve_plan)
     if smoke_dict is not None:
@@ -555,7 +564,7 @@ def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan
                                         smoke=smoke_dict, files=files, plan=plan, quantization=qrec,
                                         serve=serve_plan.to_dict() if serve_plan else None), report)
     draft.add_metadata(manifest, report, report_json, title=f"{r.name}@{revision}")
-    return report, smoke_dict, digest
+    return report, smoke_rec, digest
 
 
 def findings_rows(report: Report) -> list[dict[str, str]]:
