@@ -32,7 +32,7 @@ from modelyard.errors import EndpointUnreachableError, SourceNotFoundError
 from modelyard.model.source import Source, parse_source, sanitize_name, with_revision
 from modelyard.runtime.prefect_server import connect, use_facts_worker
 from modelyard.settings import Settings
-from modelyard.stages.fetch import check_hub, check_local
+from modelyard.stages.fetch import check_hub, check_local, extract_bundle
 from modelyard.stages.fetch.options import FetchFlags
 from modelyard.stages.patch import PatchFlags
 from modelyard.stages.quantize.options import QuantizeFlags
@@ -58,7 +58,7 @@ def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str],
             check_target(to)
         opts = IngestOptions(**options)
         src = parse_source(source)  # once on this side; the flow parses its string parameter once on its own
-        _precheck(src, opts)  # bad input fails in a second, before Prefect is imported or started
+        _precheck(src, opts, out_dir)  # bad input fails in seconds, before Prefect is imported or started
         store = Settings().local_store(out_dir)
         api = connect(store)  # a kept server, or a private one booting meanwhile
         folder = src.path if src.kind == "file" else None
@@ -71,11 +71,13 @@ def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str],
     return result
 
 
-def _precheck(src: Source, opts: Any) -> None:
+def _precheck(src: Source, opts: Any, store: str | None = None) -> None:
     """The flow's own input checks, run before Prefect is imported: the source URI, every check of a
     local source that needs no network (:func:`~modelyard.stages.fetch.check_local`: a folder without
-    config.json or safetensors, a file that is not a GGUF, a damaged bundle), the target options, and a hub
-    source's listing and card (:func:`~modelyard.stages.fetch.check_hub`).
+    config.json or safetensors, a file that is not a GGUF, a damaged bundle), the target options, a hub
+    source's listing and card (:func:`~modelyard.stages.fetch.check_hub`), and a bundle's every byte against its
+    manifest (:func:`~modelyard.stages.fetch.extract_bundle` into the cache of ``store``, where the flow's fetch
+    finds it: an edited bundle is refused in ``unbundle``'s time, not after Prefect's start).
     Raises what the flow would raise (same messages and exit codes); an unreachable hub is left to the flow, which
     retries it."""
 
@@ -84,6 +86,8 @@ def _precheck(src: Source, opts: Any) -> None:
     if not opts.base:  # an adapter folder has no config.json: the adapter ingest judges it
         check_local(src, allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns)
     opts.check()  # the target's values, --gpu and --quantize
+    if src.kind == "tar" and not opts.base:
+        extract_bundle(src, Settings.for_store(store))
     # a hub source: the listing and the card (a gated repo, a missing revision, no model files, a refused license)
     with contextlib.suppress(EndpointUnreachableError):
         check_hub(src, Settings(), allow_patterns=opts.allow_patterns, ignore_patterns=opts.ignore_patterns,

@@ -219,8 +219,10 @@ def test_flipped_byte_in_a_file_names_the_file(bundle, tmp_path):
     with pytest.raises(BundleError, match=r"model/model.safetensors has sha256 [0-9a-f]{64}, the listing says"):
         unbundle(bad, tmp_path / "out")
     assert _leftovers(tmp_path, {"bad.tar.zst"}) == []
-    # a hash mismatch is exit 1 on every source, tar:// included, as docs/reference/sources.md says
-    r = run_cli("ingest", f"tar://{bad}", "--no-smoke", "--json", env={"MODELYARD_HOME": str(tmp_path / "home")},
+    # a hash mismatch is exit 1 on every source, tar:// included, as docs/reference/sources.md says; refused by the
+    # CLI's preflight, before Prefect: with PREFECT_API_URL pointing at nothing, the refusal is still the bundle's
+    r = run_cli("ingest", f"tar://{bad}", "--no-smoke", "--json", env={"MODELYARD_HOME": str(tmp_path / "home"),
+                                                                       "PREFECT_API_URL": "http://127.0.0.1:9/api"},
                 timeout=300)
     err = json_error(r.stdout, "ingest", 1)
     assert (r.returncode, err["type"]) == (1, "BundleHashMismatchError"), r.stderr[-2000:]

@@ -27,6 +27,7 @@ from typing import TypeVar
 from filelock import FileLock, Timeout
 
 from modelyard.artifact.layout import MANIFEST, SIGNATURE
+from modelyard.artifact.manifest import Manifest
 from modelyard.errors import (
     BundleError,
     InvalidSourceError,
@@ -371,10 +372,12 @@ def _check_bundle(path: Path) -> None:
         raise SourceNotFoundError(f"bundle {path} does not exist", fix="Check the path (tar:///absolute/path.tar.zst).")
 
 
-def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
-    """A ``tar://`` bundle: every byte checked against its manifest while extracting (once per
-    content digest, into the cache); the Snapshot's expected digests are the manifest's."""
-
+def extract_bundle(source: Source, settings: Settings) -> tuple[Path, Manifest]:
+    """Extract the ``tar://`` bundle ``source`` into the cache (``<cache>/bundles/<content digest>``), every byte
+    checked against its manifest, once per content digest: a second call finds it there and reads nothing but
+    the manifest. Returns the folder and the manifest. The CLI calls it before Prefect starts, so that ``ingest``
+    refuses an edited bundle in the time ``unbundle`` takes (:class:`~modelyard.errors.BundleHashMismatchError`,
+    exit 1; a damaged one :class:`~modelyard.errors.BundleError`), and the flow's fetch then reuses the folder."""
     assert source.path is not None
     _check_bundle(source.path)
     manifest_bytes, manifest = read_manifest(source.path)
@@ -392,6 +395,14 @@ def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
             if not (mf.is_file() and mf.read_bytes() == manifest_bytes):
                 raise
             # else a concurrent fetch of the same bundle won the rename
+    return root, manifest
+
+
+def _fetch_bundle(source: Source, settings: Settings) -> Snapshot:
+    """A ``tar://`` bundle: every byte checked against its manifest while extracting (once per
+    content digest, into the cache: :func:`extract_bundle`); the Snapshot's expected digests are the manifest's."""
+    root, manifest = extract_bundle(source, settings)
+    assert source.path is not None
     src = manifest.source
     trusted = _bundle_signed(root, settings, source)
     keep = trusted and not manifest.modified
