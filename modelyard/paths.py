@@ -14,7 +14,7 @@ import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from modelyard.errors import InsufficientResourcesError
 
@@ -97,3 +97,26 @@ def sweep_partials(folder: Path, name: str) -> tuple[int, int]:
         finally:
             os.close(fd)
     return removed, freed
+
+
+#: the most bytes one ``write()`` call hands the kernel (:func:`write_sliced`)
+WRITE_SLICE = 256 * 1024
+
+
+class Writable(Protocol):
+    """A binary file's ``write`` (a file object, a sink's member file)."""
+
+    def write(self, data: memoryview, /) -> int | None: ...
+
+
+def write_sliced(fh: Writable, data: bytes | bytearray | memoryview, step: int = WRITE_SLICE) -> int:
+    """Write ``data`` to ``fh`` in slices of at most ``step`` bytes (views, no copies); returns the bytes written.
+
+    Why: on this project's 2-core VMs a 1 GiB file written in 4 MiB or 16 MiB ``write()`` calls took 7 to 8.6 s,
+    in 256 KiB calls 0.3 to 0.5 s (fresh page cache after ``sync``, ext4; ``benchmarks/README.md``, "Big
+    transfers"): the ranged pulls (16 MiB parts) and the bundle extraction (4 MiB chunks) wrote at a sixth of
+    the disk's speed. Raises what ``fh.write`` raises (``OSError``, ENOSPC among them)."""
+    with memoryview(data) as mv:
+        for off in range(0, len(mv), step):
+            fh.write(mv[off:off + step])
+        return len(mv)

@@ -26,7 +26,7 @@ from modelyard.artifact.index import FORMAT, VERSION, dump_index, index_folder
 from modelyard.artifact.layout import INDEX, MANIFEST, SIGNATURE
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, HashMismatchError, InsufficientResourcesError, ManifestError, PublishError
-from modelyard.paths import require_space
+from modelyard.paths import require_space, write_sliced
 from modelyard.transport.unbundle import (
     BundleContents,
     FolderSink,
@@ -342,7 +342,7 @@ class Staging:
         try:
             for chunk in (chunks(have) if callable(chunks) else chunks):
                 h.update(chunk)
-                fh.write(chunk)
+                write_sliced(fh, chunk)
                 n += len(chunk)
                 if n > size:
                     break

@@ -52,7 +52,7 @@ from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, BundleHashMismatchError, ManifestError, ModelyardError, StoreError
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry
-from modelyard.paths import require_space
+from modelyard.paths import require_space, write_sliced
 from modelyard.transport.bundle import BLOCK, CHUNK, RECORD
 from modelyard.transport.signing import verify_after_unbundle
 from modelyard.transport.zstream import FIX_CORRUPT as _FIX_CORRUPT
@@ -436,7 +436,7 @@ class _Pipeline:
             if self._error is None:
                 try:
                     with memoryview(buf) as mv:
-                        dst.write(mv[:n])
+                        write_sliced(dst, mv[:n])
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller by finish()
                     self._error = exc
             self._free.put(buf)
