@@ -15,6 +15,9 @@ is compared.
   ``pull`` of the same files (the library modelyard speaks OCI through; the ``oras`` CLI is not packaged here).
 
 The artifact: random bytes in 512 MiB files (a checkpoint's shards) plus a manifest.
+
+Memory: each timed call's peak resident memory above what the process held when it began (``/proc/self/statm``
+sampled every 5 ms in a thread), per side, the larger of its two runs.
 """
 
 # ruff: noqa: B023 - each lambda is timed (called) in the iteration that makes it
@@ -27,6 +30,7 @@ import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,10 +80,35 @@ def artifact(root: Path, size: int, file_bytes: int = 512 * MiB) -> tuple[Path, 
     return art, digest
 
 
-def timed(fn) -> float:  # noqa: ANN001
+#: side -> the largest peak RSS above its start (bytes) of its timed calls
+PEAKS: dict[str, int] = {}
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * PAGE
+
+
+def timed(fn, side: str = "") -> float:  # noqa: ANN001
+    """Seconds ``fn()`` took; its peak RSS above the start goes to :data:`PEAKS` under ``side``."""
+    start, peak, done = _rss(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], _rss() - start)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    try:
+        fn()
+    finally:
+        seconds = time.perf_counter() - t
+        done.set()
+        sampler.join()
+    PEAKS[side] = max(PEAKS.get(side, 0), peak[0])
+    return seconds
 
 
 def bench_s3(root: Path, art: Path, digest: str, size: int) -> dict:
@@ -100,19 +129,19 @@ def bench_s3(root: Path, art: Path, digest: str, size: int) -> dict:
         ups, base_ups, pulls, base_downs = [], [], [], []
         for k in range(2):  # A B A B, best of each: neither side pays for a fuller moto or a warmer page cache
             base_ups.append(timed(lambda: [client.upload_file(str(f), "bench", f"baseline{k}/{f.name}", Config=cfg)
-                                           for f in files]))
+                                           for f in files], "boto3 upload"))
             store = S3Store(f"s3://bench/store{k}", root / f"cache-a{k}", settings)
             staged = store.new_staging()
             shutil.copytree(art, staged, dirs_exist_ok=True, copy_function=os.link)
-            ups.append(timed(lambda: store.publish(staged, "bench", "r1", digest)))
+            ups.append(timed(lambda: store.publish(staged, "bench", "r1", digest), "modelyard S3 publish"))
         for k in range(2):
             down = root / f"boto3-down{k}"
             down.mkdir()
             base_downs.append(timed(lambda: [client.download_file("bench", f"baseline{k}/{f.name}", str(down / f.name),
-                                                                  Config=cfg) for f in files]))
+                                                                  Config=cfg) for f in files], "boto3 download"))
             shutil.rmtree(down)
             fresh = S3Store(f"s3://bench/store{k}", root / f"cache-b{k}", settings)
-            pulls.append(timed(lambda: fresh.local(fresh.get("bench", "r1"))))
+            pulls.append(timed(lambda: fresh.local(fresh.get("bench", "r1")), "modelyard S3 pull"))
             shutil.rmtree(root / f"cache-b{k}")
         up, base_up, pull, base_down = min(ups), min(base_ups), min(pulls), min(base_downs)
     mb = size / 1e6
@@ -135,15 +164,15 @@ def bench_oci(root: Path, art: Path, size: int) -> dict:
             os.chdir(art / "model")  # oras-py names layers by the paths given
             try:
                 base_ups.append(timed(lambda: client.push(target=f"{host}/baseline{k}/bench:r1",
-                                                          files=[f.name for f in files], disable_path_validation=True)))
+                                                          files=[f.name for f in files], disable_path_validation=True), "oras-py push"))
             finally:
                 os.chdir(cwd)
-            ups.append(timed(lambda: publish_oci(art, f"oci://{host}/models{k}/bench:r1")))
+            ups.append(timed(lambda: publish_oci(art, f"oci://{host}/models{k}/bench:r1"), "modelyard OCI publish"))
         for k in range(2):
             base_downs.append(timed(lambda: client.pull(target=f"{host}/baseline{k}/bench:r1",
-                                                        outdir=str(root / f"oras-down{k}"))))
+                                                        outdir=str(root / f"oras-down{k}")), "oras-py pull"))
             shutil.rmtree(root / f"oras-down{k}")
-            pulls.append(timed(lambda: pull_oci(f"oci://{host}/models{k}/bench:r1", root / f"pulled{k}")))
+            pulls.append(timed(lambda: pull_oci(f"oci://{host}/models{k}/bench:r1", root / f"pulled{k}"), "modelyard OCI pull"))
             shutil.rmtree(root / f"pulled{k}")
         up, base_up, pull, base_down = min(ups), min(base_ups), min(pulls), min(base_downs)
     mb = size / 1e6
@@ -171,6 +200,8 @@ def main() -> int:
         print(f"{where}, baseline {base}:")
         print("  " + ", ".join(f"{k.removesuffix('_mb_s')} {r[k]:.0f} MB/s" for k in keys))
         print(f"  publish {r['publish_ratio']:.2f}x the baseline's speed, pull {r['pull_ratio']:.2f}x")
+    print("peak RSS above the start of each call (the larger of its runs): "
+          + ", ".join(f"{side} {b / MiB:.0f} MiB" for side, b in PEAKS.items()))
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0
 
