@@ -28,7 +28,7 @@ OVER_MAX_LINES = {
     "modelyard/checks/hf.py": 525,
     "modelyard/checks/template_risk.py": 462,
     "modelyard/cli/_common.py": 478,
-    "modelyard/flows/ingest.py": 581,
+    "modelyard/flows/ingest.py": 558,
     "modelyard/runtime/scripts/vllm_oracle.py": 539,
     "modelyard/stages/quantize/compat.py": 462,
     "modelyard/stages/serve/files.py": 546,
