@@ -70,8 +70,7 @@ def main() -> None:
                 if round_ > 0:
                     times[name].append(wall)
     finally:
-        proc.terminate()
-        proc.wait(20)
+        engine_host.stop(proc)
     base_median = statistics.median(times[next(iter(CONFIGS))])
     print(f"\nmedians over {a.repeat} rounds ({os.cpu_count()} cores), model {model.name}:")
     for name, ts in times.items():

@@ -302,11 +302,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         import shutil
 
         proc, tmp, sock_dir = _ENGINE_HOST
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except Exception:
-            proc.kill()
+        from modelyard.runtime import engine_host
+
+        engine_host.stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(sock_dir, ignore_errors=True)
         _ENGINE_HOST = None

@@ -163,3 +163,15 @@ def start(python: Path | str, env: Mapping[str, str], *, log: Path | None = None
     while not Path(sock).exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     return proc, sock
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> int:
+    """Stop a host that :func:`start` returned: SIGTERM, then SIGKILL after ``grace`` seconds. The host skips the
+    interpreter's teardown and is gone in well under a second; its runs lose their connection and their callers
+    kill their groups. Returns the host's exit code (0 after SIGTERM, ``-SIGKILL`` after the kill)."""
+    proc.terminate()
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
