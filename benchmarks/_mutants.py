@@ -436,10 +436,11 @@ def _quantization() -> list[Mutant]:
 def _w8a8(out: Path) -> Path:
     """The tiny base quantized W8A8 INT8 by modelyard's quantize stage (llm-compressor, compressed-tensors)."""
     if not (out / "config.json").is_file():
+        from modelyard.settings import Settings
         from modelyard.stages.quantize import quantize_model
 
         src = _tiny(out.with_name("tiny"))
-        quantize_model(src, out, "w8a8", num_samples=16, max_seq_len=64, evaluate=False)
+        quantize_model(src, out, "w8a8", settings=Settings(), num_samples=16, max_seq_len=64, evaluate=False)
     return out
 
 

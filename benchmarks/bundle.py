@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modelyard.model.digest import tree_digest
 from modelyard.model.snapshot import FileEntry
+from modelyard.settings import Settings
 from modelyard.transport.refs import bundle_artifact
 
 
@@ -88,8 +89,10 @@ def main() -> None:
         size = du(art)
         ours_out, base_out = work / "ours.tar.zst", work / "base.tar.zst"
 
+        settings = Settings()
+
         def ours() -> None:
-            bundle_artifact(art, ours_out, force=True)
+            bundle_artifact(art, ours_out, settings=settings, force=True)
 
         def base() -> None:
             subprocess.run(["tar", "-I", "zstd -3 -T0", "-cf", str(base_out), "-C", str(art), "."], check=True)

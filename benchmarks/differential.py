@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from modelyard.settings import Settings
 
-    python = Settings().vllm_interpreter()
+    settings = Settings()
+    python = settings.vllm_interpreter()
     if not python.exists():
         print(f"the vLLM runtime interpreter {python} does not exist: run `make setup`", file=sys.stderr)
         return 2
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         from modelyard.stages.verify.runtime import ask_runtime_many
 
         answers = ask_runtime_many([(d, Target(serve=m.mode, max_model_len=m.max_model_len))
-                                    for d, m in zip(dirs, muts)])
+                                    for d, m in zip(dirs, muts)], settings)
     for m, d, ans in zip(muts, dirs, answers):
         row = Row(m)
         row.verdict, row.codes = verdict_of(d, m, ans)

@@ -207,13 +207,14 @@ def bench_empty(tmp: Path, runs: int) -> dict[str, float]:
 
 
 def bench_unbundle(tmp: Path, runs: int, size_mb: int) -> tuple[dict[str, float], int]:
+    from modelyard.settings import Settings
     from modelyard.transport.refs import bundle_artifact
     from modelyard.transport.unbundle import remove_tree, unbundle
 
     art = make_artifact(tmp / "artifact", size_mb)
     size = sum(p.stat().st_size for p in art.rglob("*") if p.is_file())
     bundle = tmp / "a.tar.zst"
-    bundle_artifact(art, bundle)
+    bundle_artifact(art, bundle, settings=Settings())
     manifest = json.loads((art / "manifest.json").read_text())
     listed = [(f["sha256"], f["path"]) for f in manifest["files"]]
     listed += [(hashlib_sha256(art / p), p) for p in ("report.json", "report.md")]

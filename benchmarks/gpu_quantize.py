@@ -147,18 +147,20 @@ report(t1, t2, {})
 CHILD_MODELYARD = PRELUDE + r"""
 from pathlib import Path
 import torch, transformers, llmcompressor, datasets
+from modelyard.settings import Settings
 from modelyard.stages import quantize as q
 model_dir, out, calib_file, n, L, scheme, ev = sys.argv[1:8]
+settings = Settings()
 _th.start()
 t1 = time.perf_counter()
 prof_start()
-res = q.quantize_model(Path(model_dir), Path(out), scheme, calibration=Path(calib_file), num_samples=int(n),
+res = q.quantize_model(Path(model_dir), Path(out), scheme, settings=settings, calibration=Path(calib_file), num_samples=int(n),
                        max_seq_len=int(L), evaluate=ev == "1")
 t2 = time.perf_counter()
 prof_stop()
 from dataclasses import asdict
 report(t1, t2, {"recipe_sha256": res.recipe.sha256, "quantize_seconds": res.seconds,
-                "eval_device": q.eval_device() if ev == "1" else None,
+                "eval_device": q.eval_device(settings) if ev == "1" else None,
                 "quality": asdict(res.quality) if res.quality else None})
 """
 

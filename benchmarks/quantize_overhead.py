@@ -53,10 +53,12 @@ CHILD_MODELYARD = r"""
 import json, resource, sys, time
 from pathlib import Path
 import torch, transformers, llmcompressor, datasets
+from modelyard.settings import Settings
 from modelyard.stages import quantize as q
 model_dir, out, scheme, n, L, ev = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
+settings = Settings()
 t1 = time.perf_counter()
-q.quantize_model(Path(model_dir), Path(out), scheme, num_samples=n, max_seq_len=L, evaluate=ev)
+q.quantize_model(Path(model_dir), Path(out), scheme, settings=settings, num_samples=n, max_seq_len=L, evaluate=ev)
 t2 = time.perf_counter()
 print(json.dumps({"wall": t2 - t1, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """

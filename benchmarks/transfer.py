@@ -152,9 +152,11 @@ def bench_s3(root: Path, art: Path, digest: str, size: int) -> dict:
 def bench_oci(root: Path, art: Path, size: int) -> dict:
     import oras.client
 
+    from modelyard.settings import Settings
     from modelyard.transport.oci import publish_oci, pull_oci
     from tests.e2e.publish_servers import docker_registry
 
+    settings = Settings()
     files = sorted((art / "model").iterdir())
     with docker_registry(root / "registry") as host:
         client = oras.client.OrasClient(hostname=host, insecure=True)
@@ -167,12 +169,12 @@ def bench_oci(root: Path, art: Path, size: int) -> dict:
                                                           files=[f.name for f in files], disable_path_validation=True), "oras-py push"))
             finally:
                 os.chdir(cwd)
-            ups.append(timed(lambda: publish_oci(art, f"oci://{host}/models{k}/bench:r1"), "modelyard OCI publish"))
+            ups.append(timed(lambda: publish_oci(art, f"oci://{host}/models{k}/bench:r1", settings=settings), "modelyard OCI publish"))
         for k in range(2):
             base_downs.append(timed(lambda: client.pull(target=f"{host}/baseline{k}/bench:r1",
                                                         outdir=str(root / f"oras-down{k}")), "oras-py pull"))
             shutil.rmtree(root / f"oras-down{k}")
-            pulls.append(timed(lambda: pull_oci(f"oci://{host}/models{k}/bench:r1", root / f"pulled{k}"), "modelyard OCI pull"))
+            pulls.append(timed(lambda: pull_oci(f"oci://{host}/models{k}/bench:r1", root / f"pulled{k}", settings=settings), "modelyard OCI pull"))
             shutil.rmtree(root / f"pulled{k}")
         up, base_up, pull, base_down = min(ups), min(base_ups), min(pulls), min(base_downs)
     mb = size / 1e6

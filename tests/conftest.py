@@ -147,20 +147,22 @@ def built_once(tmp_path_factory, name: str, build):
 def quantized(tiny128, tmp_path_factory):
     """Every quantization scheme applied once to ``tiny128`` (8 calibration samples of 64 tokens):
     scheme -> pipeline.quantize.QuantizeResult. Built once per run (:func:`built_once`)."""
+    from modelyard.settings import Settings
     from modelyard.stages import quantize as q
 
     return built_once(tmp_path_factory, "quantized", lambda root: {
-        s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.SCHEMES})
+        s: q.quantize_model(tiny128, root / s, s, settings=Settings(), num_samples=8, max_seq_len=64) for s in q.SCHEMES})
 
 
 @pytest.fixture(scope="session")
 def legacy_quantized(tiny128, tmp_path_factory):
     """The legacy formats (gptq via gptqmodel, awq-gemm via autoawq), each made once from ``tiny128``
     in its own venv: scheme -> QuantizeResult. Built once per run (:func:`built_once`)."""
+    from modelyard.settings import Settings
     from modelyard.stages import quantize as q
 
     return built_once(tmp_path_factory, "legacy", lambda root: {
-        s: q.quantize_model(tiny128, root / s, s, num_samples=8, max_seq_len=64) for s in q.LEGACY_SCHEMES})
+        s: q.quantize_model(tiny128, root / s, s, settings=Settings(), num_samples=8, max_seq_len=64) for s in q.LEGACY_SCHEMES})
 
 
 # --------------------------------------------------------------------------- two workers (pytest-xdist)

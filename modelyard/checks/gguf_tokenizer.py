@@ -307,3 +307,35 @@ def compare(vocab: GgufVocab, encode: Encode, texts: Sequence[str], *, file: str
 def summary(findings: Sequence[Finding]) -> list[dict[str, Any]]:
     """``findings`` as dicts (the conversion's record)."""
     return [f.to_dict() for f in findings]
+
+
+@dataclass(frozen=True)
+class TokenizerCheck:
+    """What :func:`modelyard.stages.fetch.gguf.check_and_repair` found: the GGUF's tokenizer model
+    (``tokenizer.ggml.model``), how many probe texts were compared, which reading was the reference (llama.cpp's,
+    or the hand reading), whether the tokenizer was rebuilt, the findings before (and, when rebuilt, after) as
+    stored finding dicts, why llama.cpp could not be the reference (None when it was, or was not installed) and
+    the tokens whose ids llama.cpp's reading overrides (not compared; None when none)."""
+
+    model: str
+    checked: int
+    reference: str
+    repaired: bool
+    findings: tuple[dict[str, Any], ...]
+    after: tuple[dict[str, Any], ...] | None = None
+    reference_error: str | None = None
+    reference_overrides: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record written beside the converted folder and carried as the snapshot's ``tokenizer_check``: ``{model,
+        checked, reference, repaired, [reference_error | reference_overrides], findings, [after]}``."""
+        d: dict[str, Any] = {"model": self.model, "checked": self.checked, "reference": self.reference,
+                             "repaired": self.repaired}
+        if self.reference_error is not None:
+            d["reference_error"] = self.reference_error
+        if self.reference_overrides is not None:
+            d["reference_overrides"] = list(self.reference_overrides)
+        d["findings"] = list(self.findings)
+        if self.after is not None:
+            d["after"] = list(self.after)
+        return d

@@ -116,20 +116,20 @@ def store_option(help: str = STORE_HELP) -> Any:
 
 
 def stored_path(path: Path, store: str | None) -> Path:
-    """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME`` or
-    ``NAME@REV``, no ``/``), that artifact's folder in ``store`` (default: ``MODELYARD_STORE``, else
-    ``MODELYARD_HOME``), as ``show`` and ``bundle`` read it: from an object store, downloaded to the local
-    cache with every file checked. With an explicit ``store`` a bare name is looked up there first, so that a
-    folder of the same name in the working directory does not shadow it (``./NAME`` names the folder); the
-    folder is the answer only when the store has no such artifact. Raises :class:`StoreError` (exit 2) when
-    neither holds it."""
+    """``path`` itself, or, when it names no file or folder and reads as a store reference (``NAME`` or ``NAME@REV``, no
+    ``/``), that artifact's folder in ``store`` (default: ``MODELYARD_STORE``, else ``MODELYARD_HOME``), as ``show`` and
+    ``bundle`` read it: from an object store, downloaded to the local cache with every file checked. With an explicit
+    ``store`` a bare name is looked up there first, so that a folder of the same name in the working directory does not
+    shadow it (``./NAME`` names the folder); the folder is the answer only when the store has no such artifact. Raises
+    :class:`StoreError` (exit 2) when neither holds it."""
+    from modelyard.settings import Settings  # noqa: PLC0415 - heavy: pydantic-settings, imported on first use
     from modelyard.transport.refs import resolve_artifact  # noqa: PLC0415 - heavy: zstandard, boto3 for s3://
 
     text = str(path)
     if "/" in text or (path.exists() and store is None):
         return path
     try:
-        return resolve_artifact(text, store)
+        return resolve_artifact(text, store, settings=Settings())
     except BundleError as exc:
         if path.exists():
             return path
@@ -248,8 +248,6 @@ class _State:
 
 
 _state = _State()
-
-
 _reporter: RichReporter | LineReporter | None = None  # the progress display of the running command, if any
 
 
@@ -353,6 +351,11 @@ def _internal_message(exc: BaseException) -> str:
     return redact(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
+def _print_error(code: str, message: str, fix: str | None) -> None:
+    err.print(f"[bold red]error\\[{code}]:[/] {escape(message)}" + (f"\n[bold]fix:[/] {escape(fix)}" if fix else ""),
+              highlight=False, soft_wrap=True)
+
+
 def _render_failure(exc: BaseException, as_json: bool) -> int:
     """Print ``exc`` as one line on stderr (or, with --json, the :func:`envelope` with its
     :func:`error_object` on stdout); return its exit code: the error's own for a :class:`ModelyardError`,
@@ -365,9 +368,7 @@ def _render_failure(exc: BaseException, as_json: bool) -> int:
         report = getattr(exc, "report", None) if isinstance(exc, VerificationFailedError) else None
         if report is not None:
             findings_table(report)
-        err.print(f"[bold red]error\\[{exc.code}]:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
-        if exc.fix:
-            err.print(f"[bold]fix:[/] {escape(exc.fix)}", highlight=False, soft_wrap=True)
+        _print_error(exc.code, exc.message, exc.fix)
     elif isinstance(exc, KeyboardInterrupt):
         err.print("interrupted")
     else:
@@ -402,10 +403,9 @@ class Command(TyperCommand):
     stdout when the command's ``as_json`` parameter (``--json``) is set, plus the traceback when its
     ``verbose`` parameter is, and exits with :func:`_render_failure`'s code. ``typer.Exit`` passes
     through. Any progress display a failed :func:`working` block left up is closed after the error is
-    printed. A bad command line (typer's usage errors: an unknown option, a value outside its choices
-    or range) is typer's own message on stderr, exit 2; with ``--json`` among the arguments it is the
-    envelope on stdout (``error.type`` ``UsageError``). ``modelyard --help`` lists the command with
-    the first sentence of its help (:func:`first_sentence`)."""
+    printed. A bad command line (typer's usage errors) is ``error[usage]:`` with typer's message and a
+    ``fix:`` line on stderr, exit 2; with ``--json`` among the arguments it is the envelope on stdout
+    (``error.type`` ``UsageError``). ``modelyard --help`` lists the command with the first sentence of its help."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         given = list(args)  # the parser consumes ``args``
@@ -415,11 +415,14 @@ class Command(TyperCommand):
             # typer validates a choice (Literal) through pydantic, whose message starts "Value error, "
             if isinstance(exc, typer.BadParameter) and exc.message.startswith("Value error, "):
                 exc.message = exc.message.removeprefix("Value error, ")
-            if "--json" not in given or "--help" in given:
+            if "--help" in given:
                 raise
-            code = exc.exit_code
-            _write_json(envelope(_command_name(parent, info_name), None, exit_code=code,
-                                 error=verdict("UsageError", exc.format_message(), f"See `modelyard {info_name} --help`.")))
+            code, fix, message = exc.exit_code, f"See `modelyard {info_name} --help`.", exc.format_message()
+            if "--json" in given:
+                _write_json(envelope(_command_name(parent, info_name), None, exit_code=code,
+                                     error=verdict("UsageError", message, fix)))
+            else:
+                _print_error("usage", message, fix)
             raise typer.Exit(code) from exc
 
     def invoke(self, ctx: ClickContext) -> Any:
@@ -463,9 +466,7 @@ def findings_table(report, console: Console | None = None, by_severity: bool = F
     colors = {"error": "red", "warning": "yellow", "info": "cyan", "not_judged": "magenta"}
     findings = sorted(report.findings, key=lambda f: SEVERITY_ORDER[f.severity.value]) if by_severity else report.findings
     for f in findings:
-        where = f.file or ""
-        if f.field:
-            where += f" [{f.field}]" if where else f.field
+        where = f"{f.file} [{f.field}]" if f.file and f.field else f.file or f.field or ""
         console.print(f"[{colors[f.severity.value]}]{f.severity.value:<7}[/] [bold]{escape(f.code)}[/]  {escape(where)}",
                       highlight=False, soft_wrap=True)
         console.print(f"        {escape(f.message)}", highlight=False, soft_wrap=True)
@@ -474,5 +475,4 @@ def findings_table(report, console: Console | None = None, by_severity: bool = F
 
 
 def human_bytes(n: int) -> str:
-
     return decimal(n)

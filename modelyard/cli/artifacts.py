@@ -54,7 +54,7 @@ def bundle_cmd(
 ) -> None:
     """Write an artifact as one deterministic .tar.zst for an air-gapped site (manifest.json first)."""
     with working(as_json):
-        res = bundle_artifact(artifact, output, level=level, force=force, home=store)
+        res = bundle_artifact(artifact, output, settings=Settings(), level=level, force=force, home=store)
     d = {"bundle": str(res.path), "bytes_in": res.bytes_in, "bytes_out": res.bytes_out, "files": res.files,
          "content_digest": res.content_digest}
     if as_json:
@@ -143,7 +143,7 @@ def publish_cmd(
     the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
 
     with working(as_json):
-        res = publish(artifact, to, flavour=flavour, referrers_only=referrers_only)
+        res = publish(artifact, to, settings=Settings(), flavour=flavour, referrers_only=referrers_only)
     storage = _storage_uri(res.uri, res.digest, flavour)
     if as_json:
         emit_json(asdict(res) | {"flavour": flavour if to.startswith("oci://") else None, "storage_uri": storage})
@@ -190,8 +190,8 @@ def pull_cmd(
     """Download an artifact, checking every file's sha256 (all or nothing); with --key, verify its signature. An
     artifact whose manifest says "verification passed" while its model/ fails the static checks is refused (exit 1)."""
     with working(as_json):
-        res = pull(ref, either(output, into, "--output", required=True), public_key=key, allow_partial=allow_partial,
-                   check=carried_verdict_holds)
+        res = pull(ref, either(output, into, "--output", required=True), public_key=key, settings=Settings(),
+                   allow_partial=allow_partial, check=carried_verdict_holds)
     d = {"artifact": str(res.path), "files": res.files, "bytes": res.bytes, "content_digest": res.content_digest,
          "signature_verified": res.signature_verified, "signature_from": res.signature_from}
     if as_json:
@@ -208,7 +208,7 @@ def _signing_root(artifact: str) -> Path:
     """The artifact folder for sign/verify-signature; a bad reference is a SigningKeyError (exit 2)."""
 
     try:
-        return resolve_artifact(artifact)
+        return resolve_artifact(artifact, settings=Settings())
     except BundleError as exc:
         raise SigningKeyError(exc.message, fix=exc.fix) from exc
 
@@ -263,9 +263,10 @@ def list_cmd(
     verbose: bool = verbose_option(),
 ) -> None:
     """List the artifacts in the store: name, revision, content digest, created, quantization, size."""
-    home = _require_store(either(store, out_dir, "--store"))
+    settings = Settings()
+    home = _require_store(either(store, out_dir, "--store"), settings)
     with working(as_json):
-        arts = list_artifacts(home)
+        arts = list_artifacts(home, settings=settings)
     if as_json:
         emit_json({"store": str(home), "artifacts": [a.to_dict() for a in arts]})
         return
@@ -291,11 +292,11 @@ def list_cmd(
     out.print(t)
 
 
-def _require_store(store: Optional[str], unless: Optional[Path] = None) -> str:
-    """The store (``--store``, else MODELYARD_STORE, else MODELYARD_HOME): an ``s3://`` URI as given, a
+def _require_store(store: Optional[str], settings: Settings, unless: Optional[Path] = None) -> str:
+    """The store (``--store``, else the store of ``settings``: MODELYARD_STORE, else MODELYARD_HOME): an ``s3://`` URI as given, a
     folder made absolute; raises :class:`StoreError` (exit 2) when the folder does not exist, unless
     ``unless`` (an artifact folder given instead of a name) exists."""
-    spec = store if store is not None else Settings().store_spec()
+    spec = store if store is not None else settings.store_spec()
     if is_remote(spec):
         return spec
     home = Path(spec).expanduser().absolute()
@@ -315,33 +316,35 @@ def show_cmd(
 ) -> None:
     """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
     with working(as_json):
-        home = _require_store(either(store, out_dir, "--store"), unless=Path(ref).expanduser())
-        d = show_artifact(ref, home)
+        settings = Settings()
+        home = _require_store(either(store, out_dir, "--store"), settings, unless=Path(ref).expanduser())
+        d = show_artifact(ref, home, settings=settings)
     if as_json:
-        emit_json(d)
+        emit_json(d.to_dict())
         return
     def o(value: object) -> str:  # a value from the artifact's files, printed as part of one line
         return escape(one_line(str(value)))
 
-    out.print(f"[bold]{o(d['name'])}[/]@{o(d['revision'])}  {o(d['path'])}", highlight=False, soft_wrap=True)
-    out.print(f"content: {o(d['content_digest'])}", highlight=False, soft_wrap=True)
-    out.print(f"created: {o(d['created_at'])}  size: {human_bytes(d['size'])} in {d['files']} model files  "
-              f"quantization: {o(d['quantization'] or 'none')}  patches: {o(d['patches'])}  "
-              f"signed: {'yes' if d['signed'] else 'no'}", highlight=False, soft_wrap=True)
-    src = d["source"]
+    a = d.summary
+    out.print(f"[bold]{o(a.name)}[/]@{o(a.revision)}  {o(a.path)}", highlight=False, soft_wrap=True)
+    out.print(f"content: {o(a.content_digest)}", highlight=False, soft_wrap=True)
+    out.print(f"created: {o(a.created_at)}  size: {human_bytes(a.size)} in {d.files} model files  "
+              f"quantization: {o(a.quantization or 'none')}  patches: {o(d.patches)}  "
+              f"signed: {'yes' if d.signed else 'no'}", highlight=False, soft_wrap=True)
+    src = d.source
     out.print(f"source: {o(src.get('uri'))}" + (f"  commit: {o(src['commit'])}" if src.get("commit") else ""),
               highlight=False, soft_wrap=True)
-    for r in d.get("replaced") or []:
+    for r in d.replaced:
         out.print(f"replaced: {o(r['file'])} {o(r['by'])} ({o(r['evidence'])})", highlight=False, soft_wrap=True)
-    v = d.get("verification") or {}
-    claim = ("signed with report.json: `modelyard verify-signature` checks it" if d["signed"] else
+    v = d.verification or {}
+    claim = ("signed with report.json: `modelyard verify-signature` checks it" if d.signed else
              "manifest.json's claim, unsigned: `modelyard verify` judges the files again")
     out.print(f"verification: {'passed' if v.get('passed') else 'FAILED'} ({counted(v.get('errors', 0), 'error')}, "
               f"{counted(v.get('warnings', 0), 'warning')}; {claim})", highlight=False)
-    s = d.get("smoke")
+    s = d.smoke
     out.print(f"smoke: vLLM {o(s['vllm_version'])}, loaded in {o(s['load_seconds'])} s, finish_reason "
               f"{o(s['finish_reason'])}" if s else "smoke: not run", highlight=False)
-    for f in ((d.get("report") or {}).get("findings") or [])[:20]:
+    for f in ((d.report or {}).get("findings") or [])[:20]:
         out.print(f"  {o(f['severity']):<7} {o(f['code'])}  {o(f.get('file') or '')}: {o(f['message'])}",
                   highlight=False, soft_wrap=True)
 

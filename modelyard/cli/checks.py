@@ -86,17 +86,20 @@ def verify(  # noqa: PLR0913
     target = Target.create(**options)
     serving = ServeTarget(gpu=gpu or DEFAULT_GPU, gpus=gpus or 1, max_model_len=target.max_model_len) \
         if gpu or gpus else None
+    settings = Settings()
     # the kept server's warm facts worker, when one runs: transformers' answers without importing it here
-    use_facts_worker(Settings().local_store(store))
+    use_facts_worker(settings.local_store(store))
     if revision is not None:
         path = with_revision(path, revision)
     src = parse_source(path) if "://" in path else None
     folder = None
     if src is not None and src.kind == "hf":
-        report = verify_before_download(src, target, runtime=runtime, refuse_licenses=refused, serving=serving)
+        report = verify_before_download(src, target, runtime=runtime, refuse_licenses=refused, serving=serving,
+                                        settings=settings)
     else:
         folder = stored_path(src.path if src is not None and src.path else Path(path), store)
-        report = verify_local(folder, target, runtime=runtime, refuse_licenses=refused, serving=serving)
+        report = verify_local(folder, target, runtime=runtime, refuse_licenses=refused, serving=serving,
+                              settings=settings)
     unjudged = sum(1 for f in report.findings if f.severity.value == "not_judged")
     counts = (f"{counted(len(report.errors), 'error')}, "
               f"{counted(sum(1 for f in report.findings if f.severity.value == 'warning'), 'warning')}"
@@ -181,15 +184,16 @@ def quantize_cmd(  # noqa: PLR0913
         if out_dir.exists():
             raise q.QuantizeError(f"{out_dir} already exists", fix="Pass -o/--output a folder that does not exist yet.")
         out_dir.mkdir(parents=True)
+        settings = Settings()
         try:
-            res = q.quantize_model(model_root(path), out_dir / "model", scheme,
+            res = q.quantize_model(model_root(path), out_dir / "model", scheme, settings=settings,
                                    recipe_file=Path(opts.recipe) if opts.recipe else None,
                                    calibration=Path(opts.calibration) if opts.calibration else None,
                                    num_samples=opts.num_samples, max_seq_len=opts.max_seq_len,
                                    max_ppl_ratio=max_ppl_ratio, max_kl=max_kl)
             record = res.record()
             write_quantization_records(out_dir, record)
-            report = q.judge(out_dir / "model", res, verify_folder(out_dir / "model"), opts.runtime)
+            report = q.judge(out_dir / "model", res, verify_folder(out_dir / "model"), opts.runtime, settings)
         except BaseException:
             if out_dir.exists() and not any(out_dir.iterdir()):  # nothing written: leave no empty OUT behind
                 out_dir.rmdir()

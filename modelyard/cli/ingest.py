@@ -59,13 +59,14 @@ def _run_ingest(source: str, options: dict[str, Any], *, out_dir: Optional[str],
         opts = IngestOptions(**options)
         src = parse_source(source)  # once on this side; the flow parses its string parameter once on its own
         _precheck(src, opts, out_dir)  # bad input fails in seconds, before Prefect is imported or started
-        store = Settings().local_store(out_dir)
+        settings = Settings()
+        store = settings.local_store(out_dir)
         api = connect(store)  # a kept server, or a private one booting meanwhile
         folder = src.path if src.kind == "file" else None
         use_facts_worker(store)  # the kept server's warm worker answers verify's transformers questions
         from modelyard.flows.ingest import ingest_flow  # noqa: PLC0415 - heavy: prefect, via the flows, imported on first use
 
-        warmup.start(folder)  # else verify's imports in a thread, beside Prefect's start (not beside a worker)
+        warmup.start(settings, folder)  # else verify's imports in a thread, beside Prefect's start (not beside a worker)
         with api.use():
             result = ingest_flow(source, opts, str(out_dir) if out_dir else None)
     return result

@@ -101,12 +101,12 @@ def promote(
         raise PromotionRejectedError(f"nobody approved the promotion of {ref} within {timeout} s; nothing was promoted",
                                      fix="Start it again and answer with `modelyard approve RUN_ID --by NAME`.") from exc
     if as_json:
-        emit_json(result)
+        emit_json(result.to_dict())
     else:
-        p = result["promotion"]
-        out.print(f"[bold green]promoted[/] {escape(ref)} (approved by {escape(p['approved_by'])} at {p['approved_at']})",
+        p = result.promotion
+        out.print(f"[bold green]promoted[/] {escape(ref)} (approved by {escape(p.approved_by or '')} at {p.approved_at})",
                   highlight=False)
-        for d in result["placed"]:
+        for d in result.placed:
             out.print(f"  -> {escape(d)}", highlight=False, soft_wrap=True)
 
 

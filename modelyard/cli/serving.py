@@ -277,7 +277,7 @@ def doctor(
     (or with no ARTIFACT), 1 when one is not."""
     quiet_libraries(verbose)
     needs = doc.artifact_needs(artifact) if artifact is not None else None
-    facts = host_facts.collect_host_facts(timeout=timeout, nccl=nccl)
+    facts = host_facts.collect_host_facts(Settings(), timeout=timeout, nccl=nccl)
     checks = doc.judge_needs(facts, needs) if needs is not None else []
     failed = not doc.needs_met(checks)
     if as_json:

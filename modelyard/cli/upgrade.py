@@ -36,7 +36,7 @@ def upgrade_check_cmd(
     quiet_libraries(verbose)
     with working(as_json):
         settings = Settings.for_store(store)
-        roots = upgrade.artifact_roots(artifacts or [], store)
+        roots = upgrade.artifact_roots(artifacts or [], store, settings)
         cur = upgrade.current_runtime(current, settings)
         cand = upgrade.resolve_runtime(runtime, "candidate", settings)
         upgrade.check_distinct(cur, cand)

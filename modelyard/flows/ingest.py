@@ -87,7 +87,7 @@ def slo_covers(prev: SmokeRecord | None, options: IngestOptions) -> bool:
         return True
     b = (prev.to_dict() if prev else {}).get("bench") or {}
     cls = bench.slo_class(options.slo_class) if options.slo_class else (b.get("slo") or {}).get("class")
-    return bench.judge(b, {**bench.default_targets(cls), **bench.parse_slo(options.slo)}, cls=cls)["passed"]
+    return bench.judge(b, {**bench.default_targets(cls), **bench.parse_slo(options.slo)}, cls=cls).passed
 
 
 def retry_on_network(task, task_run, state) -> bool:  # noqa: ANN001 - Prefect's retry_condition_fn signature
@@ -219,10 +219,10 @@ def smoke_server_task(model_dir: Path, settings: Settings, options: SmokeOptions
 
 
 @task(name="quantize", cache_policy=NO_CACHE)
-def quantize_task(model_dir: Path, out_model: Path, options: QuantizeOptions) -> quantize.QuantizeResult:
-    return quantize.quantize_model(model_dir, out_model, options.quantize or "", num_samples=options.num_samples,
-                                   max_seq_len=options.max_seq_len, recipe_file=_path(options.recipe),
-                                   calibration=_path(options.calibration))
+def quantize_task(model_dir: Path, out_model: Path, options: QuantizeOptions, settings: Settings) -> quantize.QuantizeResult:
+    return quantize.quantize_model(model_dir, out_model, options.quantize or "", settings=settings,
+                                   num_samples=options.num_samples, max_seq_len=options.max_seq_len,
+                                   recipe_file=_path(options.recipe), calibration=_path(options.calibration))
 
 
 def _path(p: str | None) -> Path | None:
@@ -343,13 +343,13 @@ def ingest_flow(source: str, options: IngestOptions | dict[str, Any] | None = No
     JSON parameters); ``gpu_pool``: the build holds a slot of ``gpu-<pool>`` (:func:`gpu_slot`). With
     ``options.base`` the source is a LoRA adapter (:func:`modelyard.flows.adapter.ingest_adapter`)."""
     src = parse_source(source)
-    warmup.start(src.path if src.kind == "file" else None)  # transformers' imports beside fetch and hash
+    settings = Settings.for_store(home)
+    warmup.start(settings, src.path if src.kind == "file" else None)  # transformers' imports beside fetch and hash
     options = IngestOptions(**options) if isinstance(options, dict) else options or IngestOptions()
     options.check()
     if options.base:  # a PEFT adapter on a base artifact: its own kind of artifact
         a = ingest_adapter(src, options, home)
         return IngestResult(a.artifact, a.report, smoke_record(a.smoke) if a.smoke else None, a.source, None)
-    settings = Settings.for_store(home)
     store = open_store(settings=settings)
     _start_attempt(source, store, settings)
     stages = _Stages(settings)
@@ -506,12 +506,12 @@ def _build(r: _Run, draft: Draft, revision: str, snap: Snapshot, plan: PatchPlan
         verify.gate(report, f"{snap.source} after patching")
     qrec = None
     if r.options.quantize:
-        qres = quantize_task(model_dir, draft.path / "model.quantized", r.options.quantizing)
+        qres = quantize_task(model_dir, draft.path / "model.quantized", r.options.quantizing, r.settings)
         files = draft.replace_model(draft.path / "model.quantized")
         digest = "sha256:" + tree_digest(files)
         qrec = qres.record()
         draft.add_quantization(qrec)
-        report = quantize.judge(model_dir, qres, r.stages.verify(model_dir, r.target, files), r.options.runtime)
+        report = quantize.judge(model_dir, qres, r.stages.verify(model_dir, r.target, files), r.options.runtime, r.settings)
         verify.gate(report, f"{snap.source} quantized with {r.options.quantize}")
         quantize.quality_gate(qres, accept=r.options.accept_quality_loss)
     serve_plan = serve_plan_task(model_dir, r.options.serving, r.name)

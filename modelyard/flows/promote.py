@@ -21,6 +21,7 @@ reached through ``modelyard publish``.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from prefect.input import RunInput
 
 from modelyard.artifact.identity import SMOKE_LEVEL_RANK
 from modelyard.artifact.manifest import Manifest
+from modelyard.artifact.records import PromotionRecord
 from modelyard.errors import (
     InvalidSourceError,
     PromotionGateError,
@@ -59,8 +61,39 @@ def parse_ref(ref: str) -> tuple[str, str]:
     return name, rev
 
 
+@dataclass(frozen=True)
+class GateEvidence:
+    """What the approver is shown and the promotion records as its ``evidence``: the signed report's sha256
+    (hex), the verification's verdict and counts, the stored smoke's summary (None when no smoke ran) and the
+    artifact's ``content_digest`` (``sha256:<hex>``; None in a manifest written before it existed)."""
+
+    report_sha256: str | None
+    verification: dict[str, Any]
+    smoke: dict[str, Any] | None
+    content_digest: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``evidence`` block of the promotion record (manifest.json)."""
+        return {"report_sha256": self.report_sha256, "verification": dict(self.verification),
+                "smoke": None if self.smoke is None else dict(self.smoke), "content_digest": self.content_digest}
+
+
+@dataclass(frozen=True)
+class PromotionResult:
+    """A promotion done: the ``ref`` (NAME@REVISION), the promotion record written into each target's manifest
+    and where the artifact now is in each target store (in ``to_targets``' order)."""
+
+    ref: str
+    promotion: PromotionRecord
+    placed: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``promote --json``'s document: ``{ref, promotion, placed}``."""
+        return {"ref": self.ref, "promotion": self.promotion.to_dict(), "placed": list(self.placed)}
+
+
 @task(name="check-gates", cache_policy=NO_CACHE)
-def check_gates(artifact: Path, require_smoke: str | None = "load") -> dict[str, Any]:
+def check_gates(artifact: Path, require_smoke: str | None = "load") -> GateEvidence:
     """The evidence for the approver; raises :class:`PromotionGateError` when a gate failed: the
     verification did not pass, the smoke failed, or ``require_smoke`` (load, server, bench; None: no
     smoke needed) asks for smoke evidence at a level the stored smoke does not reach (a server smoke
@@ -86,21 +119,23 @@ def check_gates(artifact: Path, require_smoke: str | None = "load") -> dict[str,
                 f"({'it was stored without a smoke test' if have is None else f'its smoke ran at level {have}'})",
                 fix=f"Ingest it again with --smoke {require_smoke}, or promote with --no-smoke-required "
                     "to accept it without that evidence.")
-    summary = None
+    summary: dict[str, Any] | None = None
     if smoke:
         stored = smoke.to_dict()
         summary = {k: stored[k] for k in ("passed", "level", "vllm_version", "finish_reason", "load_seconds",
                                           "tokens_per_second") if k in stored}
-    return {"report_sha256": v.report_sha256, "verification": {k: getattr(v, k) for k in ("passed", "errors", "warnings")},
-            "smoke": summary, "content_digest": m.content_digest if "content_digest" in m.present else None}
+    return GateEvidence(report_sha256=v.report_sha256,
+                        verification={k: getattr(v, k) for k in ("passed", "errors", "warnings")}, smoke=summary,
+                        content_digest=m.content_digest if "content_digest" in m.present else None)
 
 
 @task(name="promote-copy", cache_policy=NO_CACHE)
-def copy_to_target(artifact: Path, target: str, name: str, revision: str, promotion: dict[str, Any]) -> str:
+def copy_to_target(artifact: Path, target: str, name: str, revision: str, promotion: dict[str, Any],
+                   settings: Settings) -> str:
     """Place the artifact (with the promotion block in its manifest) in the store ``target`` (a folder or
-    ``s3://bucket/prefix``); returns where it now is."""
+    ``s3://bucket/prefix``, reached with the run's ``settings``); returns where it now is."""
 
-    return open_store(target).promote(artifact, name, revision, promotion).location
+    return open_store(target, settings=settings).promote(artifact, name, revision, promotion).location
 
 
 def _absolute(store: str) -> str:
@@ -117,7 +152,7 @@ def _announce(run_id: UUID, ref: str, timeout: int) -> None:
 
 @flow(name="promote", log_prints=False, validate_parameters=False)
 def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None, timeout: int = 3600,
-                 poll_interval: int = 2, require_smoke: str | None = "load") -> dict[str, Any]:
+                 poll_interval: int = 2, require_smoke: str | None = "load") -> PromotionResult:
     """Promote artifact ``ref`` (NAME@REVISION) from the store ``from_target`` (a folder or ``s3://``;
     default MODELYARD_STORE, else MODELYARD_HOME) to each store of ``to_targets`` once a human approved;
     returns the promotion record. ``require_smoke``: the smoke level the artifact must have passed (None:
@@ -127,7 +162,8 @@ def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None
 
 
     name, revision = parse_ref(ref)
-    store = open_store(from_target, Settings())
+    settings = Settings()
+    store = open_store(from_target, settings=settings)
     source = _absolute(store.where)
     found = store.get(name, revision)
     if found is None:
@@ -141,17 +177,17 @@ def promote_flow(ref: str, to_targets: list[str], from_target: str | None = None
         _announce(run_id, ref, timeout)
     answer = pause_flow_run(wait_for_input=Approval.with_initial_data(
         description=f"Promote **{ref}** from `{source}` to {', '.join(f'`{t}`' for t in to_targets)}?\n\n"
-                    f"Evidence: report sha256 `{evidence['report_sha256']}`, smoke: {evidence['smoke'] or 'not run'}.",
+                    f"Evidence: report sha256 `{evidence.report_sha256}`, smoke: {evidence.smoke or 'not run'}.",
         approved=False, by=""), timeout=timeout, poll_interval=poll_interval, key="approval")
     if not answer.approved:
         raise PromotionRejectedError(f"promotion of {ref} was rejected by {answer.by or 'an operator'}"
                                      + (f": {answer.note}" if answer.note else ""))
-    promotion = {"approved_by": answer.by, "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 "note": answer.note, "from": source, "to": [_absolute(t) for t in to_targets],
-                 "flow_run_id": str(run_id) if run_id else None,
-                 "evidence": evidence}
-    placed = [copy_to_target(artifact, _absolute(t), name, revision, promotion) for t in to_targets]
-    return {"ref": ref, "promotion": promotion, "placed": placed}
+    promotion = PromotionRecord(approved_by=answer.by,
+                                approved_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                note=answer.note, from_=source, to=tuple(_absolute(t) for t in to_targets),
+                                flow_run_id=str(run_id) if run_id else None, evidence=evidence.to_dict())
+    placed = [copy_to_target(artifact, _absolute(t), name, revision, promotion.to_dict(), settings) for t in to_targets]
+    return PromotionResult(ref=ref, promotion=promotion, placed=tuple(placed))
 
 
 def approve(run_id: str, *, by: str, approved: bool = True, note: str = "") -> None:

@@ -37,6 +37,7 @@ import yaml
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from modelyard.artifact.records import Record
 from modelyard.errors import (
     EndpointUnreachableError,
     InvalidTargetError,
@@ -128,21 +129,55 @@ def state_path(home: Path, repo: str) -> Path:
     return Path(home) / ".watch" / (repo.replace("/", "--") + ".json")
 
 
-def read_state(home: Path, repo: str) -> dict[str, Any]:
+class LastIngested(Record):
+    """The last commit ingested (UTC ISO-8601 ``at``), its artifact's location and its file list
+    (``path -> {size, sha256 | oid}``, :func:`list_files`), compared with when the history was rewritten."""
+
+    commit: str
+    at: str
+    artifact: str | None = None
+    files: dict[str, dict[str, Any]] = {}
+
+
+class LastSeen(Record):
+    """The last head commit judged (ingested, skipped or unchanged), when, and what was done."""
+
+    commit: str
+    at: str
+    action: str
+
+
+class WatchState(Record):
+    """One repo's watch state file (``<home>/.watch/<org>--<name>.json``): the repo and branch watched, the last
+    ingested and last seen commits, and the last decisions (:meth:`Decision.to_dict` plus ``at``, oldest first,
+    at most 50)."""
+
+    repo: str | None = None
+    revision: str | None = None
+    last_ingested: LastIngested | None = None
+    last_seen: LastSeen | None = None
+    history: tuple[dict[str, Any], ...] = ()
+
+
+def read_state(home: Path, repo: str) -> WatchState:
+    """The repo's state; an empty one when the file is missing, unreadable or not a state (the next ingest
+    rewrites it)."""
     try:
-        return json.loads(state_path(home, repo).read_text())
+        return WatchState.model_validate_json(state_path(home, repo).read_bytes())
     except (OSError, ValueError):
-        return {}
+        return WatchState()
 
 
-def write_state(home: Path, repo: str, state: dict[str, Any]) -> Path:
-    """Atomically replace the repo's state file (temp file in the same folder + fsync + rename)."""
+def write_state(home: Path, repo: str, state: WatchState) -> Path:
+    """Atomically replace the repo's state file (temp file in the same folder + fsync + rename); keys whose
+    value is None are left out."""
+    doc = {k: v for k, v in state.to_dict().items() if v is not None}
     p = state_path(home, repo)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=p.name + ".", suffix=".tmp", dir=p.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(state, f, indent=2, sort_keys=True)
+            json.dump(doc, f, indent=2, sort_keys=True)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
@@ -219,19 +254,20 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _record(home: Path, entry: WatchEntry, state: dict[str, Any], d: Decision,
+def _record(home: Path, entry: WatchEntry, state: WatchState, d: Decision,
             files: dict[str, dict[str, Any]] | None = None) -> None:
-    state = dict(state)
-    state.update(repo=entry.repo, revision=entry.revision)
-    rec = {"at": _now(), **d.to_dict()}
+    at = _now()
+    rec = {"at": at, **d.to_dict()}
     rec.pop("repo")
-    if d.action == "ingested":
-        state["last_ingested"] = {"commit": d.commit, "at": rec["at"], "artifact": d.artifact, "files": files or {}}
-    if d.action in ("ingested", "skipped", "unchanged"):
-        state["last_seen"] = {"commit": d.commit, "at": rec["at"], "action": d.action}
+    last_ingested, last_seen, history = state.last_ingested, state.last_seen, state.history
+    if d.action == "ingested" and d.commit is not None:
+        last_ingested = LastIngested(commit=d.commit, at=at, artifact=d.artifact, files=files or {})
+    if d.action in ("ingested", "skipped", "unchanged") and d.commit is not None:
+        last_seen = LastSeen(commit=d.commit, at=at, action=d.action)
     if d.action != "unchanged":
-        state["history"] = ([*state.get("history", []), rec])[-_HISTORY:]
-    write_state(home, entry.repo, state)
+        history = (*history, rec)[-_HISTORY:]
+    write_state(home, entry.repo, WatchState(repo=entry.repo, revision=entry.revision, last_ingested=last_ingested,
+                                             last_seen=last_seen, history=history))
 
 
 def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
@@ -240,7 +276,7 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
     own: the other repos of the round are still checked."""
 
     state = read_state(home, entry.repo)
-    last = (state.get("last_ingested") or {}).get("commit")
+    last = state.last_ingested.commit if state.last_ingested else None
     try:
         head = resolve_head(entry.repo, entry.revision, settings)
     except (SourceNotFoundError, EndpointUnreachableError) as exc:  # this repo fails alone; the round goes on
@@ -249,7 +285,7 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
         _record(home, entry, state, d)
         return d
     decide = partial(Decision, repo=entry.repo, revision=entry.revision, commit=head, previous=last)
-    if head == last or (state.get("last_seen") or {}).get("commit") == head:
+    if head == last or (state.last_seen is not None and state.last_seen.commit == head):
         d = decide(action="unchanged", reason=f"{entry.revision} is still at {head[:12]}")
         _record(home, entry, state, d)
         return d
@@ -260,7 +296,7 @@ def check_repo(entry: WatchEntry, settings: Settings, home: Path) -> Decision:
         try:
             old_files = list_files(entry.repo, last, settings)
         except SourceNotFoundError:  # history rewritten: compare with the list recorded at ingest
-            old_files = (state.get("last_ingested") or {}).get("files") or {}
+            old_files = state.last_ingested.files if state.last_ingested else {}
         changed = diff_files(old_files, new_files)
         model = [p for p in changed if is_model_file(p)]
         if not model:

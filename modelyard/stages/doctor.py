@@ -50,6 +50,7 @@ import yaml
 from modelyard.artifact.layout import MANIFEST, model_root
 from modelyard.artifact.manifest import Manifest
 from modelyard.checks.base import Finding, Severity
+from modelyard.checks.catalog import rule_of
 from modelyard.checks.config import ROPE_MIN_VLLM, declared_dtype, rope_blocks, rope_type
 from modelyard.checks.quantization import QUANT_METHOD_SINCE, VLLM_LATEST_METHODS
 from modelyard.checks.versions import parse_version, version_lt
@@ -104,12 +105,14 @@ class NeedCheck:
 
     def finding(self) -> Finding:
         """This need as a :class:`Finding`: an unmet or unknown need keeps its severity; a met need is ``info``,
-        or ``warning`` when it is met only slower (a fallback kernel, another vLLM release)."""
+        or ``warning`` when it is met only slower (a fallback kernel, another vLLM release). Its ``source`` is the
+        catalogue's for the code (modelyard/checks/findings.yaml)."""
         state = "met" if self.ok else "NOT MET" if self.ok is False else "unknown"
         sev = self.severity if self.ok is not True else "warning" if self.severity == "warning" else "info"
+        rule = rule_of(self.code)
         return Finding(self.code, Severity(sev), f"{self.need}: {state} (required {self.required}, have {self.have})",
                        field=self.need, value=self.have, limit=self.required, fix=self.fix or None,
-                       source="modelyard.stages.doctor (the rules of its module docstring)")
+                       source=(rule.source if rule else None) or "modelyard.stages.doctor")
 
 
 def needs_met(checks: list[NeedCheck]) -> bool:

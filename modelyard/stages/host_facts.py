@@ -227,11 +227,10 @@ def nccl_check(python: Path | str, world_size: int, *, timeout: float = 120.0, n
                      row["algbw_gbps"], row["busbw_gbps"], err)
 
 
-def collect_host_facts(settings: Settings | None = None, *, timeout: float = 60.0, nccl: bool = True) -> HostFacts:
+def collect_host_facts(settings: Settings, *, timeout: float = 60.0, nccl: bool = True) -> HostFacts:
     """Probe this host (never raises): NVML, else nvidia-smi when on PATH, then the vLLM runtime
-    interpreter; with ``nccl`` and two or more GPUs that torch sees, :func:`nccl_check` across all
+    interpreter (``settings.vllm_interpreter()``); with ``nccl`` and two or more GPUs that torch sees, :func:`nccl_check` across all
     of them (``timeout`` seconds each for the probe and the check)."""
-    settings = settings or Settings()
     problems: list[str] = []
     source = "none"
     gpus, driver, cuda, nvml_problem = read_nvml()

@@ -286,19 +286,19 @@ def check_distinct(current: Runtime, candidate: Runtime) -> None:
                                  fix="Pass the candidate vLLM's venv (or its release X.Y.Z), or the current one with --current.")
 
 
-def artifact_roots(refs: Sequence[str], store: str | None) -> list[tuple[str, str, Path]]:
+def artifact_roots(refs: Sequence[str], store: str | None, settings: Settings) -> list[tuple[str, str, Path]]:
     """``(name, revision, folder)`` of each artifact to check: ``refs`` (artifact folders or ``NAME[@REVISION]`` of
     the store), else every artifact of the store (``--store``, else ``MODELYARD_STORE``, else ``MODELYARD_HOME``),
-    as ``modelyard list`` shows them; an object store's are downloaded to the local cache first (every file
-    checked). Raises :class:`StoreError` (exit 2) naming a reference that names no artifact."""
+    as ``modelyard list`` shows them; an object store's are downloaded to the local cache of the run's ``settings``
+    first (every file checked). Raises :class:`StoreError` (exit 2) naming a reference that names no artifact."""
     out: list[tuple[str, str, Path]] = []
     try:
         if not refs:  # checked before any runtime is resolved: a candidate release may take minutes to install
-            out = [(a.name, a.revision, resolve_artifact(f"{a.name}@{a.revision}", store) if is_remote(a.path)
-                    else Path(a.path)) for a in list_artifacts(store)]
-        for root in (resolve_artifact(ref, store) for ref in refs):
-            d = show_artifact(root)
-            out.append((d["name"], d["revision"], root))
+            out = [(a.name, a.revision, resolve_artifact(f"{a.name}@{a.revision}", store, settings=settings)
+                    if is_remote(a.path) else Path(a.path)) for a in list_artifacts(store, settings=settings)]
+        for root in (resolve_artifact(ref, store, settings=settings) for ref in refs):
+            d = show_artifact(root, settings=settings).summary
+            out.append((d.name, d.revision, root))
     except BundleError as exc:
         raise StoreError(exc.message, fix=exc.fix) from exc
     if not out:

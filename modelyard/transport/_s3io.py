@@ -42,19 +42,12 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-def s3_filesystem(settings: Any):  # noqa: ANN202
+def s3_filesystem(settings: Settings):  # noqa: ANN202
     import s3fs  # noqa: PLC0415 - heavy: s3fs, imported on first use
 
-    endpoint = settings.s3_endpoint() if settings is not None else None
+    endpoint = settings.s3_endpoint()
     kw: dict[str, Any] = {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {}
     return s3fs.S3FileSystem(skip_instance_cache=True, default_block_size=CHUNK, **kw)
-
-
-def s3_settings(settings: Any) -> Any:
-    if settings is None:
-
-        settings = Settings()
-    return settings
 
 
 def s3_error(exc: BaseException, what: str, uri: str) -> PublishError:

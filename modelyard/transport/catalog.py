@@ -18,6 +18,7 @@ from modelyard.artifact.report_record import ReportRecord
 from modelyard.artifact.store import Artifact, Store, StoreProtocol
 from modelyard.checks.report import replaced_files
 from modelyard.errors import BundleError, PublishError, StoreError
+from modelyard.settings import Settings
 from modelyard.transport.objectstore import is_remote, open_store
 from modelyard.transport.refs import find_artifact, resolve_artifact
 
@@ -36,17 +37,43 @@ class ArtifactSummary:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ArtifactDetail:
+    """What ``modelyard show`` says of one artifact: its :class:`ArtifactSummary`; the source (``uri``, ``kind``,
+    ``repo_id``, ``revision``, ``commit``); the number of model files; the manifest's verification block (None in
+    a manifest without one) and smoke summary (``vllm_version``, ``load_seconds``, ``tokens_per_second``,
+    ``finish_reason``; None when no smoke ran); the number of patches and the files written instead of the
+    source's (``{file, by, evidence}``); whether ``model.sig`` is there; the report's counts and its errors and
+    warnings (``{summary, findings}``; None without a readable ``report.json``)."""
+
+    summary: ArtifactSummary
+    source: dict[str, Any]
+    files: int
+    verification: dict[str, Any] | None
+    smoke: dict[str, Any] | None
+    patches: int
+    replaced: tuple[dict[str, Any], ...]
+    signed: bool
+    report: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``show --json``'s document: the summary's keys, then the rest in declaration order."""
+        return {**self.summary.to_dict(), "source": self.source, "files": self.files, "verification": self.verification,
+                "smoke": self.smoke, "patches": self.patches, "replaced": list(self.replaced), "signed": self.signed,
+                "report": self.report}
+
+
 def _summary(artifact: Artifact, m: Manifest) -> ArtifactSummary:
     return ArtifactSummary(name=m.name or artifact.name, revision=m.revision or artifact.revision,
                            content_digest=m.content_digest, created_at=m.created_at, quantization=m.scheme,
                            size=m.model_bytes, path=artifact.location)
 
 
-def list_artifacts(home: str | Path | None = None) -> list[ArtifactSummary]:
-    """Every artifact in the store ``home`` (a folder or ``s3://bucket/prefix``; default MODELYARD_STORE,
-    else MODELYARD_HOME), sorted by name then creation time (newest last); a folder that does not exist
+def list_artifacts(home: str | Path | None = None, *, settings: Settings) -> list[ArtifactSummary]:
+    """Every artifact in the store ``home`` (a folder or ``s3://bucket/prefix``; default: the store of the run's
+    ``settings``, MODELYARD_STORE, else MODELYARD_HOME), sorted by name then creation time (newest last); a folder that does not exist
     holds none. Raises :class:`StoreError` when the store cannot be read."""
-    store = open_store(home)
+    store = open_store(home, settings=settings)
     if not is_remote(store.where) and not store.home.is_dir():
         return []
     try:
@@ -57,16 +84,17 @@ def list_artifacts(home: str | Path | None = None) -> list[ArtifactSummary]:
     return sorted(out, key=lambda a: (a.name, a.created_at or "", a.revision))
 
 
-def show_artifact(ref: str | Path, home: str | Path | None = None) -> dict[str, Any]:
-    """A summary of one artifact (``NAME[@REV]`` in the store ``home``, or a folder): identity, source,
-    files, quantization, verification and smoke, signature presence, and the report's counts."""
+def show_artifact(ref: str | Path, home: str | Path | None = None, *, settings: Settings) -> ArtifactDetail:
+    """What is known of one artifact (``NAME[@REV]`` in the store ``home`` read with the run's ``settings``, or a
+    folder): identity, source, files, quantization, verification and smoke, signature presence, and the report's
+    counts. Raises :class:`StoreError` (exit 2) when its manifest cannot be found or read."""
     store: StoreProtocol
     try:
         if Path(ref).expanduser().exists():
-            root = resolve_artifact(ref, home)
+            root = resolve_artifact(ref, home, settings=settings)
             store, artifact = Store(root.parent.parent), Artifact(root.parent.name, root.name, root, "")
         else:
-            store, artifact = find_artifact(str(ref), home)
+            store, artifact = find_artifact(str(ref), home, settings=settings)
         m = Manifest.from_bytes(store.read(artifact, MANIFEST))
     except (BundleError, PublishError) as exc:
         raise StoreError(exc.message, fix=exc.fix) from exc
@@ -86,12 +114,13 @@ def show_artifact(ref: str | Path, home: str | Path | None = None) -> dict[str, 
     # still has the record they are read from (source.tokenizer_check)
     replaced = ([r.to_dict() for r in m.patches.replaced] if m.patches and m.patches.replaced
                 else replaced_files(src.to_dict()))
-    return {**s.to_dict(), "source": {k: getattr(src, k) for k in ("uri", "kind", "repo_id", "revision", "commit")},
-            "files": len(m.files), "verification": m.verification.to_dict() if "verification" in m.present else None,
-            "smoke": None if not smoke else {k: getattr(smoke, k) for k in ("vllm_version", "load_seconds",
-                                                                              "tokens_per_second", "finish_reason")},
-            "patches": m.patches.count if m.patches else 0, "replaced": replaced, "signed": _has(store, artifact, SIGNATURE),
-            "report": report}
+    return ArtifactDetail(
+        summary=s, source={k: getattr(src, k) for k in ("uri", "kind", "repo_id", "revision", "commit")},
+        files=len(m.files), verification=m.verification.to_dict() if "verification" in m.present else None,
+        smoke=None if not smoke else {k: getattr(smoke, k) for k in ("vllm_version", "load_seconds",
+                                                                      "tokens_per_second", "finish_reason")},
+        patches=m.patches.count if m.patches else 0, replaced=tuple(replaced), signed=_has(store, artifact, SIGNATURE),
+        report=report)
 
 
 def _has(store: StoreProtocol, artifact: Artifact, rel: str) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 
 from modelyard import progress
 from modelyard.errors import HashMismatchError, PublishError
+from modelyard.settings import Settings
 from modelyard.transport._transfer import LocalArtifact, PublishResult
 from modelyard.transport.modelpack import annotations_of
 from modelyard.transport.oci import DEFAULT_CHUNK, OciRef, check_response, push_target, upload_layer
@@ -138,7 +139,7 @@ def _put_manifest(client, target: OciRef, reference: str, data: bytes, media_typ
     return r
 
 
-def publish_modelcar(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
+def publish_modelcar(artifact_dir: str | Path, ref: str, *, settings: Settings, insecure: bool | None = None,
                      chunk_size: int = DEFAULT_CHUNK, home: Path | None = None) -> PublishResult:
     """Build the ModelCar image of the artifact (folder or store reference ``NAME[@REV]``) and push it to
     ``ref`` (``oci://host[:port]/repo[:tag]``; the tag defaults to the artifact's revision).

@@ -75,12 +75,11 @@ def is_remote(spec: str | Path | None) -> bool:
     return str(spec or "").startswith("s3://")
 
 
-def open_store(spec: str | Path | None = None, settings: Settings | None = None) -> StoreProtocol:
+def open_store(spec: str | Path | None = None, *, settings: Settings) -> StoreProtocol:
     """The store named by ``spec``: ``s3://bucket/prefix`` → :class:`S3Store` (cached under
     ``settings.store_dir()``, i.e. ``MODELYARD_HOME``), a folder → :class:`Store`; None → the store of
-    ``settings`` (``MODELYARD_STORE``, else ``MODELYARD_HOME``). Raises :class:`PublishError` for an
-    ``s3://`` URI without a bucket and a prefix."""
-    settings = settings or Settings()
+    ``settings`` (``MODELYARD_STORE``, else ``MODELYARD_HOME``). ``settings``: the run's. Raises
+    :class:`PublishError` for an ``s3://`` URI without a bucket and a prefix."""
     spec = settings.store_spec() if spec is None else str(spec)
     if is_remote(spec):
         return S3Store(spec, settings.store_dir(), settings)
@@ -104,14 +103,15 @@ def _precondition_failed(exc: BaseException) -> bool:
 
 class S3Store(Store):
     """The store at ``uri`` (``s3://bucket/prefix``), with the local folder store ``cache_home`` as this
-    worker's cache (staging, locks and cached artifacts). See the module doc for the layout and rules."""
+    worker's cache (staging, locks and cached artifacts), reached with the run's ``settings`` (the S3 endpoint). See
+    the module doc for the layout and rules."""
 
-    def __init__(self, uri: str, cache_home: Path, settings: Settings | None = None,
+    def __init__(self, uri: str, cache_home: Path, settings: Settings,
                  multipart_threshold: int = DEFAULT_MULTIPART) -> None:
         super().__init__(cache_home)
         self.bucket, self.prefix = parse_s3_uri(uri)
         self.uri = f"s3://{self.bucket}/{self.prefix}"
-        self.settings = settings or Settings()
+        self.settings = settings
         self.multipart_threshold = max(multipart_threshold, MIN_PART)
         self._fs = None
 

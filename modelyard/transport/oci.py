@@ -130,7 +130,7 @@ def _is_loopback(host: str) -> bool:
     return name in ("localhost", "[::1]") or name.startswith("127.")
 
 
-def _client(ref: OciRef, insecure: bool | None, settings: Any):  # noqa: ANN202
+def _client(ref: OciRef, insecure: bool | None, settings: Settings):  # noqa: ANN202
     import oras.client  # noqa: PLC0415 - heavy: oras, imported on first use
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
 
@@ -199,7 +199,7 @@ def check_response(r, what: str, ref: OciRef, *, fix: str | None = None) -> None
                        fix=fix or "Check the registry's logs and free space, then publish again.")
 
 
-def push_target(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
+def push_target(artifact_dir: str | Path, ref: str, *, settings: Settings, insecure: bool | None = None,
                 home: Path | None = None):  # noqa: ANN201
     """What a push needs: ``(target OciRef with its tag, LocalArtifact, oras client, container, the settings)``. The tag
     defaults to the artifact's revision. Raises :class:`PublishError` for a digest reference, an artifact
@@ -207,16 +207,15 @@ def push_target(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
     target = parse_oci_ref(ref)
     if target.digest:
         raise PublishError(f"{ref}: a push needs a tag, not a digest", fix=_FIX_REF)
-    art = load_artifact(artifact_dir, home)
+    art = load_artifact(artifact_dir, home, settings=settings)
     if target.tag is None:
         rev = art.manifest.revision or "latest"
         target = OciRef(target.host, target.repo, rev if _TAG_RE.match(rev) else "latest", None)
-    settings = Settings() if settings is None else settings
     client = _client(target, insecure, settings)
     return target, art, client, client.get_container(f"{target.repo}:{target.tag}"), settings
 
 
-def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, insecure: bool | None = None,
+def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Settings, insecure: bool | None = None,
                 chunk_size: int = DEFAULT_CHUNK, home: Path | None = None) -> PublishResult:
     """Push the artifact (folder or store reference ``NAME[@REV]``) to ``ref``
     (``oci://host[:port]/repo[:tag]``; the tag defaults to the artifact's revision).
@@ -265,7 +264,7 @@ def publish_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, ins
                          restarted=restarted)
 
 
-def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, home: Path | None = None) -> PublishResult:
+def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Settings, home: Path | None = None) -> PublishResult:
     """Push the artifact's signature and attestations (:func:`~modelyard.transport.referrers.push_evidence`) as OCI 1.1 referrers of the
     manifest already at ``ref`` (a tag or ``@sha256:`` digest), pushing no layer: for an artifact signed after
     it was published. That manifest must be this artifact's (its ``dev.modelyard.content-digest`` annotation and
@@ -274,12 +273,12 @@ def attach_oci(artifact_dir: str | Path, ref: str, *, settings: Any = None, home
     src = parse_oci_ref(ref)
     if src.reference is None:
         raise PublishError(f"{ref}: say which pushed manifest to attach to (a tag or @sha256:...)", fix=_FIX_REF)
-    art = load_artifact(artifact_dir, home)
+    art = load_artifact(artifact_dir, home, settings=settings)
     if not (art.root / SIGNATURE).is_file():  # its attestations were pushed with it: only a signature is new
         raise PublishError(f"{art.root} has no signature ({SIGNATURE}): --referrers-only attaches a signature made "
                            "after publishing, and there is none; nothing was attached",
                            fix=f"Sign it first (`modelyard sign {art.root}`), then publish --referrers-only again.")
-    client = _client(src, None, Settings() if settings is None else settings)
+    client = _client(src, None, settings)
     container = client.get_container(f"{src.repo}@{src.digest}" if src.digest else f"{src.repo}:{src.tag}")
     manifest, digest = _get_manifest(client, container, src)
     theirs = (manifest.get("annotations") or {}).get("dev.modelyard.content-digest")
@@ -326,7 +325,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,  # noqa: C901
+def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Settings,  # noqa: C901
              insecure: bool | None = None, allow_partial: bool = False,
              check: Callable[[Path], None] | None = None) -> PullResult:
     """Pull ``ref`` (``oci://host/repo:tag`` or ``@sha256:...``) into the new folder ``into``, checking
@@ -338,8 +337,8 @@ def pull_oci(ref: str, into: Path, *, public_key: Path | str | None = None, sett
     (:mod:`modelyard.transport.referrers`); an unsigned artifact is refused.
     Raises :class:`PublishError` (exit 2) for an unreachable registry, a missing tag, a manifest that is
     not a modelyard ModelPack artifact or an unsafe layer title; :class:`HashMismatchError` (exit 1)
-    naming the file whose blob differs; :class:`~modelyard.errors.SignatureError` (exit 1)."""
-    settings = settings or Settings()
+    naming the file whose blob differs; :class:`~modelyard.errors.SignatureError` (exit 1). ``settings``: the run's
+    (the registry's credentials and timeout)."""
     src = parse_oci_ref(ref)
     if src.reference is None:
         raise PublishError(f"{ref}: say which version to pull", fix=_FIX_REF)

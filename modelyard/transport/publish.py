@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from modelyard.errors import BundleError, PublishError
+from modelyard.settings import Settings
 from modelyard.transport._transfer import PublishResult, PullResult
 from modelyard.transport.modelcar import FLAVOURS, publish_modelcar
 from modelyard.transport.oci import attach_oci, parse_oci_ref, publish_oci, pull_oci
@@ -38,7 +38,7 @@ def check_target(to: str) -> None:
         raise PublishError(f"{to!r} is not a publish target modelyard knows", fix=_FIX)
 
 
-def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path | None = None,
+def publish(artifact: str | Path, to: str, *, settings: Settings, home: Path | None = None,
             flavour: str = "modelpack", referrers_only: bool = False) -> PublishResult:
     """Publish the artifact (folder or store reference ``NAME[@REV]``) to ``to`` (``oci://`` or ``s3://``).
 
@@ -48,7 +48,8 @@ def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path |
     ``modelcar`` with ``s3://``; :class:`~modelyard.errors.SignatureError` (exit 1) when the artifact's
     ``model.sig`` was not made over its files (or, with ``MODELYARD_SIGNING_PUBLIC_KEY`` set, does not verify
     with that key): nothing is pushed. ``referrers_only`` (``oci://`` only): push no layer, only the signature
-    and attestations as referrers of the manifest already at ``to`` (:func:`~.oci.attach_oci`)."""
+    and attestations as referrers of the manifest already at ``to`` (:func:`~.oci.attach_oci`). ``settings``: the
+    run's (credentials, endpoints, the store, ``MODELYARD_SIGNING_PUBLIC_KEY``)."""
     if flavour not in FLAVOURS:
         raise PublishError(f"--flavour {flavour!r} is not a publish flavour", fix=f"Use one of: {', '.join(FLAVOURS)}.")
     if flavour == "modelcar" and not to.startswith("oci://"):
@@ -70,7 +71,7 @@ def publish(artifact: str | Path, to: str, *, settings: Any = None, home: Path |
     raise PublishError(f"{to!r} is not a publish target modelyard knows", fix=_FIX)
 
 
-def _signature_checked(artifact: str | Path, settings: Any, home: Path | None) -> Path:
+def _signature_checked(artifact: str | Path, settings: Settings, home: Path | None) -> Path:
     """The artifact's folder, its ``model.sig`` (when it has one) checked before any byte leaves: verified
     with ``MODELYARD_SIGNING_PUBLIC_KEY`` when that is set, else compared without a key with the artifact's
     files (:func:`~modelyard.transport.signing.signature_covers`). A stale signature pushed to a registry
@@ -80,7 +81,7 @@ def _signature_checked(artifact: str | Path, settings: Any, home: Path | None) -
     from modelyard.transport.signing import signature_covers, verify_signature  # noqa: PLC0415
 
     try:
-        folder = resolve_artifact(artifact, home)
+        folder = resolve_artifact(artifact, home, settings=settings)
     except BundleError as exc:
         raise PublishError(exc.message, fix=exc.fix) from exc
     if (folder / SIGNATURE).is_file():
@@ -92,12 +93,13 @@ def _signature_checked(artifact: str | Path, settings: Any, home: Path | None) -
     return folder
 
 
-def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
+def pull(ref: str, into: Path, *, public_key: Path | str | None = None, settings: Settings,
          allow_partial: bool = False, check: Callable[[Path], None] | None = None) -> PullResult:
     """Pull ``ref`` (``oci://...`` or ``s3://...``) into the new artifact folder ``into``. With ``public_key``, a
     signature over ``model/`` alone is refused unless ``allow_partial``
     (:func:`~modelyard.transport.signing.verify_signature`). ``check(staged_folder)``, when given, runs once every
-    file arrived and before the folder is renamed into place; what it raises refuses the pull (nothing kept)."""
+    file arrived and before the folder is renamed into place; what it raises refuses the pull (nothing kept).
+    ``settings``: the run's (credentials, endpoints, an S3 store's local cache)."""
     if ref.startswith("oci://"):
 
         return pull_oci(ref, into, public_key=public_key, settings=settings, allow_partial=allow_partial, check=check)
@@ -116,7 +118,7 @@ _STORE_REF = re.compile(r"^(s3://[^/]+/.+?)/artifacts/([^/]+)/([^/]+)$")
 
 
 def _pull_stored(ref: str, where: tuple[str, ...], into: Path, public_key: Path | str | None,
-                 settings: Any, allow_partial: bool = False,
+                 settings: Settings, allow_partial: bool = False,
                  check: Callable[[Path], None] | None = None) -> PullResult | None:
     """Pull ``name@revision`` from the S3 store at ``store_uri`` (``where``: the three, as :data:`_STORE_REF` reads
     them from ``ref``) into ``into``: through this worker's cache
@@ -125,13 +127,11 @@ def _pull_stored(ref: str, where: tuple[str, ...], into: Path, public_key: Path 
     (required then). None when the store has no manifest there (``ref`` is then read as a published prefix)."""
     from modelyard.artifact.layout import MANIFEST, SIGNATURE  # noqa: PLC0415
     from modelyard.errors import SignatureError  # noqa: PLC0415
-    from modelyard.settings import Settings  # noqa: PLC0415
     from modelyard.transport._transfer import Staging, read_artifact  # noqa: PLC0415
     from modelyard.transport.objectstore import S3Store  # noqa: PLC0415
     from modelyard.transport.signing import verify_signature  # noqa: PLC0415
 
     store_uri, name, revision = where
-    settings = settings or Settings()
     store = S3Store(store_uri, settings.store_dir(), settings)
     loaded = store.load(name, revision)
     if loaded is None:

@@ -24,12 +24,12 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from modelyard import progress
 from modelyard.artifact.index import dump_index
 from modelyard.artifact.layout import MANIFEST, SIGNATURE
 from modelyard.errors import PublishError, SignatureError
+from modelyard.settings import Settings
 from modelyard.transport._s3io import (  # parse_s3_uri and the defaults are this module's API too
     DEFAULT_MULTIPART,
     MIN_PART,
@@ -39,7 +39,6 @@ from modelyard.transport._s3io import (  # parse_s3_uri and the defaults are thi
     read_ranges,
     s3_error,
     s3_filesystem,
-    s3_settings,
 )
 from modelyard.transport._transfer import (
     INDEX_NAME,
@@ -53,17 +52,17 @@ from modelyard.transport.refs import load_artifact
 from modelyard.transport.signing import verify_signature
 
 
-def publish_s3(artifact_dir: str | Path, uri: str, *, settings: Any = None, home: Path | None = None,
+def publish_s3(artifact_dir: str | Path, uri: str, *, settings: Settings, home: Path | None = None,
                multipart_threshold: int = DEFAULT_MULTIPART) -> PublishResult:
     """Upload the artifact (folder or store reference) under ``uri`` (``s3://bucket/prefix``),
     ``manifest.json`` last. Refuses a prefix that already holds a different artifact (same content: sends only
     what is missing). A killed publish continues: the files it sent (same size and sha256 metadata) are
     not sent again, and the multipart upload it left is continued part by part (``put_multipart``'s journal under
     ``<home>/.cache/s3-uploads``). Raises :class:`PublishError` (exit 2), :class:`HashMismatchError` (exit 1)
-    when a file's bytes differ from the sha256 the artifact records."""
-    settings = s3_settings(settings)
+    when a file's bytes differ from the sha256 the artifact records. ``settings``: the run's (the S3 endpoint, the
+    store and its cache)."""
     bucket, prefix = parse_s3_uri(uri)
-    art = load_artifact(artifact_dir, home)
+    art = load_artifact(artifact_dir, home, settings=settings)
     fs = s3_filesystem(settings)
     base = f"{bucket}/{prefix}"
     try:
@@ -122,7 +121,7 @@ def _put_one(fs, bucket: str, key: str, f: LocalFile, threshold: int, uri: str, 
         raise PublishError(f"cannot read {f.path}: {exc.strerror or exc}", fix="Check that the artifact is readable.") from exc
 
 
-def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, settings: Any = None,
+def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, settings: Settings,
             allow_partial: bool = False, check: Callable[[Path], None] | None = None) -> PullResult:
     """Download ``uri`` (``s3://bucket/prefix``) into the new folder ``into``, checking every object's
     size and sha256 against ``manifest.json``/``bundle.json``; all or nothing (a killed pull of the same artifact
@@ -130,8 +129,7 @@ def pull_s3(uri: str, into: Path, *, public_key: Path | str | None = None, setti
     ``manifest.json`` (an incomplete publish). With ``public_key``, verifies ``model.sig`` (required).
 
     Raises :class:`PublishError` (exit 2), :class:`HashMismatchError` (exit 1, names the file),
-    :class:`~modelyard.errors.SignatureError` (exit 1)."""
-    settings = s3_settings(settings)
+    :class:`~modelyard.errors.SignatureError` (exit 1). ``settings``: the run's (the S3 endpoint)."""
     bucket, prefix = parse_s3_uri(uri)
     fs = s3_filesystem(settings)
     base = f"{bucket}/{prefix}"

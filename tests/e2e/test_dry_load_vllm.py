@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.checks import Target
+from modelyard.settings import Settings
 from modelyard.stages.verify.runtime import ask_runtime_many, runtime_findings
 from tests.fixtures import make_quantized_fixture, make_tiny_llama
 
@@ -63,7 +64,7 @@ def asked(tmp_path_factory):
 
     make_gemma3_multimodal(base / "gemma3-mm")
     items = [(base / n, Target(gpu_cc=cc, tensor_parallel_size=tp)) for n, (cc, tp) in CASES.items()]
-    answers = ask_runtime_many(items)
+    answers = ask_runtime_many(items, Settings())
     return {n: (d, t, a) for n, (d, t), a in zip(CASES, items, answers)}
 
 

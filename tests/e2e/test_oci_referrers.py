@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.errors import SignatureError
+from modelyard.settings import Settings
 from modelyard.transport import oci, referrers
 from modelyard.transport.oci import publish_oci, pull_oci
 from modelyard.transport.signing import sign_artifact
@@ -40,7 +41,7 @@ def test_signature_and_verification_report_are_referrers_of_the_manifest(artifac
     shutil.copytree(artifact, copy)
     priv, _ = _keypair(tmp_path)
     sign_artifact(copy, private_key=priv)
-    res = publish_oci(copy, f"oci://{registry}/models/referred:v1")
+    res = publish_oci(copy, f"oci://{registry}/models/referred:v1", settings=Settings())
     assert res.referrers == ("signature", "verification")  # this artifact was stored without a smoke run
     with pytest.raises(urllib.error.HTTPError) as e:  # distribution 2.8: no referrers API
         _get(registry, f"/v2/models/referred/referrers/{res.digest}", referrers.INDEX_MEDIA_TYPE)
@@ -69,17 +70,17 @@ def test_signature_and_verification_report_are_referrers_of_the_manifest(artifac
             assert st["subject"] == [{"name": "tiny", "digest": {"sha256": res.digest[7:]}}]
             assert st["predicate"] == json.loads((copy / "report.json").read_text())
     # publishing again lists each referrer once
-    publish_oci(copy, f"oci://{registry}/models/referred:v1")
+    publish_oci(copy, f"oci://{registry}/models/referred:v1", settings=Settings())
     again = json.loads(_get(registry, f"/v2/models/referred/manifests/sha256-{res.digest[7:]}", referrers.INDEX_MEDIA_TYPE))
     assert sorted(m["digest"] for m in again["manifests"]) == sorted(m["digest"] for m in index["manifests"])
 
 
 def test_pull_checks_a_signature_that_exists_only_as_a_referrer(artifact, registry, tmp_path):
-    res = publish_oci(artifact, f"oci://{registry}/models/late-signed:v1")  # pushed unsigned
+    res = publish_oci(artifact, f"oci://{registry}/models/late-signed:v1", settings=Settings())  # pushed unsigned
     ref = f"oci://{registry}/models/late-signed@{res.digest}"
     priv, pub = _keypair(tmp_path)
     with pytest.raises(SignatureError):  # unsigned: a pull that asks for a signature refuses it
-        pull_oci(ref, tmp_path / "unsigned", public_key=pub)
+        pull_oci(ref, tmp_path / "unsigned", public_key=pub, settings=Settings())
     assert not (tmp_path / "unsigned").exists()
     signed = tmp_path / "signed"
     shutil.copytree(artifact, signed)
@@ -89,12 +90,12 @@ def test_pull_checks_a_signature_that_exists_only_as_a_referrer(artifact, regist
     referrers.push_referrer(client, container, referrers.subject_of(client, container, res.digest),
                             artifact_type=referrers.SIGSTORE_BUNDLE, blob=(signed / "model.sig").read_bytes(),
                             title="model.sig", kind="signature")
-    got = pull_oci(ref, tmp_path / "ok", public_key=pub)
+    got = pull_oci(ref, tmp_path / "ok", public_key=pub, settings=Settings())
     assert (got.signature_verified, got.signature_from) == (True, "referrer")
     assert (got.path / "model.sig").read_bytes() == (signed / "model.sig").read_bytes()
     _, other = _keypair(tmp_path, "other")
     with pytest.raises(SignatureError):
-        pull_oci(ref, tmp_path / "bad", public_key=other)
+        pull_oci(ref, tmp_path / "bad", public_key=other, settings=Settings())
     assert not (tmp_path / "bad").exists()
     assert [r.kind for r in referrers.discover(client, container, res.digest)] == ["verification", "signature"]
 
@@ -118,7 +119,7 @@ def test_verify_on_load_init_container_refuses_a_tampered_or_unsigned_artifact(a
     shutil.copytree(artifact, signed)
     priv, pub = _keypair(tmp_path)
     sign_artifact(signed, private_key=priv)
-    good = publish_oci(signed, f"oci://{registry}/models/onload:v1")
+    good = publish_oci(signed, f"oci://{registry}/models/onload:v1", settings=Settings())
     ref = f"oci://{registry}/models/onload@{good.digest}"
     out = tmp_path / "plan"
     r = run_cli("serve-plan", str(signed), "--gpu", "L4-24GB", "-o", str(out), "--verify-from", ref)
@@ -159,7 +160,7 @@ def test_verify_on_load_init_container_refuses_a_tampered_or_unsigned_artifact(a
     bad = run_cli(*_init_command(dep2, tmp_path / "pod-bad", pub))
     assert bad.returncode == 1 and "model/config.json" in bad.stdout and not (tmp_path / "pod-bad").exists()
     # an unsigned artifact: refused unless --allow-unsigned
-    plain = publish_oci(artifact, f"oci://{registry}/models/onload-unsigned:v1")
+    plain = publish_oci(artifact, f"oci://{registry}/models/onload-unsigned:v1", settings=Settings())
     uref = f"oci://{registry}/models/onload-unsigned@{plain.digest}"
     run_cli("serve-plan", str(artifact), "--gpu", "L4-24GB", "-o", str(tmp_path / "plan3"), "--verify-from", uref)
     dep3 = yaml.safe_load((tmp_path / "plan3" / "serve" / "k8s" / "deployment.yaml").read_text())
@@ -193,13 +194,13 @@ def test_publish_refuses_a_signature_made_over_other_bytes(artifact, registry, t
     vllm_yaml.chmod(0o644)
     vllm_yaml.write_text("model: ../model\nmax-model-len: 256\ntrust-remote-code: true\n")
     with pytest.raises(SignatureError) as ei:
-        publish(copy, f"oci://{registry}/models/stale:v1")
+        publish(copy, f"oci://{registry}/models/stale:v1", settings=Settings())
     assert ei.value.message.startswith("art: model.sig was not made over this artifact: serve/vllm.yaml has sha256 ")
     with pytest.raises(urllib.error.HTTPError) as e:
         _get(registry, "/v2/models/stale/manifests/v1", oci.MANIFEST_MEDIA_TYPE)
     assert e.value.code == 404
     sign_artifact(copy, private_key=priv)
-    assert publish(copy, f"oci://{registry}/models/stale:v1").referrers == ("signature", "verification")
+    assert publish(copy, f"oci://{registry}/models/stale:v1", settings=Settings()).referrers == ("signature", "verification")
 
 
 def test_verify_on_load_pulls_from_a_registry_that_needs_a_login(artifact, tmp_path):
@@ -252,7 +253,7 @@ def test_publish_referrers_only_attaches_a_later_signature_to_the_pushed_manifes
                                                                                  tiny_llama_dir):
     """Published unsigned, signed afterwards: `publish --referrers-only` pushes the signature (and attestations)
     onto the manifest already there, no layer; `pull --key` then verifies it. Another artifact is refused."""
-    res = publish_oci(artifact, f"oci://{registry}/models/attach:v1")
+    res = publish_oci(artifact, f"oci://{registry}/models/attach:v1", settings=Settings())
     signed = tmp_path / "signed"
     shutil.copytree(artifact, signed)
     priv, pub = _keypair(tmp_path)
@@ -262,7 +263,7 @@ def test_publish_referrers_only_attaches_a_later_signature_to_the_pushed_manifes
     assert (out["digest"], out["files"], out["bytes"], out["skipped"]) == (res.digest, 0, 0, 0)
     assert out["uri"] == f"oci://{registry}/models/attach@{res.digest}"
     assert out["referrers"] == ["signature", "verification"]
-    got = pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / "ok", public_key=pub)
+    got = pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / "ok", public_key=pub, settings=Settings())
     assert (got.signature_verified, got.signature_from) == (True, "referrer")
     # a second team signs the same artifact with its own key: two signature referrers with the same created
     # time; each key finds the one it verifies, a third key none
@@ -277,11 +278,11 @@ def test_publish_referrers_only_attaches_a_later_signature_to_the_pushed_manifes
     sigs = [x for x in referrers.discover(client, container, res.digest) if x.kind == "signature"]
     assert len(sigs) == 2 and len({x.annotations["org.opencontainers.image.created"] for x in sigs}) == 1
     for n, key in enumerate((pub, pub2)):
-        got = pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / f"k{n}", public_key=key)
+        got = pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / f"k{n}", public_key=key, settings=Settings())
         assert (got.signature_verified, got.signature_from) == (True, "referrer")
     _, pub3 = _keypair(tmp_path, "third")
     with pytest.raises(SignatureError):
-        pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / "k3", public_key=pub3)
+        pull_oci(f"oci://{registry}/models/attach@{res.digest}", tmp_path / "k3", public_key=pub3, settings=Settings())
     assert not (tmp_path / "k3").exists()
     other = _build_artifact(tiny_llama_dir, tmp_path / "other-store", hub=False)
     # unsigned: there is nothing new to attach, said before any request

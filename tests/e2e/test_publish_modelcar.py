@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from modelyard.errors import HashMismatchError
+from modelyard.settings import Settings
 from modelyard.transport.modelcar import publish_modelcar
 from tests.conftest import json_result, run_cli
 from tests.e2e.test_publish_oci import tampered_copy
@@ -35,7 +36,7 @@ def artifact(tiny_llama_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def pushed(artifact, registry):
-    return publish_modelcar(artifact, f"oci://{registry}/models/car:v1", chunk_size=64 * 1024)
+    return publish_modelcar(artifact, f"oci://{registry}/models/car:v1", chunk_size=64 * 1024, settings=Settings())
 
 
 def _skopeo(*args: str) -> subprocess.CompletedProcess:
@@ -102,14 +103,14 @@ def test_layers_hold_the_model_files_by_digest(artifact, copied):
 def test_republish_is_idempotent(artifact, registry, pushed):
     """The same stored artifact gives the same image: every blob is already there (2 base layers, 6 model
     layers, 2 configs) and the index digest is the same."""
-    again = publish_modelcar(artifact, f"oci://{registry}/models/car:v2")
+    again = publish_modelcar(artifact, f"oci://{registry}/models/car:v2", settings=Settings())
     assert again.skipped == 10 and again.digest == pushed.digest
 
 
 def test_changed_file_refused_before_push(artifact, registry, tmp_path):
     copy = tampered_copy(artifact, tmp_path / "art", "model/config.json", 5)
     with pytest.raises(HashMismatchError, match="model/config.json: the bytes read into the ModelCar layer"):
-        publish_modelcar(copy, f"oci://{registry}/models/changed:v1")
+        publish_modelcar(copy, f"oci://{registry}/models/changed:v1", settings=Settings())
     r = subprocess.run([SKOPEO, "inspect", "--tls-verify=false", "--raw", f"docker://{registry}/models/changed:v1"],
                        capture_output=True, timeout=60)
     assert r.returncode != 0 and b"manifest unknown" in r.stderr  # nothing was tagged

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.errors import HashMismatchError, PublishError, SignatureError
+from modelyard.settings import Settings
 from modelyard.transport import oci
 from modelyard.transport.oci import publish_oci, pull_oci
 from modelyard.transport.signing import sign_artifact
@@ -61,16 +62,16 @@ def _put_blob(host: str, repo: str, data: bytes) -> str:
 @pytest.fixture(scope="module")
 def pushed(artifact, registry):
     """The artifact pushed once with 64 KiB chunks (the 180 KB weights go up in 3 PATCHes)."""
-    return publish_oci(artifact, f"oci://{registry}/models/tiny:v1", chunk_size=64 * 1024)
+    return publish_oci(artifact, f"oci://{registry}/models/tiny:v1", chunk_size=64 * 1024, settings=Settings())
 
 
 def test_round_trip_bit_identical(artifact, registry, pushed, tmp_path):
-    res = pull_oci(f"oci://{registry}/models/tiny:v1", tmp_path / "pulled")
+    res = pull_oci(f"oci://{registry}/models/tiny:v1", tmp_path / "pulled", settings=Settings())
     assert _tree(tmp_path / "pulled") == _tree(artifact)
     assert res.content_digest == json.loads((artifact / "manifest.json").read_text())["content_digest"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]  # no temp folder left behind
     # by digest too
-    res2 = pull_oci(f"oci://{registry}/models/tiny@{pushed.digest}", tmp_path / "by-digest")
+    res2 = pull_oci(f"oci://{registry}/models/tiny@{pushed.digest}", tmp_path / "by-digest", settings=Settings())
     assert _tree(res2.path) == _tree(artifact)
 
 
@@ -112,7 +113,7 @@ def test_chunked_upload_was_used(registry, pushed, tmp_path_factory):
 
 
 def test_republish_is_idempotent(artifact, registry, pushed):
-    again = publish_oci(artifact, f"oci://{registry}/models/tiny:v1")
+    again = publish_oci(artifact, f"oci://{registry}/models/tiny:v1", settings=Settings())
     assert again.digest == pushed.digest and again.skipped == again.files + 1  # + the config blob
 
 
@@ -126,7 +127,7 @@ def test_tampered_blob_fails_pull_naming_file(artifact, registry, pushed, tmp_pa
             lay["digest"], lay["size"] = evil, len(b'{"model_type": "evil"}')
     _put_manifest(registry, "models/tiny", "tampered", m)
     with pytest.raises(HashMismatchError, match="model/config.json"):
-        pull_oci(f"oci://{registry}/models/tiny:tampered", tmp_path / "out")
+        pull_oci(f"oci://{registry}/models/tiny:tampered", tmp_path / "out", settings=Settings())
     assert list(tmp_path.iterdir()) == []
 
 
@@ -137,16 +138,16 @@ def test_unsafe_titles_refused(registry, pushed, tmp_path):
         m2["layers"][-1]["annotations"]["org.opencontainers.image.title"] = bad
         _put_manifest(registry, "models/tiny", "unsafe", m2)
         with pytest.raises(PublishError, match="refused the path"):
-            pull_oci(f"oci://{registry}/models/tiny:unsafe", tmp_path / "out")
+            pull_oci(f"oci://{registry}/models/tiny:unsafe", tmp_path / "out", settings=Settings())
         assert list(tmp_path.iterdir()) == []
 
 
 def test_pull_errors(registry, pushed, tmp_path):
     with pytest.raises(PublishError, match="no such repository or tag"):
-        pull_oci(f"oci://{registry}/models/tiny:nosuchtag", tmp_path / "a")
+        pull_oci(f"oci://{registry}/models/tiny:nosuchtag", tmp_path / "a", settings=Settings())
     (tmp_path / "exists").mkdir()
     with pytest.raises(PublishError, match="already exists"):
-        pull_oci(f"oci://{registry}/models/tiny:v1", tmp_path / "exists")
+        pull_oci(f"oci://{registry}/models/tiny:v1", tmp_path / "exists", settings=Settings())
 
 
 def tampered_copy(artifact: Path, copy: Path, rel: str, offset: int) -> Path:
@@ -166,7 +167,7 @@ def test_changed_file_refused_by_registry(artifact, registry, tmp_path):
     refuses it (each byte is read once, never re-hashed locally)."""
     copy = tampered_copy(artifact, tmp_path / "art", "model/tokenizer_config.json", 10)
     with pytest.raises(HashMismatchError, match="model/tokenizer_config.json"):
-        publish_oci(copy, f"oci://{registry}/models/changed:v1")
+        publish_oci(copy, f"oci://{registry}/models/changed:v1", settings=Settings())
 
 
 def test_signature_checked_on_pull(artifact, registry, tmp_path):
@@ -174,12 +175,12 @@ def test_signature_checked_on_pull(artifact, registry, tmp_path):
     shutil.copytree(artifact, copy)
     priv, pub = _keypair(tmp_path)
     sign_artifact(copy, private_key=priv)
-    publish_oci(copy, f"oci://{registry}/models/signed:v1")
-    res = pull_oci(f"oci://{registry}/models/signed:v1", tmp_path / "ok", public_key=pub)
+    publish_oci(copy, f"oci://{registry}/models/signed:v1", settings=Settings())
+    res = pull_oci(f"oci://{registry}/models/signed:v1", tmp_path / "ok", public_key=pub, settings=Settings())
     assert res.signature_verified is True and (res.path / "model.sig").is_file()
     _, other = _keypair(tmp_path, "other")
     with pytest.raises(SignatureError):
-        pull_oci(f"oci://{registry}/models/signed:v1", tmp_path / "bad", public_key=other)
+        pull_oci(f"oci://{registry}/models/signed:v1", tmp_path / "bad", public_key=other, settings=Settings())
     assert not (tmp_path / "bad").exists()
 
 
@@ -211,7 +212,7 @@ def test_ingest_publish_pushes_the_stored_artifact(registry, tiny_llama_dir, tmp
     out = json_result(r.stdout, "ingest")
     (pub,) = out["published"]
     assert pub["uri"] == ref and pub["digest"].startswith("sha256:") and pub["files"] >= 5
-    pulled = pull_oci(ref, tmp_path / "pulled")
+    pulled = pull_oci(ref, tmp_path / "pulled", settings=Settings())
     art = Path(out["artifact"])
     assert _tree(pulled.path) == _tree(art)
 
@@ -225,10 +226,10 @@ def test_big_blobs_go_up_side_by_side_and_come_down_in_ranges(artifact, registry
     shutil.copytree(artifact, big)
     for name in ("a.bin", "b.bin"):
         (big / "serve" / name).write_bytes(os.urandom(40 * 1024 * 1024 + 5))
-    publish_oci(big, f"oci://{registry}/models/big:v1")
+    publish_oci(big, f"oci://{registry}/models/big:v1", settings=Settings())
     log = Path(tmp_path_factory.getbasetemp()) / "registry0" / "registry.log"
     before = len(log.read_text().splitlines())
-    res = pull_oci(f"oci://{registry}/models/big:v1", tmp_path / "out")
+    res = pull_oci(f"oci://{registry}/models/big:v1", tmp_path / "out", settings=Settings())
     assert _tree(res.path) == _tree(big)
     lines = log.read_text().splitlines()[before:]
     for name in ("a.bin", "b.bin"):

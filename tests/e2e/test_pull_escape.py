@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from modelyard.settings import Settings
 from modelyard.transport.oci import publish_oci
 from tests.conftest import json_error, json_result, run_cli
 from tests.unit.test_bundle import _build_artifact, edited_artifact
@@ -29,7 +30,7 @@ def published(tiny_llama_dir, registry, tmp_path_factory) -> tuple[Path, str, st
     """(the artifact folder, its oci:// reference, the manifest digest's first 16 hex digits)."""
     art = _build_artifact(tiny_llama_dir, tmp_path_factory.mktemp("escape-store"), hub=True)
     ref = f"oci://{registry}/models/escape-{uuid.uuid4().hex[:8]}:v1"
-    res = publish_oci(art, ref)
+    res = publish_oci(art, ref, settings=Settings())
     return art, ref, res.digest.removeprefix("sha256:")[:16]
 
 
@@ -131,7 +132,7 @@ def test_pull_with_a_key_refuses_a_signature_over_model_alone_unless_allowed(pub
     with open(copy / "serve" / "vllm.yaml", "a") as fh:
         fh.write("trust-remote-code: true\n")  # unsigned: the signature never covered serve/
     ref = f"oci://{registry}/models/partial-{uuid.uuid4().hex[:8]}:v1"
-    publish_oci(copy, ref)
+    publish_oci(copy, ref, settings=Settings())
     r = run_cli("pull", ref, "-o", str(tmp_path / "p"), "--key", str(pub), "--json")
     err = json_error(r.stdout, "pull", 1)
     assert err["message"].startswith("p.pull-") is False and "model.sig verifies over model/ only (" in err["message"]
@@ -148,7 +149,7 @@ def test_pull_refuses_an_edited_artifact_whose_carried_verdict_its_files_fail(pu
     appears: its model/ fails the checks its manifest says it passed."""
     art, _, _ = published
     ref = f"oci://{registry}/models/edited-{uuid.uuid4().hex[:8]}:v1"
-    publish_oci(edited_artifact(art, tmp_path / "edited"), ref)
+    publish_oci(edited_artifact(art, tmp_path / "edited"), ref, settings=Settings())
     into = tmp_path / "out" / "pulled"
     r = run_cli("pull", ref, "-o", str(into), "--json", timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr

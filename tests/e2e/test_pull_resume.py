@@ -123,7 +123,7 @@ def test_a_killed_s3_pull_asks_only_for_the_rest(big_artifact, s3_endpoint, tmp_
 
 def test_a_killed_oci_pull_asks_only_for_the_rest(big_artifact, registry, tmp_path, tmp_path_factory):
     ref = f"oci://{registry}/models/resume-{uuid.uuid4().hex[:8]}:v1"
-    publish_oci(big_artifact, ref)
+    publish_oci(big_artifact, ref, settings=Settings())
     into = tmp_path / "out" / "pulled"
     have = _kill_mid_file([ref], {}, into, tmp_path)
     assert 2 * RANGE_PART <= have < BIG
@@ -231,7 +231,7 @@ def test_a_stalled_registry_fails_the_pull_within_its_timeout(big_artifact, regi
     import subprocess
 
     ref = f"oci://{registry}/models/stall-{uuid.uuid4().hex[:8]}:v1"
-    publish_oci(big_artifact, ref)
+    publish_oci(big_artifact, ref, settings=Settings())
     into = tmp_path / "out" / "pulled"
     frozen = _pid_of(str(Path(tmp_path_factory.getbasetemp()) / "registry0" / "config.yml"))
     cli = subprocess.Popen([sys.executable, "-m", "modelyard", "pull", ref, "-o", str(into), "--json"],
@@ -274,7 +274,7 @@ def test_a_disk_that_fills_up_during_a_pull_is_exit_2_naming_the_folder(big_arti
     relay = GateRelay(registry, after=2 * RANGE_PART)
     try:
         ref = f"{registry}/models/fill-{uuid.uuid4().hex[:8]}:v1"
-        publish_oci(big_artifact, f"oci://{ref}")
+        publish_oci(big_artifact, f"oci://{ref}", settings=Settings())
         into = mnt / "pulled"
         cli = subprocess.Popen([sys.executable, "-m", "modelyard", "pull", f"oci://{relay.address}/{ref.split('/', 1)[1]}",
                                 "-o", str(into), "--json"], stdout=subprocess.PIPE, text=True)

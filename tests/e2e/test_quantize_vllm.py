@@ -40,7 +40,7 @@ WANT = {"yes": [], "slow": [("quantization.runtime.slow_or_unmeasured", "warning
 def _legacy_ready() -> bool:
     """True when the legacy quantizers' venvs exist (``make setup-legacy``), so that the session can make
     the GPTQ and AutoAWQ fixtures."""
-    return all(b.python().exists() for b in legacy.BACKENDS.values())
+    return all(b.python(Settings()).exists() for b in legacy.BACKENDS.values())
 
 
 @pytest.fixture(scope="session")
@@ -101,7 +101,7 @@ def test_check_runtime_follows_the_measured_row(measured_support, schemes_made, 
     model = _model(schemes_made, scheme)
     loads, note = row.entries[LABELS[scheme]]
     monkeypatch.setenv("MODELYARD_HOME", str(settings.home))  # the default Settings() of flows and the CLI
-    for found in (compat.check_runtime(model, None), compat.check_runtime(model, compat.local_runtime(), settings)):
+    for found in (compat.check_runtime(model, None, Settings()), compat.check_runtime(model, compat.local_runtime(), settings)):
         assert [(f.code, f.severity.value) for f in found] == WANT[loads], (scheme, note)
         for f in found:
             assert f.source.startswith("measured on this host")
@@ -110,10 +110,10 @@ def test_check_runtime_follows_the_measured_row(measured_support, schemes_made, 
     # Without the cache the same runtime is judged by the table, and says so.
     monkeypatch.setenv("MODELYARD_HOME", str(tmp_path / "empty"))
     table = compat.RUNTIME_SUPPORT[compat.local_runtime()]
-    for f in compat.check_runtime(model, None):
+    for f in compat.check_runtime(model, None, Settings()):
         assert f.source.startswith(compat.TABLE_SOURCES[compat.local_runtime()])
     if LABELS[scheme] not in table:
-        assert [f.code for f in compat.check_runtime(model, None)] == ["quantization.runtime.slow_or_unmeasured"]
+        assert [f.code for f in compat.check_runtime(model, None, Settings())] == ["quantization.runtime.slow_or_unmeasured"]
 
 
 def _one_per_verdict(schemes_made, row) -> list[str]:
@@ -212,12 +212,12 @@ def test_smollm2_w8a8_verifies_measures_and_answers_paris(smollm2_dir, tmp_path)
 
 
 def test_smollm2_w4a16_verifies_and_local_runtime_refuses(smollm2_dir, tmp_path):
-    res = q.quantize_model(smollm2_dir, tmp_path / "w4a16", "w4a16", num_samples=16, max_seq_len=128)
+    res = q.quantize_model(smollm2_dir, tmp_path / "w4a16", "w4a16", settings=Settings(), num_samples=16, max_seq_len=128)
     assert res.recipe.adjustments[0].startswith("group_size 128 -> 64: hidden_size 576")
     assert res.quality.ppl_quantized > 0 and res.quality.kl_mean > 0
     r = run_cli("verify", str(tmp_path / "w4a16"), "--json")
     assert r.returncode == 0, r.stderr
-    codes = [f.code for f in compat.check_runtime(tmp_path / "w4a16", "vllm-cpu-0.32-avx2")]
+    codes = [f.code for f in compat.check_runtime(tmp_path / "w4a16", "vllm-cpu-0.32-avx2", Settings())]
     assert codes == ["quantization.runtime.unsupported_scheme"]
-    assert compat.check_runtime(tmp_path / "w4a16", "vllm-cuda-0.32") == []
+    assert compat.check_runtime(tmp_path / "w4a16", "vllm-cuda-0.32", Settings()) == []
     (tmp_path / "w4a16-quality.json").write_text(json.dumps(res.record()["quality"]))

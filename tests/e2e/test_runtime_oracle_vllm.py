@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.checks import Target
+from modelyard.settings import Settings
 from modelyard.stages.verify import verify_folder
 from modelyard.stages.verify.runtime import reconcile, runtime_findings
 from tests.conftest import ROOT, json_result, run_cli
@@ -71,7 +72,7 @@ def test_ingest_asks_the_runtime_when_it_exists(folders, tmp_path):
 
 
 def test_backbone_runtime_and_hand_rule(folders):
-    r = verify_folder(folders["backbone"], Target(serve="chat"), runtime="local")
+    r = verify_folder(folders["backbone"], Target(serve="chat"), runtime="local", settings=Settings())
     codes = [(f.code, f.severity.value) for f in r.findings if f.code.startswith(("runtime.architecture", "architecture."))]
     assert codes == [("architecture.no_lm_head", "error"), ("runtime.architecture.pooling_class", "warning")]
     pool = next(f for f in r.findings if f.code == "runtime.architecture.pooling_class")
@@ -79,7 +80,7 @@ def test_backbone_runtime_and_hand_rule(folders):
 
 
 def test_max_model_len_refusal_names_derived_length(folders):
-    r = verify_folder(folders["capped"], Target(max_model_len=4096), runtime="local")
+    r = verify_folder(folders["capped"], Target(max_model_len=4096), runtime="local", settings=Settings())
     refused = [f for f in r.findings if f.code == "runtime.model_config.max_model_len_refused"]
     assert [(f.severity.value, f.value, f.field) for f in refused] == [("error", 256, "max_position_embeddings")]
     assert "--max-model-len 256" in refused[0].fix

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from modelyard.settings import Settings
 from modelyard.stages.verify import verify_folder
 from modelyard.stages.verify.runtime import ask_runtime_many
 from tests.unit.test_shared_cases import SHARED_CASES, _cases, to_target, verdict
@@ -27,7 +28,7 @@ def test_shared_cases_get_their_verdicts_with_the_runtime_oracle():
         pytest.skip("../shared/cases is not present")
     items = [(SHARED_CASES / p.values[0], to_target(p.values[1]), p.values[2]) for p in _cases()]
     items = [i for i in items if not i[1].vllm_version]  # another vLLM version: the local one does not judge it
-    answers = ask_runtime_many([(d, t) for d, t, _ in items])
+    answers = ask_runtime_many([(d, t) for d, t, _ in items], Settings())
     got = {}
     for (d, t, exp), a in zip(items, answers):
         r = verify_folder(d, t, runtime_answer=a)

@@ -355,7 +355,7 @@ def test_open_store_picks_by_scheme(tmp_path, s3_endpoint):
     s = Settings(home=tmp_path / "cache", store="s3://models/x", s3_endpoint_url=s3_endpoint)
     store = objectstore.open_store(settings=s)
     assert isinstance(store, S3Store) and store.where == "s3://models/x" and store.home == tmp_path / "cache"
-    folder = objectstore.open_store(str(tmp_path / "f"), s)
+    folder = objectstore.open_store(str(tmp_path / "f"), settings=s)
     assert type(folder) is Store and folder.home == tmp_path / "f"
     with pytest.raises(PublishError, match="needs a bucket and a prefix"):
-        objectstore.open_store("s3://models", s)
+        objectstore.open_store("s3://models", settings=s)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.checks import Target
+from modelyard.settings import Settings
 from modelyard.stages.verify.runtime import ask_runtime_many, runtime_findings
 from tests.fixtures import make_bpe_llama, make_spm_llama, make_tiktoken_llama
 
@@ -57,7 +58,7 @@ def judged(tmp_path_factory):
     (base / "bpe-alternation" / "chat_template.jinja").unlink(missing_ok=True)
     _edit_json(base / "bpe-alternation" / "tokenizer_config.json", lambda d: d.__setitem__("chat_template", ALTERNATION))
     items = [(base / n, Target(serve="chat")) for n in CASES]
-    answers = ask_runtime_many(items)
+    answers = ask_runtime_many(items, Settings())
     return {n: [(f.code, f.severity.value, f.message) for f in runtime_findings(a, t)
                 if f.code.startswith(("runtime.tokenizer", "runtime.chat_template.rejects_shape"))]
             for n, (_, t), a in zip(CASES, items, answers)}

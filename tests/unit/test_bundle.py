@@ -20,6 +20,7 @@ from modelyard.artifact.index import dump_index
 from modelyard.errors import BundleError
 from modelyard.model.digest import git_blob_id, tree_digest
 from modelyard.model.snapshot import FileEntry
+from modelyard.settings import Settings
 from modelyard.transport.hfcache import rehydrate
 from modelyard.transport.refs import bundle_artifact, resolve_artifact
 from modelyard.transport.unbundle import read_bundle, unbundle
@@ -87,7 +88,7 @@ def edited_artifact(artifact: Path, dst: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def bundle(artifact, tmp_path_factory) -> Path:
-    return bundle_artifact(artifact, tmp_path_factory.mktemp("bundle") / "tiny.tar.zst").path
+    return bundle_artifact(artifact, tmp_path_factory.mktemp("bundle") / "tiny.tar.zst", settings=Settings()).path
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -133,18 +134,18 @@ def test_layout_manifest_first_fixed_metadata(bundle):
 def test_bundle_is_deterministic(artifact, bundle, tmp_path):
     for p in artifact.rglob("*"):
         os.utime(p, (1_000_000, 1_000_000))  # timestamps do not matter
-    again = bundle_artifact(artifact, tmp_path / "again.tar.zst", threads=1).path
+    again = bundle_artifact(artifact, tmp_path / "again.tar.zst", threads=1, settings=Settings()).path
     assert again.read_bytes() == bundle.read_bytes()
     assert _leftovers(tmp_path, {"again.tar.zst"}) == []
 
 
 def test_bundle_from_store_reference(artifact, bundle, tmp_path):
     home = artifact.parents[1]
-    res = bundle_artifact("tiny", tmp_path / "ref.tar.zst", home=home)
+    res = bundle_artifact("tiny", tmp_path / "ref.tar.zst", home=home, settings=Settings())
     assert res.path.read_bytes() == bundle.read_bytes()
-    assert bundle_artifact(f"tiny@{COMMIT}", tmp_path / "ref2.tar.zst", home=home).path.read_bytes() == bundle.read_bytes()
+    assert bundle_artifact(f"tiny@{COMMIT}", tmp_path / "ref2.tar.zst", home=home, settings=Settings()).path.read_bytes() == bundle.read_bytes()
     with pytest.raises(BundleError, match="holds no artifact tiny@nope"):
-        bundle_artifact("tiny@nope", tmp_path / "x.tar.zst", home=home)
+        bundle_artifact("tiny@nope", tmp_path / "x.tar.zst", home=home, settings=Settings())
 
 
 def test_a_folder_of_the_same_name_does_not_shadow_the_store(artifact, tmp_path, monkeypatch):
@@ -156,10 +157,10 @@ def test_a_folder_of_the_same_name_does_not_shadow_the_store(artifact, tmp_path,
     (tmp_path / "tiny").mkdir()
     (tmp_path / "tiny" / "notes.txt").write_text("not an artifact\n")
     monkeypatch.chdir(tmp_path)
-    assert resolve_artifact("tiny", home) == artifact
-    assert resolve_artifact(f"tiny@{COMMIT[:8]}", home) == artifact
+    assert resolve_artifact("tiny", home, settings=Settings()) == artifact
+    assert resolve_artifact(f"tiny@{COMMIT[:8]}", home, settings=Settings()) == artifact
     with pytest.raises(BundleError, match="is not an artifact folder"):
-        resolve_artifact("./tiny", home)
+        resolve_artifact("./tiny", home, settings=Settings())
     from typer.testing import CliRunner
 
     from modelyard.cli import app
@@ -183,12 +184,12 @@ def test_bundle_refuses_an_artifact_that_changed(artifact, tmp_path):
     data[5] ^= 1
     cfg.write_bytes(bytes(data))
     with pytest.raises(BundleError, match=r"config.json: sha256 .* differs") as ei:
-        bundle_artifact(copy, tmp_path / "out" / "x.tar.zst")
+        bundle_artifact(copy, tmp_path / "out" / "x.tar.zst", settings=Settings())
     assert "modelyard verify" in ei.value.fix
     assert _leftovers(tmp_path / "out", set()) == []
     (copy / "model" / "stray.txt").write_text("x")
     with pytest.raises(BundleError, match="model/stray.txt is in model/ but not listed"):
-        bundle_artifact(copy, tmp_path / "out" / "x.tar.zst")
+        bundle_artifact(copy, tmp_path / "out" / "x.tar.zst", settings=Settings())
 
 
 # ---- corruption -------------------------------------------------------------------------------------
@@ -431,7 +432,7 @@ def test_rehydrated_cache_loads_offline_at_the_commit(artifact, bundle, tmp_path
 
 def test_non_hub_artifact_needs_repo_id_and_gets_a_synthesized_commit(tiny_llama_dir, tmp_path):
     art = _build_artifact(tiny_llama_dir, tmp_path / "store", hub=False)
-    b = bundle_artifact(art, tmp_path / "local.tar.zst").path
+    b = bundle_artifact(art, tmp_path / "local.tar.zst", settings=Settings()).path
     with pytest.raises(BundleError, match="not a hub repo") as ei:
         rehydrate(b, tmp_path / "hf")
     assert "--repo-id" in ei.value.fix and not (tmp_path / "hf").exists()
@@ -492,11 +493,11 @@ def test_a_signed_bundle_keeps_its_commit_and_a_rewritten_one_does_not(artifact,
     signed = tmp_path / "signed"
     shutil.copytree(artifact, signed)
     sign_artifact(signed, private_key=priv)
-    b = bundle_artifact(signed, tmp_path / "signed.tar.zst").path
+    b = bundle_artifact(signed, tmp_path / "signed.tar.zst", settings=Settings()).path
     snap = fetch(parse_source(f"tar://{b}"), Settings(home=tmp_path / "h1", signing_public_key=pub))
     assert (snap.commit, snap.provenance["bundle_signature"]) == (COMMIT, "verified")
     assert {f.origin for f in hash_snapshot(snap).files} == {"hub-lfs", "hub-git"}
-    unsigned = bundle_artifact(artifact, tmp_path / "unsigned.tar.zst").path
+    unsigned = bundle_artifact(artifact, tmp_path / "unsigned.tar.zst", settings=Settings()).path
     with pytest.raises(SignatureError, match="the bundle is unsigned"):
         fetch(parse_source(f"tar://{unsigned}"), Settings(home=tmp_path / "h2", signing_public_key=pub))
     _, other = _keypair(tmp_path, "other")
@@ -525,7 +526,7 @@ def test_unbundle_refuses_an_edited_bundle_whose_carried_verdict_its_files_fail(
     """An unsigned bundle edited after verification (config changed, digests recomputed, the old claims kept) has
     every byte matching its manifest; what gives it away is the carried "verification: passed" against files that
     fail the checks now. It is refused (exit 1), nothing kept; the genuine bundle still unbundles."""
-    b = bundle_artifact(edited_artifact(artifact, tmp_path / "edited"), tmp_path / "edited.tar.zst").path
+    b = bundle_artifact(edited_artifact(artifact, tmp_path / "edited"), tmp_path / "edited.tar.zst", settings=Settings()).path
     r = run_cli("unbundle", str(b), "-o", str(tmp_path / "x"), "--json", timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     err = json_error(r.stdout, "unbundle", 1)
@@ -611,10 +612,10 @@ def test_the_next_bundle_sweeps_what_a_killed_one_left_and_spares_a_live_one(art
     for p in (dead, live):
         os.utime(p, (old, old))
     try:
-        bundle_artifact(str(artifact), out)
+        bundle_artifact(str(artifact), out, settings=Settings())
         assert sorted(p.name for p in tmp_path.glob(".*.partial")) == sorted([live.name, young.name])
     finally:
         fh.close()
     os.utime(young, (old, old))
-    bundle_artifact(str(artifact), out, force=True)
+    bundle_artifact(str(artifact), out, force=True, settings=Settings())
     assert list(tmp_path.glob(".*.partial")) == [] and out.is_file()

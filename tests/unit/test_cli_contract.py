@@ -195,7 +195,7 @@ def test_verify_json_with_errors_keeps_the_report_schema_inside_the_envelope():
                             "fix": "Each finding in result.findings names the file, the field and the fix."}
 
 
-def test_usage_error_with_json_is_the_envelope_and_without_is_typers_own(tmp_path):
+def test_usage_error_with_json_is_the_envelope_and_without_is_one_error_line(tmp_path):
     r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100", "--json")
     assert (r.returncode, r.stderr) == (2, "")
     assert json_error(r.stdout, "serve-plan", 2) == {
@@ -205,9 +205,11 @@ def test_usage_error_with_json_is_the_envelope_and_without_is_typers_own(tmp_pat
     r = run_cli("serve-plan", str(tmp_path), "--gpu", "V100")
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr.splitlines() == [
-        "Usage: python -m modelyard serve-plan [OPTIONS] {path}",
-        "Try 'python -m modelyard serve-plan --help' for help.", "",
-        "Error: Invalid value for '--gpu': 'V100' is not one of " + ", ".join(repr(g) for g in GPUS) + "."]
+        "error[usage]: Invalid value for '--gpu': 'V100' is not one of " + ", ".join(repr(g) for g in GPUS) + ".",
+        "fix: See `modelyard serve-plan --help`."]
+    r = run_cli("serve-plan")
+    assert (r.returncode, r.stdout, r.stderr.splitlines()) == (
+        2, "", ["error[usage]: Missing argument 'path'.", "fix: See `modelyard serve-plan --help`."])
 
 
 # ---- choices from the registries -------------------------------------------------------------------------
@@ -237,9 +239,9 @@ def test_a_value_outside_the_choices_is_typers_usage_error_before_any_work(comma
             "quantize": ["/nowhere", "--scheme", "w8a8"], "serve-plan": ["/nowhere", "--gpu", "L4-24GB"], "demo": [],
             "promote": ["x@y", "--to", "/nowhere"]}[command]
     r = CliRunner().invoke(app, [command, *args, option, "bogus"])
-    assert (r.exit_code, r.stdout, stderr.getvalue()) == (2, "", "")
-    assert r.stderr.splitlines()[-1] == (f"Error: Invalid value for '{option}': 'bogus' is not one of "
-                                         + ", ".join(repr(v) for v in values) + ".")
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", "")
+    assert stderr.getvalue().splitlines() == [f"error[usage]: Invalid value for '{option}': 'bogus' is not one of "
+                                     + ", ".join(repr(v) for v in values) + ".", f"fix: See `modelyard {command} --help`."]
 
 
 @pytest.mark.parametrize(("argv", "option", "bound"), [
@@ -256,8 +258,9 @@ def test_a_value_outside_the_choices_is_typers_usage_error_before_any_work(comma
 ])
 def test_range_errors_are_typers_usage_errors(argv, option, bound, stderr):
     r = CliRunner().invoke(app, argv)
-    assert (r.exit_code, r.stdout, stderr.getvalue()) == (2, "", "")
-    assert r.stderr.splitlines()[-1] == f"Error: Invalid value for '{option}': Input should be {bound}"
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", "")
+    assert stderr.getvalue().splitlines() == [f"error[usage]: Invalid value for '{option}': Input should be {bound}",
+                                              f"fix: See `modelyard {argv[0]} --help`."]
 
 
 # ---- help, grammar --------------------------------------------------------------------------------------

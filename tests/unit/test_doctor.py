@@ -96,7 +96,8 @@ def test_needs_are_findings_with_catalogue_codes():
         "file": None, "field": "FP8-DYNAMIC weights", "value": "7.5",
         "fix": "Use a GPU with compute capability >= 8.9, or a checkpoint without FP8-DYNAMIC weights (e.g. a bf16/fp16 "
                "or W4A16 variant).",
-        "source": "modelyard.stages.doctor (the rules of its module docstring)",
+        "source": 'vLLM docs "Supported Hardware" for quantization; Fp8Config.get_min_capability; '
+                  "_check_if_gpu_supports_dtype (bf16 >= 8.0)",
         "limit": "compute capability >= 8.0 (>= 8.9 for native speed)"}
     assert d.needs_met(t4_checks) is False
     a100 = HostFacts(gpus=(GpuDevice(0, "NVIDIA A100-SXM4-80GB", 81920 * MIB, "8.0"),), vllm_version="0.32.0")

@@ -19,6 +19,7 @@ from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.schemas import MANIFEST_SCHEMA, REPORT_SCHEMA, SCHEMAS, render
 from modelyard.artifact.schemas import load as load_schema
 from modelyard.errors import ManifestError
+from modelyard.settings import Settings
 from modelyard.stages.quantize import Preflight, Quality, QuantizeResult, Recipe, manifest_record
 from modelyard.stages.serve import ServeTarget, plan_serve, write_serve_files
 from modelyard.stages.smoke import SmokeResult
@@ -76,7 +77,7 @@ def test_manifest_and_report_match_their_goldens(golden_artifact):
 
 def test_bundle_index_matches_its_golden(golden_artifact, tmp_path):
     art, home = golden_artifact
-    out = bundle_artifact(art, tmp_path / "tiny.tar.zst").path
+    out = bundle_artifact(art, tmp_path / "tiny.tar.zst", settings=Settings()).path
     with open(out, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as z, \
             tarfile.open(fileobj=z, mode="r|") as tf:
         names = []

@@ -28,7 +28,7 @@ def test_an_artifact_without_smoke_is_refused_unless_no_smoke_is_required(tmp_pa
     assert info.value.message == f"{art}: no vLLM smoke evidence at level load (it was stored without a smoke test)"
     assert info.value.fix == ("Ingest it again with --smoke load, or promote with --no-smoke-required "
                               "to accept it without that evidence.")
-    assert check_gates.fn(art, None) == {"report_sha256": "ab" * 32, "content_digest": "sha256:" + "cd" * 32,
+    assert check_gates.fn(art, None).to_dict() == {"report_sha256": "ab" * 32, "content_digest": "sha256:" + "cd" * 32,
                                          "verification": {"passed": True, "errors": 0, "warnings": 1}, "smoke": None}
 
 
@@ -39,7 +39,7 @@ def test_an_artifact_without_smoke_is_refused_unless_no_smoke_is_required(tmp_pa
 def test_the_stored_smoke_must_reach_the_required_level(tmp_path, have, need, ok):
     art = _artifact(tmp_path, {"passed": True, "level": have, "vllm_version": "0.32.0"})
     if ok:
-        assert check_gates.fn(art, need)["smoke"] == {"passed": True, "level": have, "vllm_version": "0.32.0"}
+        assert check_gates.fn(art, need).smoke == {"passed": True, "level": have, "vllm_version": "0.32.0"}
     else:
         with pytest.raises(PromotionGateError) as info:
             check_gates.fn(art, need)

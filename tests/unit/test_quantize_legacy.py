@@ -10,6 +10,7 @@ import pytest
 
 from modelyard.errors import RuntimeNotFoundError
 from modelyard.model.checkpoint import Checkpoint
+from modelyard.settings import Settings
 from modelyard.stages import quantize as q
 from modelyard.stages.quantize import compat
 from modelyard.stages.verify import verify_folder
@@ -56,9 +57,9 @@ def test_legacy_format_quantizes_verifies_and_loads_back(legacy_quantized, schem
 def test_legacy_runtime_gate(legacy_quantized, scheme, label):
     d = legacy_quantized[scheme].model_dir
     assert compat.scheme_label(json.loads((d / "config.json").read_text())["quantization_config"]) == label
-    got = [(f.code, f.severity.value, f.field) for f in compat.check_runtime(d, "vllm-cpu-0.32-avx2")]
+    got = [(f.code, f.severity.value, f.field) for f in compat.check_runtime(d, "vllm-cpu-0.32-avx2", Settings())]
     assert got == [("quantization.runtime.unsupported_scheme", "error", "quantization_config.quant_method")]
-    assert compat.check_runtime(d, "vllm-cuda-0.32") == []
+    assert compat.check_runtime(d, "vllm-cuda-0.32", Settings()) == []
 
 
 def test_legacy_recipes_fit_the_group_to_the_model():
@@ -71,7 +72,7 @@ def test_legacy_recipes_fit_the_group_to_the_model():
 def test_missing_legacy_venv_is_a_clear_error(tiny128, tmp_path, monkeypatch):
     monkeypatch.setenv("MODELYARD_GPTQMODEL_PYTHON", str(tmp_path / "nope" / "python"))
     with pytest.raises(RuntimeNotFoundError) as e:
-        q.quantize_model(tiny128, tmp_path / "out", "gptq", num_samples=2, max_seq_len=16)
+        q.quantize_model(tiny128, tmp_path / "out", "gptq", num_samples=2, max_seq_len=16, settings=Settings())
     assert str(tmp_path / "nope" / "python") in str(e.value)
     assert e.value.fix == "Run `make setup-legacy` (creates .venv-gptq) or set MODELYARD_GPTQMODEL_PYTHON."
     assert list(tmp_path.iterdir()) == []  # nothing started, nothing left
@@ -81,11 +82,11 @@ def test_legacy_recipe_must_name_its_backend(tiny128, tmp_path):
     bad = tmp_path / "r.yaml"
     bad.write_text("quantize_config: {bits: 4, group_size: 128, strategy: group}\n")
     with pytest.raises(q.QuantizeError, match=r"needs 'backend' \(one of gptqmodel, autoawq\)"):
-        q.quantize_model(tiny128, tmp_path / "out", "gptq", recipe_file=bad, num_samples=2, max_seq_len=16)
+        q.quantize_model(tiny128, tmp_path / "out", "gptq", recipe_file=bad, num_samples=2, max_seq_len=16, settings=Settings())
     other = tmp_path / "o.yaml"
     other.write_text("backend: autoawq\nquantize_config: {bits: 4, group_size: 128, strategy: group}\n")
     with pytest.raises(q.QuantizeError, match="names backend 'autoawq'; scheme gptq uses 'gptqmodel'"):
-        q.quantize_model(tiny128, tmp_path / "out", "gptq", recipe_file=other, num_samples=2, max_seq_len=16)
+        q.quantize_model(tiny128, tmp_path / "out", "gptq", recipe_file=other, num_samples=2, max_seq_len=16, settings=Settings())
 
 
 def test_smoke_root_cause_names_the_worker_exception():

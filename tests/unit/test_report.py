@@ -40,9 +40,9 @@ def test_cli_json_and_usage_errors(tiny_llama_dir):
     bad = run_cli("verify", str(tiny_llama_dir), "--vllm-version", "latest")
     assert bad.returncode == 2 and "--vllm-version" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_cli("verify", str(tiny_llama_dir), "--dtype", "fp8")
-    assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
-        "Error: Invalid value for '--dtype': 'fp8' is not one of 'auto', 'half', 'float16', 'bfloat16', "
-        "'float', 'float32'.")
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [
+        "error[usage]: Invalid value for '--dtype': 'fp8' is not one of 'auto', 'half', 'float16', 'bfloat16', "
+        "'float', 'float32'.", "fix: See `modelyard verify --help`."]
 
 
 def test_check_order_does_not_depend_on_import_order():

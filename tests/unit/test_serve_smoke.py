@@ -56,7 +56,7 @@ def test_server_verdicts_are_findings_with_catalogue_codes():
               ss.Check("numeric", False, "KL 0.4 over the limit 0.1")]
     miss = golden.judge_golden(golden.GoldenPrompt("capital", "q", ("Paris",)), "Lyon")
     level = {"concurrency": 2, "completed": 8, "failed": 0, "p95_ttft_ms": 41000.0}
-    slo = bench.judge(level, {"ttft_p95_ms": 30000.0, "error_rate": 0.0}, cls="cpu")
+    slo = bench.judge(level, {"ttft_p95_ms": 30000.0, "error_rate": 0.0}, cls="cpu").to_dict()
     found = [f.to_dict() for f in ss.verdicts_as_findings(checks, [miss], {"passed": False, "slo": slo})]
     assert [(f["code"], f["severity"], f["message"]) for f in found] == [
         ("smoke.server.finish_reason", "error",
@@ -66,13 +66,17 @@ def test_server_verdicts_are_findings_with_catalogue_codes():
         ("smoke.slo.missed", "error", "SLO target ttft_p95_ms missed: 41000.0 ms against the max limit 30000.0 "
                                       "(default)")]
     assert (found[3]["field"], found[3]["value"], found[3]["limit"]) == ("ttft_p95_ms", 41000.0, 30000.0)
+    # an API check's fix and source are the catalogue's for its code
+    assert (found[0]["fix"], found[0]["source"]) == (
+        "Check generation_config.json eos_token_id against the chat template's turn terminator (`modelyard verify` "
+        "names it).", "the OpenAI API's finish_reason as vLLM reports it")
     # a bench that failed with no target missed (the client failed) is one smoke.bench.failed
     assert [(f.code, f.message) for f in bench.bench_findings({"passed": False, "error": "the benchmark client exited "
                                                                                          "without a result"})] == [
         ("smoke.bench.failed", "the bench failed: the benchmark client exited without a result")]
     hit = golden.judge_golden(golden.GoldenPrompt("capital", "q", ("Paris",)), "Paris.")
     assert ss.verdicts_as_findings([checks[0]], [hit], {"passed": True, "slo": bench.judge(
-        level, {"error_rate": 0.0}, cls="cpu")}) == []
+        level, {"error_rate": 0.0}, cls="cpu").to_dict()}) == []
 
 
 def test_cpu_overrides_of_serve_yaml(tmp_path):

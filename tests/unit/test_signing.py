@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from modelyard.errors import PublishError, SignatureError, SigningKeyError
+from modelyard.settings import Settings
 from modelyard.transport.signing import (
     PARTIAL_FIX,
     PARTIAL_MESSAGE,
@@ -113,7 +114,7 @@ def test_verify_after_unbundle(artifact, keys, tmp_path):
     from modelyard.transport.unbundle import unbundle
 
     sign_artifact(artifact, private_key=keys[0])
-    b = bundle_artifact(artifact, tmp_path / "b.tar.zst").path
+    b = bundle_artifact(artifact, tmp_path / "b.tar.zst", settings=Settings()).path
     out = tmp_path / "far"
     unbundle(b, out)
     assert verify_after_unbundle(out) is None  # no key given: nothing to check
@@ -221,7 +222,7 @@ def test_unbundle_with_key_keeps_nothing_unless_the_signature_verifies(artifact,
     priv, pub = keys
     sign_artifact(artifact, private_key=priv)
     b = tmp_path / "signed.tar.zst"
-    bundle_artifact(str(artifact), b)
+    bundle_artifact(str(artifact), b, settings=Settings())
     r = run_cli("unbundle", str(b), "--into", str(tmp_path / "ok"), "--key", str(pub), "--json")
     assert r.returncode == 0, r.stderr
     assert json_result(r.stdout, "unbundle")["signature_verified"] is True

@@ -68,16 +68,16 @@ BENCH = {"completed": 7, "failed": 1, "p95_ttft_ms": 812.5, "p99_itl_ms": 40.0, 
 
 def test_judge():
     v = bench.judge(BENCH, {"ttft_p95_ms": 1000.0, "itl_p99_ms": 30.0, "error_rate": 0.2, "output_tokens_per_s": 30.0,
-                            "e2el_p50_ms": 5.0}, cls="cpu", explicit={"itl_p99_ms": 30.0})
+                            "e2el_p50_ms": 5.0}, cls="cpu", explicit={"itl_p99_ms": 30.0}).to_dict()
     assert v["class"] == "cpu" and v["passed"] is False
     assert [(x["target"], x["value"], x["passed"], x["source"]) for x in v["verdicts"]] == [
         ("ttft_p95_ms", 812.5, True, "default"), ("itl_p99_ms", 40.0, False, "--slo"),
         ("error_rate", 0.125, True, "default"), ("output_tokens_per_s", 25.0, False, "default"),
         ("e2el_p50_ms", None, False, "default")]  # not measured: missed
-    assert bench.judge(BENCH, {"ttft_p95_ms": 812.5}, cls=None)["passed"] is True  # the bound is inclusive
+    assert bench.judge(BENCH, {"ttft_p95_ms": 812.5}, cls=None).passed is True  # the bound is inclusive
     # nothing completed: no latency stands, the error rate is 1
     none = bench.judge({"completed": 0, "failed": 8, "p95_ttft_ms": 0.0}, {"ttft_p95_ms": 1e9, "error_rate": 1.0}, cls=None)
-    assert [(x["value"], x["passed"]) for x in none["verdicts"]] == [(None, False), (1.0, True)]
+    assert [(x.value, x.passed) for x in none.verdicts] == [(None, False), (1.0, True)]
     assert bench.missed({"slo": v}) == ["slo:itl_p99_ms", "slo:output_tokens_per_s", "slo:e2el_p50_ms"]
 
 
@@ -92,7 +92,7 @@ def test_device_class():
 def _stored(ttft_p95: float) -> SmokeRecord:
     b = {"completed": 8, "failed": 0, "p95_ttft_ms": ttft_p95, "p95_itl_ms": 150.0}
     return SmokeRecord.model_validate({"passed": True, "level": "bench", "mode": "chat", "numeric": {"passed": True},
-                                       "bench": b | {"slo": bench.judge(b, bench.default_targets("cpu"), cls="cpu")}})
+                                       "bench": b | {"slo": bench.judge(b, bench.default_targets("cpu"), cls="cpu").to_dict()}})
 
 
 def test_stored_bench_is_rejudged_against_new_targets():

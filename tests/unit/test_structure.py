@@ -227,12 +227,38 @@ def test_no_cli_function_takes_more_than_12_parameters():
     assert wide == {}
 
 
-#: ``Settings()`` built from the environment outside the entry points (``cli/``, ``flows/``), when the rule came in:
-#: one ``Settings`` per run is built where the run starts and passed down; this count may only go down
-SETTINGS_BUDGET = 18
-#: module-level public functions outside ``cli/`` returning ``dict[str, Any]`` when the rule came in (results
-#: cross layers typed; a document builder such as ``vllm_config`` returns its document): may only go down
-DICT_RESULT_BUDGET = 34
+#: ``Settings()`` built from the environment outside the entry points (``cli/``, ``flows/``): one ``Settings`` per run
+#: is built where the run starts and passed down; the rule now holds at zero, and this count stays there
+SETTINGS_BUDGET = 0
+#: the module-level public functions outside ``cli/`` that may return ``dict[str, Any]``: each builds a document
+#: (a file's content, a wire format, a stored block), named here; every other result crosses a layer typed
+DOCUMENTS = {
+    "modelyard.artifact.bom.model_card": "the CycloneDX modelCard of the AI-BOM",
+    "modelyard.artifact.bom.build_bom": "the AI-BOM (CycloneDX 1.6)",
+    "modelyard.artifact.manifest.source_record": "manifest.json's and report.json's source block",
+    "modelyard.artifact.schemas.json_schema": "a JSON Schema (draft 2020-12)",
+    "modelyard.artifact.schemas.load": "a published JSON Schema file",
+    "modelyard.checks.sarif.to_sarif": "a SARIF 2.1.0 log",
+    "modelyard.checks.template_baseline.baseline_of": "an entry of template_baselines.yaml",
+    "modelyard.stages.adapter.lora_overrides": "the vllm serve keys of serve/vllm.yaml that serve adapters",
+    "modelyard.stages.quantize.manifest_record": "manifest.json's quantization block",
+    "modelyard.stages.serve.alerts.alert_rules": "a Prometheus alerting rules file",
+    "modelyard.stages.serve.canary.add_canary_service": "compose.yaml with the canary service",
+    "modelyard.stages.serve.canary.canary_vllm_config": "serve/vllm-canary.yaml",
+    "modelyard.stages.serve.files.vllm_config": "serve/vllm.yaml",
+    "modelyard.stages.serve.files.compose_config": "serve/compose.yaml",
+    "modelyard.stages.serve.files.parallel_keys": "the vllm serve keys of a pipeline-parallel plan",
+    "modelyard.stages.serve.files.multinode_compose_config": "serve/compose.yaml of a multi-node plan",
+    "modelyard.stages.serve.monitoring.prometheus_config": "serve/prometheus.yml",
+    "modelyard.stages.serve.monitoring.prometheus_service": "compose.yaml's prometheus service",
+    "modelyard.stages.serve.monitoring.grafana_dashboard": "a Grafana dashboard (JSON model)",
+    "modelyard.stages.smoke.bench.run_bench": "manifest.json's smoke.bench block (vllm bench serve's figures)",
+    "modelyard.stages.smoke.numeric.reference_spec": "the spec file the vLLM scoring runners read",
+    "modelyard.stages.smoke.server.cpu_config": "serve/vllm.yaml with this host's CPU overrides",
+    "modelyard.transport.modelpack.model_config": "a CNCF ModelPack config blob",
+    "modelyard.transport.referrers.put_blob": "an OCI descriptor ({digest, size})",
+    "modelyard.transport.referrers.subject_of": "an OCI descriptor of the subject manifest",
+}
 
 
 def _settings_built_here(tree: ast.AST) -> int:
@@ -257,8 +283,8 @@ def test_settings_are_built_at_the_entry_points_and_results_are_typed():
     trees = {n: ast.parse(p.read_text()) for n, p in MODULES.items()
              if not n.startswith(("modelyard.cli", "modelyard.runtime.scripts"))}
     settings = sum(_settings_built_here(t) for n, t in trees.items() if not n.startswith("modelyard.flows"))
-    dicts = sum(len(_dict_results(t)) for t in trees.values())
+    dicts = {f"{n}.{f}" for n, t in trees.items() for f in _dict_results(t)}
     assert settings <= SETTINGS_BUDGET, (f"Settings() built {settings} times outside cli/ and flows/ (budget "
                                          f"{SETTINGS_BUDGET}): take the run's settings as a parameter instead")
-    assert dicts <= DICT_RESULT_BUDGET, (f"{dicts} public functions return dict[str, Any] (budget "
-                                         f"{DICT_RESULT_BUDGET}): return a typed result")
+    assert sorted(dicts - set(DOCUMENTS)) == [], "these return dict[str, Any]: return a typed result"
+    assert sorted(set(DOCUMENTS) - dicts) == [], "no longer a dict (or gone): remove them from DOCUMENTS"

@@ -40,12 +40,24 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from modelyard import progress
 from modelyard.checks.base import Finding, Severity
-from modelyard.checks.gguf_tokenizer import CONTROL, NORMAL, SOURCE, UNKNOWN, USER_DEFINED, GgufVocab, Reference, compare, probe_texts
+from modelyard.checks.gguf_tokenizer import (
+    CONTROL,
+    NORMAL,
+    SOURCE,
+    UNKNOWN,
+    USER_DEFINED,
+    GgufVocab,
+    Reference,
+    TokenizerCheck,
+    compare,
+    probe_texts,
+)
 from modelyard.errors import ConversionError, InvalidSourceError, SourceNotFoundError
 from modelyard.model.digest import sha256_file
 from modelyard.model.snapshot import FileEntry, Snapshot
@@ -322,31 +334,31 @@ def _check_folder(vocab: GgufVocab, out_dir: Path, texts: list[str], reference: 
     return found
 
 
-def check_and_repair(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
+def check_and_repair(gguf_path: Path, out_dir: Path) -> TokenizerCheck:
     """Check the tokenizer written in ``out_dir`` against ``gguf_path``'s own arrays (module docstring), read by
     llama.cpp itself where ``llama-cpp-python`` is installed (:func:`llama_cpp_reference`), else by hand;
-    repair a SentencePiece-BPE one that disagrees. Returns the record ``{model, checked, reference, findings,
-    repaired, after}`` (also written to :data:`CHECK_FILE`). Raises :class:`ConversionError` when it still
-    disagrees."""
+    repair a SentencePiece-BPE one that disagrees. Returns what was found (also written to :data:`CHECK_FILE`
+    when the GGUF has a vocabulary). Raises :class:`ConversionError` when it still disagrees."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: PLC0415 - heavy: transformers
 
     vocab = read_vocab(gguf_path)
     texts = probe_texts(markers=True)
     ref = llama_cpp_reference(gguf_path, vocab, texts) if vocab.tokens else None
-    record: dict[str, Any] = {"model": vocab.model, "checked": len(texts), "reference": HAND_READING, "repaired": False}
+    reference_name, reference_error, overrides = HAND_READING, None, None
     if ref is not None and ref.error:
-        record["reference_error"] = ref.error  # llama.cpp could not read it: the hand reading judges
-        ref = None
+        reference_error, ref = ref.error, None  # llama.cpp could not read it: the hand reading judges
     elif ref is not None:
-        record["reference"] = ref.name
+        reference_name = ref.name
         if ref.overridden:
-            record["reference_overrides"] = sorted(vocab.tokens[i] for i in ref.overridden)  # not compared
+            overrides = tuple(sorted(vocab.tokens[i] for i in ref.overridden))  # not compared
+    check = partial(TokenizerCheck, model=vocab.model, checked=len(texts), reference=reference_name,
+                    reference_error=reference_error, reference_overrides=overrides)
     if not vocab.tokens:
-        record["findings"] = []
-        return record
+        return check(repaired=False, findings=())
     reference = ref.encode if ref else None
     found = _check_folder(vocab, out_dir, texts, reference)
-    record["findings"] = [f.to_dict() for f in found]
+    before = tuple(f.to_dict() for f in found)
+    result = check(repaired=False, findings=before)
     if found and vocab.model == "llama" and vocab.scores:
         old = AutoTokenizer.from_pretrained(str(out_dir))
         fast = PreTrainedTokenizerFast(tokenizer_object=spm_tokenizer(vocab), chat_template=old.chat_template,
@@ -355,15 +367,14 @@ def check_and_repair(gguf_path: Path, out_dir: Path) -> dict[str, Any]:
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
             (out_dir / name).unlink(missing_ok=True)
         fast.save_pretrained(str(out_dir))
-        after = _check_folder(vocab, out_dir, texts, reference)
-        record.update(repaired=True, after=[f.to_dict() for f in after])
-        found = after
+        found = _check_folder(vocab, out_dir, texts, reference)
+        result = check(repaired=True, findings=before, after=tuple(f.to_dict() for f in found))
     if found:
         raise ConversionError(
             f"the tokenizer transformers converted from {gguf_path.name} reads text otherwise than the GGUF's own "
             f"vocabulary ({vocab.model}): {found[0].message}", fix=found[0].fix or "")
-    (out_dir / CHECK_FILE).write_text(json.dumps(record, indent=1))
-    return record
+    (out_dir / CHECK_FILE).write_text(json.dumps(result.to_dict(), indent=1))
+    return result
 
 
 def check_gguf(path: Path) -> None:

@@ -123,14 +123,15 @@ def _staged_output(model_dir: Path, out_model: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe_file: Path | None = None,  # noqa: PLR0913
-                   calibration: Path | None = None, num_samples: int = 64, max_seq_len: int = 512,
-                   quality_text: Path | None = None, max_ppl_ratio: float | None = None,
+def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, settings: Settings,  # noqa: PLR0913
+                   recipe_file: Path | None = None, calibration: Path | None = None, num_samples: int = 64,
+                   max_seq_len: int = 512, quality_text: Path | None = None, max_ppl_ratio: float | None = None,
                    max_kl: float | None = None, evaluate: bool = True) -> QuantizeResult:
     """Quantize the model folder ``model_dir`` with ``scheme_name`` into ``out_model`` (created
     through a temp folder and a rename: complete or absent), then measure its quality against the
     parent on ``quality_text`` (default ``modelyard/data/heldout.txt``, never the calibration text;
-    ``evaluate=False`` skips that, for benchmarks).
+    ``evaluate=False`` skips that, for benchmarks). ``settings``: the run's (``verbose``, ``eval_device``, and for
+    the legacy formats ``quantize_timeout`` and the backends' interpreters).
 
     ``num_samples`` calibration samples of at most ``max_seq_len`` tokens. Raises
     :class:`QuantizeError`, :class:`InsufficientResourcesError`; the quality verdict is in the
@@ -151,14 +152,14 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     out_model = Path(out_model)
     pf = preflight(model_dir, sch, out_model.parent)
     if sch.backend != "llm-compressor":
-        return _quantize_legacy(model_dir, out_model, sch, recipe, pf, calibration=calibration,
+        return _quantize_legacy(model_dir, out_model, sch, recipe, pf, settings=settings, calibration=calibration,
                                 num_samples=num_samples, max_seq_len=max_seq_len, quality_text=quality_text,
                                 max_ppl_ratio=max_ppl_ratio, max_kl=max_kl, evaluate=evaluate)
     t0 = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     calib = load_calibration(calibration, num_samples=num_samples, max_seq_len=max_seq_len, tokenizer=tok)
     kw: dict[str, Any] = {}
-    with quiet_libraries():
+    with quiet_libraries(settings.verbose):
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="auto", local_files_only=True)
         _cpu_only_workarounds()
         from llmcompressor import oneshot  # noqa: PLC0415 - heavy: llm-compressor, imported on first use
@@ -174,23 +175,24 @@ def quantize_model(model_dir: Path, out_model: Path, scheme_name: str, *, recipe
     layers = int(cfg.get("num_hidden_layers") or 1)
     with _staged_output(model_dir, out_model) as tmp:
         with progress.task(f"quantizing {sch.name} (llm-compressor, {layers} layers)", total=None):
-            with quiet_libraries():
+            with quiet_libraries(settings.verbose):
                 oneshot(model=model, recipe=recipe.text, **kw)
                 model.save_pretrained(str(tmp), save_compressed=True)
     seconds = time.perf_counter() - t0
     del model
     quality = None
     if evaluate:  # False only for benchmarks that time the quantization alone
-        with quiet_libraries():
-            quality = evaluate_quality(model_dir, out_model, quality_text, max_seq_len=max_seq_len,
-                                       max_ppl_ratio=max_ppl_ratio or sch.max_ppl_ratio, max_kl=max_kl or sch.max_kl)
+        with quiet_libraries(settings.verbose):
+            quality = evaluate_quality(model_dir, out_model, quality_text, device=eval_device(settings),
+                                       max_seq_len=max_seq_len, max_ppl_ratio=max_ppl_ratio or sch.max_ppl_ratio,
+                                       max_kl=max_kl or sch.max_kl)
     calib_rec = {"source": calib.source, "sha256": calib.sha256, "samples": len(calib.texts),
                  "max_seq_len": max_seq_len, "used": sch.needs_data}
     return QuantizeResult(sch.name, out_model, recipe, calib_rec, quality, pf, seconds, tool_versions())
 
 
 def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Recipe, pf: Preflight, *,  # noqa: PLR0913
-                     calibration: Path | None, num_samples: int, max_seq_len: int, quality_text: Path | None,
+                     settings: Settings, calibration: Path | None, num_samples: int, max_seq_len: int, quality_text: Path | None,
                      max_ppl_ratio: float | None, max_kl: float | None, evaluate: bool) -> QuantizeResult:
     """:func:`quantize_model` for the legacy formats: the backend runs in its own venv
     (``stages/quantize/legacy.py``); the output is renamed into place only when complete."""
@@ -203,22 +205,24 @@ def _quantize_legacy(model_dir: Path, out_model: Path, sch: Scheme, recipe: Reci
     if backend != sch.backend:
         raise QuantizeError(f"recipe {recipe.source} names backend {backend!r}; scheme {sch.name} uses {sch.backend!r}",
                             fix=f"Set 'backend: {sch.backend}' in the recipe.")
-    legacy.interpreter(backend)  # fail before any work when the venv is missing
+    legacy.interpreter(backend, settings)  # fail before any work when the venv is missing
     calib = load_calibration(calibration, num_samples=num_samples, max_seq_len=max_seq_len)
-    timeout = Settings().quantize_timeout
+    timeout = settings.quantize_timeout
     t0 = time.perf_counter()
     with _staged_output(model_dir, out_model) as tmp:
-        r = legacy.quantize(model_dir, tmp, backend, qc, list(calib.texts), max_seq_len=max_seq_len, timeout=timeout)
+        r = legacy.quantize(model_dir, tmp, backend, qc, list(calib.texts), max_seq_len=max_seq_len, timeout=timeout,
+                            settings=settings)
     seconds = time.perf_counter() - t0
-    quality, loaded_with, tools = None, None, dict(r.get("tools") or {})
+    quality, loaded_with, tools = None, None, dict(r.tools)
     if evaluate:
         text = Path(quality_text) if quality_text else DATA / "heldout.txt"
         raw = text.read_bytes()
-        e = legacy.evaluate(model_dir, out_model, raw.decode("utf-8"), max_seq_len=max_seq_len, timeout=timeout)
-        quality = quality_from(e["quality"], max_ppl_ratio or sch.max_ppl_ratio, max_kl or sch.max_kl,
+        e = legacy.evaluate(model_dir, out_model, raw.decode("utf-8"), max_seq_len=max_seq_len, timeout=timeout,
+                            settings=settings)
+        quality = quality_from(e.quality, max_ppl_ratio or sch.max_ppl_ratio, max_kl or sch.max_kl,
                                hashlib.sha256(raw).hexdigest())
-        loaded_with = e.get("loaded_with")
-        tools.update({f"evaluate:{k}": v for k, v in (e.get("tools") or {}).items()})
+        loaded_with = e.loaded_with
+        tools.update({f"evaluate:{k}": v for k, v in e.tools.items()})
     calib_rec = {"source": calib.source, "sha256": calib.sha256, "samples": len(calib.texts),
                  "max_seq_len": max_seq_len, "used": True}
     return QuantizeResult(sch.name, out_model, recipe, calib_rec, quality, pf, seconds, tools,
@@ -244,12 +248,13 @@ def manifest_record(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k != "recipe"} | {"recipe": {k: v for k, v in record["recipe"].items() if k != "text"}}
 
 
-def judge(model_dir: Path, result: QuantizeResult, report: Report, runtime: str | None) -> Report:
+def judge(model_dir: Path, result: QuantizeResult, report: Report, runtime: str | None, settings: Settings) -> Report:
     """The quantized model's report: ``report`` (the verification of ``model_dir``) plus whether
-    ``runtime`` loads its format (:func:`compat.check_runtime`), with the quantization record.
+    ``runtime`` loads its format (:func:`compat.check_runtime`, this host's measured row read under ``settings``),
+    with the quantization record.
     ``modelyard quantize`` and the ingest flow both judge through it; gate with
     :func:`modelyard.stages.verify.gate` and :func:`quality_gate`."""
-    findings = tuple(compat.check_runtime(model_dir, runtime))
+    findings = tuple(compat.check_runtime(model_dir, runtime, settings))
     return replace(report, findings=report.findings + findings).with_quantization(manifest_record(result.record()))
 
 

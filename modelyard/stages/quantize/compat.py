@@ -208,13 +208,13 @@ def measured_row(settings: Settings) -> SupportRow | None:
                       vllm_version=data["vllm_version"], cache_file=path, detail=data)
 
 
-def support_row(runtime: str | None, settings: Settings | None = None) -> SupportRow | None:
+def support_row(runtime: str | None, settings: Settings) -> SupportRow | None:
     """The support row for ``runtime`` (None = :func:`local_runtime`): for the local runtime, this host's
-    measured row when one is cached (:func:`measured_row`); else the :data:`RUNTIME_SUPPORT` row,
+    measured row when one is cached under ``settings``' cache folder (:func:`measured_row`); else the :data:`RUNTIME_SUPPORT` row,
     labelled as the table's; None for a runtime with neither."""
     runtime = runtime or local_runtime()
     if runtime == local_runtime():
-        row = measured_row(settings or Settings())
+        row = measured_row(settings)
         if row is not None and row.runtime == runtime:
             return row
     table = RUNTIME_SUPPORT.get(runtime)
@@ -402,11 +402,11 @@ def scheme_label(qcfg: dict[str, Any]) -> str | None:
     return None
 
 
-def check_runtime(model_dir: Path, runtime: str | None, settings: Settings | None = None) -> list[Finding]:
+def check_runtime(model_dir: Path, runtime: str | None, settings: Settings) -> list[Finding]:
     """Findings on whether ``runtime`` (a key of :data:`RUNTIME_SUPPORT`; None = :func:`local_runtime`)
     loads the quantized checkpoint in ``model_dir`` (compressed-tensors, GPTQ or AWQ), judged by
     :func:`support_row`: this host's measured row for the local runtime when cached (under
-    ``settings``' cache folder; default ``Settings()``), else the table. A finding's ``source`` says
+    ``settings``' cache folder: the run's settings), else the table. A finding's ``source`` says
     which. Not quantized, or another method (judged by ``checks/quantization.py`` alone): no findings."""
     runtime = runtime or local_runtime()
     try:

@@ -46,9 +46,10 @@ class Backend:
     venv: str
     env: str
 
-    def python(self) -> Path:
-        """The backend's interpreter: ``$<env>`` or ``<checkout>/<venv>/bin/python`` (may not exist)."""
-        configured = getattr(Settings(), self.env.removeprefix("MODELYARD_").lower())
+    def python(self, settings: Settings) -> Path:
+        """The backend's interpreter: ``$<env>`` (as ``settings`` read it) or ``<checkout>/<venv>/bin/python``
+        (may not exist)."""
+        configured = getattr(settings, self.env.removeprefix("MODELYARD_").lower())
         return Path(configured).expanduser() if configured else _CHECKOUT / self.venv / "bin" / "python"
 
 
@@ -60,18 +61,19 @@ BACKENDS = {
 EVALUATOR = "gptqmodel"
 
 
-def interpreter(backend: str) -> Path:
-    """The interpreter of ``backend``; raises :class:`RuntimeNotFoundError` (exit 2) when absent."""
+def interpreter(backend: str, settings: Settings) -> Path:
+    """The interpreter of ``backend`` under ``settings``; raises :class:`RuntimeNotFoundError` (exit 2) when absent."""
     b = BACKENDS[backend]
-    py = b.python()
+    py = b.python(settings)
     if not py.exists():
         raise RuntimeNotFoundError(f"the {b.dist} interpreter {py} does not exist",
                                    fix=f"Run `make setup-legacy` (creates {b.venv}) or set {b.env}.")
     return py
 
 
-def _run(backend: str, mode: str, model: Path, out: Path, spec: dict[str, Any], timeout: float, label: str) -> dict[str, Any]:
-    py = interpreter(backend)
+def _run(backend: str, mode: str, model: Path, out: Path, spec: dict[str, Any], timeout: float, label: str,
+         settings: Settings) -> dict[str, Any]:
+    py = interpreter(backend, settings)
     with tempfile.TemporaryDirectory(prefix="modelyard-legacy-") as tmp:
         spec_file, result, log = Path(tmp) / "spec.json", Path(tmp) / "result.json", Path(tmp) / "log.txt"
         spec_file.write_text(json.dumps(spec))
@@ -89,22 +91,44 @@ def _run(backend: str, mode: str, model: Path, out: Path, spec: dict[str, Any], 
                                      f"without a result; log tail:\n{tail}")
         r = json.loads(result.read_text())
     if not r.get("ok"):
-        detail = f"\n{r.get('traceback')}" if Settings().verbose else ""
+        detail = f"\n{r.get('traceback')}" if settings.verbose else ""
         raise LegacyBackendError(f"{label} failed: {r.get('error')}{detail}",
                                  fix="Run with MODELYARD_VERBOSE=1 to see the backend's traceback; check that the "
                                      "backend supports the model's architecture.")
     return r
 
 
+@dataclass(frozen=True)
+class LegacyQuantized:
+    """What the backend's runner reported of a quantization: its wall time (seconds, measured in the runner),
+    the versions of the libraries it ran (distribution -> version, None when absent) and the tail of gptqmodel's
+    per-layer log (None for a backend that writes none)."""
+
+    seconds: float | None
+    tools: dict[str, str | None]
+    quant_log: str | None = None
+
+
+@dataclass(frozen=True)
+class LegacyEvaluation:
+    """What the evaluator reported: the quality figures (``quality.compare``'s: perplexities, KL, top-1
+    agreement), how the quantized checkpoint was loaded, and the versions of the libraries it ran."""
+
+    quality: dict[str, Any]
+    loaded_with: str | None
+    tools: dict[str, str | None]
+
+
 def quantize(model_dir: Path, tmp_out: Path, backend: str, quant: dict[str, Any], texts: list[str], *,
-             max_seq_len: int, timeout: float) -> dict[str, Any]:
+             max_seq_len: int, timeout: float, settings: Settings) -> LegacyQuantized:
     """Quantize ``model_dir`` with ``backend`` into ``tmp_out`` (which the caller renames into place),
     then make its config.json the parent's config.json plus the backend's ``quantization_config``
     (keeping the verified config; AutoAWQ would write transformers-4 keys). ``quant``: ``bits``,
-    ``group_size``, ``sym``, ``desc_act``. Returns the runner's result (``seconds``, ``tools``).
-    Raises :class:`RuntimeNotFoundError`, :class:`LegacyBackendError`."""
+    ``group_size``, ``sym``, ``desc_act``. ``settings``: the run's (the backend's interpreter, ``verbose``).
+    Returns what the runner reported. Raises :class:`RuntimeNotFoundError`,
+    :class:`LegacyBackendError`."""
     spec = {"quant": quant, "texts": texts, "max_seq_len": max_seq_len}
-    r = _run(backend, "quantize", model_dir, tmp_out, spec, timeout, f"quantizing with {backend}")
+    r = _run(backend, "quantize", model_dir, tmp_out, spec, timeout, f"quantizing with {backend}", settings)
     qcfg = dict(r.pop("backend_config").get("quantization_config") or {})
     if not qcfg:
         raise LegacyBackendError(f"{backend} wrote no quantization_config into {tmp_out}/config.json")
@@ -114,19 +138,22 @@ def quantize(model_dir: Path, tmp_out: Path, backend: str, quant: dict[str, Any]
     cfg = json.loads((model_dir / "config.json").read_text())
     cfg["quantization_config"] = qcfg
     (tmp_out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    for junk in ("quant_log.csv",):  # gptqmodel's per-layer log: kept in the result, not in model/
-        if (tmp_out / junk).is_file():
-            r["quant_log"] = (tmp_out / junk).read_text()[-4000:]
-            (tmp_out / junk).unlink()
-    return r
+    quant_log = None
+    if (tmp_out / "quant_log.csv").is_file():  # gptqmodel's per-layer log: kept in the result, not in model/
+        quant_log = (tmp_out / "quant_log.csv").read_text()[-4000:]
+        (tmp_out / "quant_log.csv").unlink()
+    return LegacyQuantized(seconds=r.get("seconds"), tools=dict(r.get("tools") or {}), quant_log=quant_log)
 
 
-def evaluate(parent_dir: Path, quant_dir: Path, heldout: str, *, max_seq_len: int, timeout: float) -> dict[str, Any]:
+def evaluate(parent_dir: Path, quant_dir: Path, heldout: str, *, max_seq_len: int, timeout: float,
+             settings: Settings) -> LegacyEvaluation:
     """Perplexity and KL of ``quant_dir`` (GPTQ or AWQ GEMM) against ``parent_dir`` on the text
-    ``heldout``, both loaded with plain transformers in the gptqmodel venv. Returns the runner's
-    result (``quality``, ``loaded_with``, ``tools``)."""
+    ``heldout``, both loaded with plain transformers in the gptqmodel venv (``settings``: as for :func:`quantize`).
+    Returns what the evaluator reported."""
     spec = {"heldout": heldout, "max_seq_len": max_seq_len, "texts": [], "quant": {}}
-    return _run(EVALUATOR, "evaluate", parent_dir, quant_dir, spec, timeout, "quality: perplexity and KL (transformers)")
+    r = _run(EVALUATOR, "evaluate", parent_dir, quant_dir, spec, timeout, "quality: perplexity and KL (transformers)",
+             settings)
+    return LegacyEvaluation(quality=r["quality"], loaded_with=r.get("loaded_with"), tools=dict(r.get("tools") or {}))
 
 
 def quantize_config(recipe: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:

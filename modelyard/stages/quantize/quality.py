@@ -39,12 +39,16 @@ class quiet_libraries:
     """Keep llm-compressor's loguru stream, the libraries' tqdm bars and their warnings off the
     terminal while quantizing or evaluating: stdout and stderr (Python's and file descriptors 1
     and 2) go to /dev/null for the duration. modelyard's CLI reports through its own duplicate of the terminal's
-    stderr, so its progress stays visible. ``MODELYARD_VERBOSE=1`` shows everything."""
+    stderr, so its progress stays visible. ``verbose`` (the run's ``settings.verbose``, ``MODELYARD_VERBOSE=1``)
+    shows everything."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
 
     def __enter__(self) -> None:
 
         self._stack = contextlib.ExitStack()
-        if Settings().verbose:
+        if self.verbose:
             return
         self._stack.enter_context(warnings.catch_warnings())
         warnings.simplefilter("ignore")
@@ -65,12 +69,12 @@ class quiet_libraries:
         self._stack.close()
 
 
-def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None = None, *, max_seq_len: int = 512,
-                     max_ppl_ratio: float = 1.35, max_kl: float = 0.35) -> Quality:
+def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None = None, *, device: str,
+                     max_seq_len: int = 512, max_ppl_ratio: float = 1.35, max_kl: float = 0.35) -> Quality:
     """Perplexity of both models on ``text_file`` (default: modelyard's held-out text) in windows
     of ``max_seq_len`` tokens, and the mean per-token KL(parent || quantized) in nats, computed
     with transformers (the quantized model is loaded from its saved compressed-tensors
-    files, as it will be served) on :func:`eval_device`."""
+    files, as it will be served) on ``device`` (:func:`eval_device` of the run's settings)."""
     import torch  # noqa: PLC0415 - heavy: torch, imported on first use
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415 - heavy: transformers, imported on first use
 
@@ -79,8 +83,7 @@ def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None =
     raw = path.read_bytes()
     tok = AutoTokenizer.from_pretrained(str(parent_dir), local_files_only=True)
     wins = _quality.windows(tok(raw.decode("utf-8"), add_special_tokens=False)["input_ids"], max_seq_len)
-    dev = eval_device()
-    place: dict[str, Any] = {} if dev == "cpu" else {"device_map": dev}
+    place: dict[str, Any] = {} if device == "cpu" else {"device_map": device}
     with progress.task("quality: perplexity and KL", total=len(wins) * 2, unit="windows") as adv:
         m = _quality.compare(
             lambda: AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32, local_files_only=True,
@@ -91,13 +94,13 @@ def evaluate_quality(parent_dir: Path, quant_dir: Path, text_file: Path | None =
     return quality_from(m, max_ppl_ratio, max_kl, hashlib.sha256(raw).hexdigest())
 
 
-def eval_device() -> str:
-    """Where :func:`evaluate_quality` runs both models: ``MODELYARD_EVAL_DEVICE`` when set (``cpu``,
-    ``cuda``, ``cuda:1``), else ``cuda`` when torch sees a CUDA GPU, else ``cpu``. Quantization
+def eval_device(settings: Settings) -> str:
+    """Where :func:`evaluate_quality` runs both models: ``settings.eval_device`` (``MODELYARD_EVAL_DEVICE``) when
+    set (``cpu``, ``cuda``, ``cuda:1``), else ``cuda`` when torch sees a CUDA GPU, else ``cpu``. Quantization
     itself needs no such choice: llm-compressor onloads each layer to the accelerator it finds."""
     import torch  # noqa: PLC0415 - heavy: torch, imported on first use
 
-    configured = (Settings().eval_device or "").strip()
+    configured = (settings.eval_device or "").strip()
     if configured:
         return configured
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,20 +138,50 @@ def measured(bench: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and (bench.get("completed") or 0) > 0 else None
 
 
+@dataclass(frozen=True)
+class TargetVerdict:
+    """One SLO target judged: the target's key, whether it bounds from above (``max``) or below (``min``), its
+    limit and the measured value (None: not measurable, a miss) in ``unit``, where the target came from
+    (``--slo`` or ``default``) and whether it was met."""
+
+    target: str
+    bound: str
+    limit: float
+    value: float | None
+    unit: str
+    source: str
+    passed: bool
+
+
+@dataclass(frozen=True)
+class SloVerdict:
+    """The SLO verdict of one bench result: the device class its default targets came from (None: unknown),
+    whether every target was met, and each target's verdict."""
+
+    cls: str | None
+    passed: bool
+    verdicts: tuple[TargetVerdict, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form (a bench level's ``slo``): ``{"class", "passed", "verdicts": [{"target", "bound",
+        "limit", "value", "unit", "source", "passed"}]}``."""
+        return {"class": self.cls, "passed": self.passed, "verdicts": [asdict(v) for v in self.verdicts]}
+
+
 def judge(bench: Mapping[str, Any], targets: Mapping[str, float], *, cls: str | None,
-          explicit: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The SLO verdict of one bench result: ``{"class", "passed", "verdicts": [{"target": key,
-    "bound": "max"|"min", "limit", "value", "unit", "source": "--slo"|"default", "passed"}]}``, one
-    verdict per target in ``targets`` (a value that cannot be measured misses)."""
+          explicit: Mapping[str, float] | None = None) -> SloVerdict:
+    """The SLO verdict of one bench result (vLLM's figures by their keys, :data:`KEPT`): one verdict per target
+    in ``targets`` (key -> limit in the target's unit), its ``source`` ``--slo`` when ``explicit`` names it; a
+    value that cannot be measured (:func:`measured`) misses."""
     verdicts = []
     for key, limit in targets.items():
         _, bound, unit = SLO_METRICS[key]
         value = measured(bench, key)
         ok = value is not None and (value <= limit if bound == "max" else value >= limit)
-        verdicts.append({"target": key, "bound": bound, "limit": limit,
-                         "value": round(value, 4) if value is not None else None, "unit": unit,
-                         "source": "--slo" if key in (explicit or {}) else "default", "passed": ok})
-    return {"class": cls, "passed": all(v["passed"] for v in verdicts), "verdicts": verdicts}
+        verdicts.append(TargetVerdict(target=key, bound=bound, limit=limit,
+                                      value=round(value, 4) if value is not None else None, unit=unit,
+                                      source="--slo" if key in (explicit or {}) else "default", passed=ok))
+    return SloVerdict(cls=cls, passed=all(v.passed for v in verdicts), verdicts=tuple(verdicts))
 
 
 def device_class(device: Mapping[str, Any] | None) -> str | None:
@@ -247,8 +277,9 @@ def _level(x: Mapping[str, Any], targets: Mapping[str, float], cls: str | None,
     level["errors"] = b.get("errors") or ([x["error"]] if x.get("error") else [])
     if x.get("probe"):
         level["probe"] = x["probe"]
-    level["slo"] = judge(level, targets, cls=cls, explicit=slo)
+    verdict = judge(level, targets, cls=cls, explicit=slo)
+    level["slo"] = verdict.to_dict()
     # every request answered or counted as failed, and every target (error_rate among them) met
     level["passed"] = bool(x.get("ok")) and (level.get("completed") or 0) + (level.get("failed") or 0) == \
-        level["num_prompts"] and level["slo"]["passed"]
+        level["num_prompts"] and verdict.passed
     return level

@@ -43,6 +43,7 @@ import yaml
 
 from modelyard import paths, progress
 from modelyard.checks.base import Finding, Severity
+from modelyard.checks.catalog import rule_of
 from modelyard.errors import InvalidTargetError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.runtime.process import free_port, kill_group
@@ -83,13 +84,16 @@ class Check:
     detail: str
 
     def finding(self) -> Finding | None:
-        """A failed check as a finding with its code of :data:`CHECK_CODES` (None when it passed, and for the
-        ``numeric`` check, whose verdict is the numerical gate's own findings)."""
+        """A failed check as a finding with its code of :data:`CHECK_CODES`, its fix and source the catalogue's
+        for that code (None when it passed, and for the ``numeric`` check, whose verdict is the numerical gate's
+        own findings)."""
         code = CHECK_CODES.get(self.name.removeprefix("chat.").removeprefix("completion."))
         if self.passed or code is None:
             return None
+        rule = rule_of(code)
         return Finding(code, Severity.ERROR, f"{self.name}: {self.detail}", field=self.name,
-                       fix=None, source="vLLM's OpenAI-compatible server, asked the same question plain and streamed")
+                       fix=rule.fix if rule else None,
+                       source=(rule.source if rule else None) or "vLLM's OpenAI-compatible server")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The first ``verify`` in a process spends 3 to 9 s importing transformers (torch,
 tokenizer machinery), whatever the model's size; the checks themselves take about 1 s. An ingest
 first waits for Prefect's API (the ephemeral server is a subprocess) and then fetches and hashes
 (hashlib and file reads release the GIL), so those imports can run beside that wait in a daemon thread.
-``MODELYARD_NO_WARMUP=1`` turns it off.
+``MODELYARD_NO_WARMUP=1`` (the run's ``settings.no_warmup``) turns it off.
 
 Only the warm-up thread may import transformers while it runs: transformers is a lazy module, and a
 second thread that imports from it while the first is still initialising it gets
@@ -45,14 +45,14 @@ def wait() -> None:
         t.join()
 
 
-def start(folder: Path | None = None) -> threading.Thread | None:
+def start(settings: Settings, folder: Path | None = None) -> threading.Thread | None:
     """Start the warm-up thread once per process; returns it (None when disabled by
-    ``MODELYARD_NO_WARMUP``, when a warm facts worker is set for this process
+    ``settings.no_warmup`` (``MODELYARD_NO_WARMUP``), when a warm facts worker is set for this process
     (:mod:`modelyard.checks.facts_worker`), or when ``folder``, the local folder about to be verified, has its
     transformers answers in the facts cache: :func:`modelyard.checks.hf.cached`). Calling it again
     returns the same thread."""
     global _started
-    if Settings().no_warmup or facts_worker.socket_path() is not None:
+    if settings.no_warmup or facts_worker.socket_path() is not None:
         return None  # off, or a warm facts worker answers verify's questions: these imports would only compete
     if folder is not None and _started is None and hf.cached(folder):
         return None  # verify will not import transformers: the imports would only compete for the GIL

@@ -64,8 +64,9 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
     ``runtime.disagrees.*`` comparison, see :mod:`modelyard.stages.verify.runtime`). Raises
     :class:`SourceNotFoundError` / :class:`InvalidSourceError` (exit 2) when ``path`` is missing or not a
     folder, :class:`InvalidTargetError` (exit 2) for an unknown ``runtime``, :class:`RuntimeNotFoundError`
-    (exit 2) when ``runtime="local"`` and the runtime interpreter is missing. ``runtime_answer`` (a
-    :class:`~modelyard.stages.verify.runtime.RuntimeAnswer` already asked, e.g. by
+    (exit 2) when ``runtime="local"`` and the runtime interpreter is missing. ``settings`` (the run's: the runtime
+    interpreter) is required with ``runtime="local"`` unless ``runtime_answer`` is given (``TypeError`` else).
+    ``runtime_answer`` (a :class:`~modelyard.stages.verify.runtime.RuntimeAnswer` already asked, e.g. by
     ``ask_runtime_many`` for many folders) is used instead of asking again."""
     if runtime not in (None, *RUNTIME_CHOICES):
         raise InvalidTargetError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}",
@@ -93,7 +94,8 @@ def verify_folder(path: Path | str, target: Target | None = None, *, runtime: st
         return Report(findings=tuple(extra + special), target=target)
     oracle = None
     if runtime == "local" and runtime_answer is None:  # vLLM imports while the hand rules run
-
+        if settings is None:
+            raise TypeError("verify_folder(runtime='local') needs settings: the run's Settings")
         oracle = OracleRun([(root, target)], settings)
     try:
         findings = extra + run_checks(ckpt, CheckContext(target=target))
@@ -164,15 +166,15 @@ def with_source_findings(report: Report, snapshot: Snapshot) -> Report:
 
 
 def verify_source(source: Source, target: Target | None = None, *, runtime: str | None = None,
-                  settings: Settings | None = None) -> Report:
+                  settings: Settings) -> Report:
     """Judge an ``hf://`` source before downloading its weights: :func:`verify_folder` on its small
     files and its shards' headers read by HTTP range (:func:`modelyard.stages.fetch.preview`), plus
     :func:`source_findings`. The checks read nothing else of a shard, so the findings are those a
     verify of the downloaded folder gives. Raises as :func:`modelyard.stages.fetch.fetch` does
-    (exit 2 for a missing repo or an unreachable endpoint)."""
+    (exit 2 for a missing repo or an unreachable endpoint). ``settings``: the run's (the hub endpoint and token, the
+    cache, the runtime interpreter)."""
     from modelyard.stages.fetch import preview  # noqa: PLC0415 - the fetch stage (and huggingface_hub) only for hub sources
 
-    settings = settings or Settings()
     return preview(source, settings,
                    lambda snap: with_source_findings(verify_folder(snap.root, target, runtime=runtime, settings=settings), snap))
 

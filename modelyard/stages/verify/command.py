@@ -18,14 +18,14 @@ from modelyard.stages.fetch.preflight import CARD_FILE, card_license, refuse_lic
 
 def verify_before_download(source: Source, target: Target, *, runtime: str | None = None,
                            refuse_licenses: Sequence[str] = (), serving: serve.ServeTarget | None = None,
-                           settings: Settings | None = None) -> Report:
+                           settings: Settings) -> Report:
     """``verify hf://...``: the judgement the ingest makes before its first weight byte, on the source's small files
     and shard headers (:func:`modelyard.stages.fetch.preview`, HTTP ranges): the card's license, refused when
     ``refuse_licenses`` names it (:func:`~modelyard.stages.fetch.preflight.refuse_license`, exit 1) and recorded in the
     report's ``source`` record; with ``serving`` (``--gpu``/``--gpus``), the serve plan of weights + KV cache at
     ``--max-model-len`` (:func:`modelyard.stages.serve.plan_serve`, :class:`ServePlanError` exit 2 when it does not
-    fit); then :func:`modelyard.stages.verify.verify_folder` and the source's findings."""
-    settings = settings or Settings()
+    fit); then :func:`modelyard.stages.verify.verify_folder` and the source's findings. ``settings``: the run's (the
+    hub endpoint and token, the cache, the runtime interpreter)."""
 
     def judge(snap: Snapshot) -> Report:
         refuse_license(snap.provenance, refuse_licenses, snap.source)
@@ -38,7 +38,7 @@ def verify_before_download(source: Source, target: Target, *, runtime: str | Non
 
 
 def verify_local(folder: Path, target: Target, *, runtime: str | None = None, refuse_licenses: Sequence[str] = (),
-                 serving: serve.ServeTarget | None = None, settings: Settings | None = None) -> Report:
+                 serving: serve.ServeTarget | None = None, settings: Settings) -> Report:
     """``verify FOLDER``: as :func:`verify_before_download` for a model or artifact folder, the license read from its
     own model card (``README.md``, when it has one)."""
     if refuse_licenses:

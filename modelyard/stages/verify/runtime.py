@@ -49,7 +49,7 @@ class RuntimeAnswer:
     vllm_version: str | None = None
 
 
-def ask_runtime(model_dir: Path, target: Target, settings: Settings | None = None,
+def ask_runtime(model_dir: Path, target: Target, settings: Settings,
                 timeout: float = ORACLE_TIMEOUT) -> RuntimeAnswer:
     """Run the oracle on ``model_dir`` in the runtime interpreter (``settings.vllm_interpreter()``).
 
@@ -59,7 +59,7 @@ def ask_runtime(model_dir: Path, target: Target, settings: Settings | None = Non
     return ask_runtime_many([(Path(model_dir), target)], settings, timeout)[0]
 
 
-def ask_runtime_many(items: list[tuple[Path, Target]], settings: Settings | None = None,
+def ask_runtime_many(items: list[tuple[Path, Target]], settings: Settings,
                      timeout: float = ORACLE_TIMEOUT) -> list[RuntimeAnswer]:
     """:func:`ask_runtime` for many folders in one runtime process (vLLM is imported once, 7-15 s; each
     folder then takes 0.01-1 s). ``timeout`` (seconds) is for the first folder; each further one adds 30 s."""
@@ -71,8 +71,7 @@ class OracleRun:
     run lets vLLM's import (the bulk of its time) overlap with them. Raises :class:`RuntimeNotFoundError`
     (exit 2) at construction when the runtime interpreter does not exist."""
 
-    def __init__(self, items: list[tuple[Path, Target]], settings: Settings | None = None) -> None:
-        settings = settings or Settings()
+    def __init__(self, items: list[tuple[Path, Target]], settings: Settings) -> None:
         python = vllm_python(settings, "verify without --runtime local")
         self.t0 = time.perf_counter()
         self.tmp = tempfile.TemporaryDirectory(prefix="modelyard-oracle-")
