@@ -1,9 +1,12 @@
 """Publish and pull of a big artifact to an object store and to an OCI registry, against the transfer the
 ecosystem's own tools make of the same files, in one run.
 
-Run: ``.venv/bin/python benchmarks/transfer.py [--size 2GiB] [--only s3|oci]`` (about 8 min for 2 GiB on
-2 cores; the numbers are in benchmarks/README.md). Each side runs twice, alternating, and the best of each
-is compared.
+Run: ``.venv/bin/python benchmarks/transfer.py [--size 1GiB] [--rounds 5] [--only s3|oci]`` (about 10 min for
+1 GiB and 5 rounds on 2 cores; the numbers are in benchmarks/README.md). Rounds are interleaved: each round times
+both sides, the baseline first in odd rounds and second in even ones, and its ratio is taken within the round, so
+a load that comes and goes moves both sides of a ratio alike; the disk is synced (untimed) before each call, so
+that neither side pays for writing back what the other wrote. The figure reported is the median of the rounds'
+ratios, with their range, and the machine's load average before and after.
 
 - **S3**: ``S3Store.publish`` (every byte hashed on the way, a ``ChecksumSHA256`` per part, parts of 16 MiB,
   10 in flight), then ``S3Store.local`` from a fresh cache (ranged GETs of 16 MiB, 10 in flight, hashed whole),
@@ -111,7 +114,37 @@ def timed(fn, side: str = "") -> float:  # noqa: ANN001
     return seconds
 
 
-def bench_s3(root: Path, art: Path, digest: str, size: int) -> dict:
+def _median(xs: list[float]) -> float:
+    import statistics
+
+    return statistics.median(xs)
+
+
+def _interleaved(rounds: int, pairs: list[tuple[str, str, object, object]], after=None) -> dict:  # noqa: ANN001
+    """Time each ``(label, base_label, ours, base)`` pair of callables ``rounds`` times, the baseline first in odd
+    rounds; ``ours(k)`` and ``base(k)`` act on round ``k``'s names, and ``after(k)`` (untimed) ends round ``k``.
+    Returns, per label, the median speed ratio (baseline seconds / ours) with its range, and both sides' median
+    seconds."""
+    out: dict = {}
+    for label, base_label, ours, base in pairs:
+        ratios, mine, theirs = [], [], []
+        for k in range(rounds):
+            order = [("base", base), ("ours", ours)] if k % 2 == 0 else [("ours", ours), ("base", base)]
+            got = {}
+            for who, fn in order:
+                os.sync()  # untimed: the previous call's dirty pages are on disk, not flushed during this one
+                got[who] = timed(lambda: fn(k), base_label if who == "base" else label)  # type: ignore[operator]
+            if after is not None:
+                after(k)
+            ratios.append(got["base"] / got["ours"])
+            mine.append(got["ours"])
+            theirs.append(got["base"])
+        out[label] = {"ratio": _median(ratios), "low": min(ratios), "high": max(ratios), "seconds": _median(mine),
+                      "base_seconds": _median(theirs), "ratios": ratios}
+    return out
+
+
+def bench_s3(root: Path, art: Path, digest: str, size: int, rounds: int) -> dict:
     import boto3
     from boto3.s3.transfer import TransferConfig
 
@@ -126,30 +159,45 @@ def bench_s3(root: Path, art: Path, digest: str, size: int) -> dict:
         client.create_bucket(Bucket="bench")
         cfg = TransferConfig(max_concurrency=10, multipart_chunksize=16 * MiB, multipart_threshold=16 * MiB)
         settings = Settings(s3_endpoint_url=url)
-        ups, base_ups, pulls, base_downs = [], [], [], []
-        for k in range(2):  # A B A B, best of each: neither side pays for a fuller moto or a warmer page cache
-            base_ups.append(timed(lambda: [client.upload_file(str(f), "bench", f"baseline{k}/{f.name}", Config=cfg)
-                                           for f in files], "boto3 upload"))
-            store = S3Store(f"s3://bench/store{k}", root / f"cache-a{k}", settings)
+
+        def publish(k: int) -> None:
+            store = S3Store(f"s3://bench/store{k}", root / f"cache-a{k}", settings=settings)
             staged = store.new_staging()
             shutil.copytree(art, staged, dirs_exist_ok=True, copy_function=os.link)
-            ups.append(timed(lambda: store.publish(staged, "bench", "r1", digest), "modelyard S3 publish"))
-        for k in range(2):
+            store.publish(staged, "bench", "r1", digest)
+
+        def upload(k: int) -> None:
+            for f in files:
+                client.upload_file(str(f), "bench", f"baseline{k}/{f.name}", Config=cfg)
+
+        def pull(k: int) -> None:
+            fresh = S3Store(f"s3://bench/store{k}", root / f"cache-b{k}", settings=settings)
+            try:
+                fresh.local(fresh.get("bench", "r1"))
+            finally:
+                shutil.rmtree(root / f"cache-b{k}", ignore_errors=True)
+
+        def download(k: int) -> None:
             down = root / f"boto3-down{k}"
             down.mkdir()
-            base_downs.append(timed(lambda: [client.download_file("bench", f"baseline{k}/{f.name}", str(down / f.name),
-                                                                  Config=cfg) for f in files], "boto3 download"))
-            shutil.rmtree(down)
-            fresh = S3Store(f"s3://bench/store{k}", root / f"cache-b{k}", settings)
-            pulls.append(timed(lambda: fresh.local(fresh.get("bench", "r1")), "modelyard S3 pull"))
-            shutil.rmtree(root / f"cache-b{k}")
-        up, base_up, pull, base_down = min(ups), min(base_ups), min(pulls), min(base_downs)
-    mb = size / 1e6
-    return {"publish_mb_s": mb / up, "boto3_upload_mb_s": mb / base_up, "publish_ratio": base_up / up,
-            "pull_mb_s": mb / pull, "boto3_download_mb_s": mb / base_down, "pull_ratio": base_down / pull}
+            try:
+                for f in files:
+                    client.download_file("bench", f"baseline{k}/{f.name}", str(down / f.name), Config=cfg)
+            finally:
+                shutil.rmtree(down)
+
+        def forget(k: int) -> None:  # moto keeps every object: round k's are not read again
+            for prefix in (f"store{k}/", f"baseline{k}/"):
+                for page in client.get_paginator("list_objects_v2").paginate(Bucket="bench", Prefix=prefix):
+                    for o in page.get("Contents", []):
+                        client.delete_object(Bucket="bench", Key=o["Key"])
+
+        out = _interleaved(rounds, [("modelyard S3 publish", "boto3 upload", publish, upload)])
+        out |= _interleaved(rounds, [("modelyard S3 pull", "boto3 download", pull, download)], after=forget)
+    return out
 
 
-def bench_oci(root: Path, art: Path, size: int) -> dict:
+def bench_oci(root: Path, art: Path, size: int, rounds: int) -> dict:
     import oras.client
 
     from modelyard.settings import Settings
@@ -160,49 +208,61 @@ def bench_oci(root: Path, art: Path, size: int) -> dict:
     files = sorted((art / "model").iterdir())
     with docker_registry(root / "registry") as host:
         client = oras.client.OrasClient(hostname=host, insecure=True)
-        ups, base_ups, pulls, base_downs = [], [], [], []
-        for k in range(2):  # A B A B, best of each
+
+        def push(k: int) -> None:
             cwd = os.getcwd()
             os.chdir(art / "model")  # oras-py names layers by the paths given
             try:
-                base_ups.append(timed(lambda: client.push(target=f"{host}/baseline{k}/bench:r1",
-                                                          files=[f.name for f in files], disable_path_validation=True), "oras-py push"))
+                client.push(target=f"{host}/baseline{k}/bench:r1", files=[f.name for f in files],
+                            disable_path_validation=True)
             finally:
                 os.chdir(cwd)
-            ups.append(timed(lambda: publish_oci(art, f"oci://{host}/models{k}/bench:r1", settings=settings), "modelyard OCI publish"))
-        for k in range(2):
-            base_downs.append(timed(lambda: client.pull(target=f"{host}/baseline{k}/bench:r1",
-                                                        outdir=str(root / f"oras-down{k}")), "oras-py pull"))
+
+        def publish(k: int) -> None:
+            publish_oci(art, f"oci://{host}/models{k}/bench:r1", settings=settings)
+
+        def oras_pull(k: int) -> None:
+            client.pull(target=f"{host}/baseline{k}/bench:r1", outdir=str(root / f"oras-down{k}"))
             shutil.rmtree(root / f"oras-down{k}")
-            pulls.append(timed(lambda: pull_oci(f"oci://{host}/models{k}/bench:r1", root / f"pulled{k}", settings=settings), "modelyard OCI pull"))
+
+        def pull(k: int) -> None:
+            pull_oci(f"oci://{host}/models{k}/bench:r1", root / f"pulled{k}", settings=settings)
             shutil.rmtree(root / f"pulled{k}")
-        up, base_up, pull, base_down = min(ups), min(base_ups), min(pulls), min(base_downs)
-    mb = size / 1e6
-    return {"publish_mb_s": mb / up, "oras_push_mb_s": mb / base_up, "publish_ratio": base_up / up,
-            "pull_mb_s": mb / pull, "oras_pull_mb_s": mb / base_down, "pull_ratio": base_down / pull}
+
+        out = _interleaved(rounds, [("modelyard OCI publish", "oras-py push", publish, push)])
+        out |= _interleaved(rounds, [("modelyard OCI pull", "oras-py pull", pull, oras_pull)])
+    return out
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as fh:
+        return " ".join(fh.read().split()[:3])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", default="2GiB", help="artifact bytes (KiB/MiB/GiB suffixes)")
+    ap.add_argument("--size", default="1GiB", help="artifact bytes (KiB/MiB/GiB suffixes)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per comparison")
     ap.add_argument("--only", choices=("s3", "oci"), default=None)
     args = ap.parse_args()
     size = _size(args.size)
     with tempfile.TemporaryDirectory(prefix="modelyard-transfer-", dir=os.environ.get("TMPDIR", "/tmp")) as tmp:
         root = Path(tmp)
         art, digest = artifact(root, size)
-        print(f"artifact: {size / 1e9:.2f} GB in {len(list((art / 'model').iterdir()))} files, {os.cpu_count()} CPUs")
-        rows = []
+        print(f"artifact: {size / 1e9:.2f} GB in {len(list((art / 'model').iterdir()))} files, {os.cpu_count()} CPUs, "
+              f"{args.rounds} interleaved rounds; load average before: {_load()}")
+        rows: dict = {}
         if args.only in (None, "s3"):
-            rows.append(("S3 (moto_server)", "boto3 TransferConfig(10 threads, 16 MiB parts)", bench_s3(root, art, digest, size)))
+            rows |= bench_s3(root, art, digest, size, args.rounds)
         if args.only in (None, "oci"):
-            rows.append(("OCI (docker-registry)", "oras-py push/pull", bench_oci(root, art, size)))
-    for where, base, r in rows:
-        keys = [k for k in r if k.endswith("_mb_s")]
-        print(f"{where}, baseline {base}:")
-        print("  " + ", ".join(f"{k.removesuffix('_mb_s')} {r[k]:.0f} MB/s" for k in keys))
-        print(f"  publish {r['publish_ratio']:.2f}x the baseline's speed, pull {r['pull_ratio']:.2f}x")
-    print("peak RSS above the start of each call (the larger of its runs): "
+            rows |= bench_oci(root, art, size, args.rounds)
+    mb = size / 1e6
+    for label, r in rows.items():
+        print(f"{label}: {r['ratio']:.2f}x the baseline's speed (median of {len(r['ratios'])} rounds; range "
+              f"{r['low']:.2f}-{r['high']:.2f}: {', '.join(f'{x:.2f}' for x in r['ratios'])}); "
+              f"{mb / r['seconds']:.0f} MB/s against {mb / r['base_seconds']:.0f} MB/s")
+    print(f"load average after: {_load()}")
+    print("peak RSS above the start of each call (the largest of its rounds): "
           + ", ".join(f"{side} {b / MiB:.0f} MiB" for side, b in PEAKS.items()))
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0

@@ -14,8 +14,7 @@ import base64
 import hashlib
 import json
 import os
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,11 @@ def s3_filesystem(settings: Settings):  # noqa: ANN202
 
     endpoint = settings.s3_endpoint()
     kw: dict[str, Any] = {"client_kwargs": {"endpoint_url": endpoint}} if endpoint else {}
-    return s3fs.S3FileSystem(skip_instance_cache=True, default_block_size=CHUNK, **kw)
+    # every body modelyard sends carries its sha256 as ChecksumSHA256, a signed header that S3 checks the body
+    # against: signing the body as well (botocore does over plain http) would hash every byte a second time,
+    # in s3fs's one event-loop thread
+    return s3fs.S3FileSystem(skip_instance_cache=True, default_block_size=CHUNK,
+                             config_kwargs={"s3": {"payload_signing_enabled": False}}, **kw)
 
 
 def s3_error(exc: BaseException, what: str, uri: str) -> PublishError:
@@ -92,13 +95,14 @@ def put_bytes(fs, bucket: str, key: str, data: bytes, sha: str, uri: str, rel: s
         fs.invalidate_cache()
 
 
-def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str,  # noqa: ANN001, C901
+def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str,  # noqa: ANN001
                   concurrency: int = DEFAULT_CONCURRENCY, journal: Path | None = None) -> int:
     """Upload ``f`` to ``key`` in parts of ``part`` bytes (more when the file would need over
-    :data:`MAX_PARTS`), up to ``concurrency`` parts in flight (the file is read once, in order, so that every
-    byte goes into the whole-file sha256; memory: at most ``concurrency`` + 1 parts). Each part carries its
-    ``ChecksumSHA256`` (S3 refuses a part whose bytes differ). Completed only when the whole file's sha256 is
-    ``f.sha256``; else aborted (:class:`HashMismatchError`), leaving nothing behind.
+    :data:`MAX_PARTS`), up to ``concurrency`` parts in flight, the next one sent as soon as any is done (the file
+    is read once, in order, so that every byte goes into the whole-file sha256; memory: ``concurrency`` + 1 parts,
+    and up to as much again in asyncio's send buffer, which copies what the socket did not take at once). Each
+    part carries its ``ChecksumSHA256`` (S3 refuses a part whose bytes differ), so the body itself is not signed.
+    Completed only when the whole file's sha256 is ``f.sha256``; else aborted (:class:`HashMismatchError`), leaving nothing behind.
 
     Resumable across a crash when ``key`` is content-addressed (it ends with ``f.sha256``: the object store's
     ``blobs/sha256/<sha>``, so an unfinished upload of it, and the sha256 metadata it was started with, can only
@@ -143,7 +147,7 @@ def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str, 
     try:
         with open(f.path, "rb") as fh, ThreadPoolExecutor(max_workers=concurrency,
                                                           thread_name_prefix="modelyard-s3-part") as pool:
-            window: deque[Future[dict[str, Any]]] = deque()
+            window: set[Future[dict[str, Any]]] = set()
             n = 1
             while chunk := fh.read(part):
                 h.update(chunk)
@@ -152,14 +156,14 @@ def put_multipart(fs, bucket: str, key: str, f: LocalFile, part: int, uri: str, 
                 if old is not None and old.get("Size") == len(chunk) and _same_part(old, chunk, str(part_sha)):
                     parts.append({"PartNumber": n, "ETag": old["ETag"], "ChecksumSHA256": part_sha})
                 else:
-                    window.append(pool.submit(send, n, chunk, part_sha))
+                    window.add(pool.submit(send, n, chunk, part_sha))
                     sent += len(chunk)
-                    while len(window) >= concurrency:
-                        parts.append(window.popleft().result())
+                    if len(window) >= concurrency:  # the next part goes up as soon as any part is done, as boto3's
+                        done, window = wait(window, return_when=FIRST_COMPLETED)  # TransferManager does
+                        parts.extend(d.result() for d in done)
                 n += 1
                 del chunk
-            while window:
-                parts.append(window.popleft().result())
+            parts.extend(d.result() for d in wait(window).done)
         if h.hexdigest() != f.sha256:
             _abort(fs, bucket, key, upload_id)
             raise HashMismatchError(f"{f.path}: sha256 {h.hexdigest()} differs from {f.sha256}, the digest the artifact "
