@@ -138,17 +138,20 @@ class RuntimeNotFoundError(ModelyardError, FileNotFoundError):
 
 class SmokeFailedError(ModelyardError, RuntimeError):
     """vLLM failed to load the model, timed out, or did not stop at the end-of-turn token. ``loaded``: whether
-    vLLM had loaded the model before it failed (None: not known, e.g. a timeout)."""
+    vLLM had loaded the model before it failed (None: not known, e.g. a timeout). ``not_judged``: why the runtime
+    that failed could not judge the checkpoint at all (this CPU build lacks what it needs), None when the failure
+    is the checkpoint's."""
 
     code = "smoke_failed"
 
     exit_code = 1
 
     def __init__(self, message: str, *, result: object = None, fix: str | None = None,
-                 loaded: bool | None = None) -> None:
+                 loaded: bool | None = None, not_judged: str | None = None) -> None:
         super().__init__(message, fix=fix)
         self.result = result
         self.loaded = loaded
+        self.not_judged = not_judged
 
 
 class ArtifactConflictError(ModelyardError, FileExistsError):

@@ -317,7 +317,9 @@ def show_cmd(
     """Summarize one artifact: identity, source, files, quantization, verification, smoke, signature."""
     with working(as_json):
         settings = Settings()
-        home = _require_store(either(store, out_dir, "--store"), settings, unless=Path(ref).expanduser())
+        spec = either(store, out_dir, "--store")
+        path_like = "/" in ref.partition("@")[0] or ref.startswith((".", "~"))  # a folder: no store is read
+        home = spec if path_like else _require_store(spec, settings, unless=Path(ref).expanduser())
         d = show_artifact(ref, home, settings=settings)
     if as_json:
         emit_json(d.to_dict())

@@ -38,13 +38,23 @@ def rollout_cmd(  # noqa: PLR0913
     verbose: bool = verbose_option(),
 ) -> None:
     """Roll the canary out behind the nginx front in --steps: at each, nginx gets the weights
-    (serve/canary/upstream.conf) and reloads, the front must answer, and the canary is judged at --canary-url
+    (serve/canary/upstream.conf) and reloads, the front must answer, the canary is judged at --canary-url
     by the server smoke (API, stop, golden prompts, numerical gate) and the bench load against the --slo
-    targets. A failed step sends all traffic back to the stable server. Exit 0 when the canary reached the
-    last step, 1 when it was rolled back, 2 for bad input or when nginx cannot be reloaded."""
+    targets, then bakes for --bake seconds under the front's real traffic (its /health, its 5xx answers). Any
+    failure of a step (a gate, an error, --step-timeout, SIGTERM) sends all traffic back to the stable server
+    first. serve/canary/rollout.json records each state: --resume continues a killed rollout, --rollback ends
+    one. Exit 0 when the canary reached the last step (or --rollback is done), 1 when it was rolled back, 2 for
+    bad input, an unfinished rollout on record, or when nginx cannot be reloaded."""
     quiet_libraries(verbose)
     with working(as_json):
         f = RolloutFlags(**options)
+        if f.rollback:
+            res = ro.rollback(serve_dir, reload=None if f.reload == ro.DEFAULT_RELOAD else f.reload)
+            if as_json:
+                emit_json(res.to_dict())
+                return
+            out.print(f"all traffic to the stable server: {escape(str(res.reason))}", highlight=False)
+            return
         plan_steps = parse_steps(f.steps)
         targets = bench.parse_slo(slo)
         cls = bench.slo_class(slo_class) if slo_class else None
@@ -60,7 +70,8 @@ def rollout_cmd(  # noqa: PLR0913
 
         res = ro.rollout(model_dir, serve_dir, Settings(), steps=plan_steps, canary_url=f.canary_url, front_url=f.front,
                          reload=f.reload, stable_server=f.stable_server, canary_server=f.canary_server, slo=targets,
-                         slo_class=cls, mode=mode, on_step=show)
+                         slo_class=cls, mode=mode, bake_seconds=f.bake, step_timeout=f.step_timeout,
+                         resume=f.resume, on_step=show)
     if as_json:
         emit_json(res.to_dict(), exit_code=0 if res.passed else 1,
                   error=None if res.passed else RolledBackError(f"rolled back to the stable server: {res.reason}",

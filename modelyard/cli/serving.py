@@ -82,9 +82,12 @@ def print_server_smoke(s: dict[str, Any]) -> None:
                   + (f": missing {', '.join(g['missing'])}" if g["missing"] else ""), highlight=False)
     b = s.get("bench")
     if b:
-        sp = b.get("spec") or {}
-        out.print(f"bench ({sp.get('num_prompts')} requests, {sp.get('max_concurrency')} concurrent"
-                  + (f", headline of {len(b.get('levels') or [])} levels" if len(b.get("levels") or []) > 1 else "") + "): "
+        head = b.get("headline") or {}
+        at = (f"{head['request_rate']:g} requests/s offered" if head.get("request_rate") is not None
+              else f"{head.get('concurrency')} concurrent")
+        out.print(f"bench ({head.get('num_prompts')} requests, {at}"
+                  + (f", the headline of {len(b.get('levels') or [])} levels" if len(b.get("levels") or []) > 1 else "")
+                  + "): "
                   f"{b.get('completed')} completed, {b.get('failed')} failed; TTFT p50/p95/p99 {b.get('p50_ttft_ms')} / "
                   f"{b.get('p95_ttft_ms')} / {b.get('p99_ttft_ms')} ms; ITL p50/p95/p99 {b.get('p50_itl_ms')} / "
                   f"{b.get('p95_itl_ms')} / {b.get('p99_itl_ms')} ms; {b.get('output_throughput')} output tokens/s, "
@@ -100,8 +103,10 @@ def print_server_smoke(s: dict[str, Any]) -> None:
 def print_sweep(b: dict[str, Any]) -> None:
     """The bench's levels, one line each, the sizing answer and the files of --bench-out."""
     levels = b.get("levels") or []
+    rated = b.get("max_request_rate_meeting_slo") is not None or any(x.get("request_rate") for x in levels)
     for x in levels if len(levels) > 1 or (b.get("spec") or {}).get("duration") else []:
-        out.print(f"  {'ok ' if x['passed'] else 'FAIL'} concurrency {x['concurrency']}: {x.get('completed')}/"
+        name = f"{x['request_rate']:g} requests/s" if rated else f"concurrency {x['concurrency']}"
+        out.print(f"  {'ok ' if x['passed'] else 'FAIL'} {name}: {x.get('completed')}/"
                   f"{x.get('num_prompts')} completed, {x.get('failed')} failed in {x.get('duration')} s; TTFT p50/p95/p99 "
                   f"{x.get('p50_ttft_ms')} / {x.get('p95_ttft_ms')} / {x.get('p99_ttft_ms')} ms; ITL {x.get('p50_itl_ms')} / "
                   f"{x.get('p95_itl_ms')} / {x.get('p99_itl_ms')} ms; E2E {x.get('p50_e2el_ms')} / {x.get('p95_e2el_ms')} / "
@@ -109,8 +114,9 @@ def print_sweep(b: dict[str, Any]) -> None:
                   "output tokens/s" + "".join(f"; missed {v['target']} ({v['value']})"
                                              for v in x["slo"]["verdicts"] if not v["passed"]), highlight=False)
     if levels:
-        best = b.get("max_concurrency_meeting_slo")
-        out.print(f"highest concurrency meeting the SLO: {best if best is not None else 'none (the lowest level missed)'}",
+        best = b.get("max_request_rate_meeting_slo" if rated else "max_concurrency_meeting_slo")
+        what = "highest arrival rate (requests/s)" if rated else "highest concurrency"
+        out.print(f"{what} meeting the SLO: {f'{best:g}' if best is not None else 'none (the lowest level missed)'}",
                   highlight=False)
     for kind, f in (b.get("files") or {}).items():
         out.print(f"wrote {kind}: {escape(f)}", highlight=False)
@@ -264,7 +270,9 @@ def serve_plan_cmd(  # noqa: PLR0913
 
 
 def doctor(
-    artifact: Optional[Path] = typer.Argument(None, help="an artifact or model folder whose needs to judge (optional)"),
+    artifact: Optional[Path] = typer.Argument(None, help="an artifact or model folder, or NAME[@REVISION] in the "
+                                                          "store, whose needs to judge (optional)"),
+    store: Optional[str] = store_option("the store ARTIFACT names an artifact of"),
     timeout: float = typer.Option(60.0, "--timeout", min=1.0,
                                   help="seconds the vLLM runtime probe (and the NCCL check) may take"),
     nccl: bool = typer.Option(True, "--nccl/--no-nccl",
@@ -276,7 +284,7 @@ def doctor(
     all-reduce across its GPUs) and, given ARTIFACT, whether its needs are met. Exit 0 when they are
     (or with no ARTIFACT), 1 when one is not."""
     quiet_libraries(verbose)
-    needs = doc.artifact_needs(artifact) if artifact is not None else None
+    needs = doc.artifact_needs(stored_path(artifact, store)) if artifact is not None else None
     facts = host_facts.collect_host_facts(Settings(), timeout=timeout, nccl=nccl)
     checks = doc.judge_needs(facts, needs) if needs is not None else []
     failed = not doc.needs_met(checks)

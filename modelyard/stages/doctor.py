@@ -226,8 +226,10 @@ def judge_needs(facts: HostFacts, needs: ArtifactNeeds) -> list[NeedCheck]:
     for feature, hard, full in needs.min_cc:
         req = f"compute capability >= {hard}" + (f" (>= {full} for native speed)" if full else "")
         if cc is None:
-            out.append(NeedCheck("host.compute_capability", feature, req, "unknown (no GPU)", None,
-                                 "error" if not facts.gpus else "warning", "Run doctor on the serving host."))
+            # unknown, not unmet: a host with no GPU already fails the GPUs need, which is the cause to fix
+            out.append(NeedCheck("host.compute_capability", feature, req,
+                                 "unknown (no GPU)" if not facts.gpus else "unknown", None, "warning",
+                                 "Run doctor on the serving host."))
         elif cc_tuple(cc) < cc_tuple(hard):
             out.append(NeedCheck("host.compute_capability", feature, req, cc, False, "error",
                                  f"Use a GPU with compute capability >= {full or hard}, or a checkpoint without "

@@ -92,6 +92,7 @@ class RunOutcome:
     tokens_per_second: float | None = None
     load_seconds: float | None = None
     error: str | None = None
+    not_judged: str | None = None  # why this runtime could not judge the artifact at all (its build lacks a kernel)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,7 +161,7 @@ def outcome_from_failure(exc: SmokeFailedError, vllm_version: str | None = None)
     """The :class:`RunOutcome` of a smoke that stopped before its verdict: vLLM crashed, timed out, or could not
     run the prompt (``exc.loaded`` says whether the engine had been built; unknown counts as not)."""
     return RunOutcome(passed=False, loads=bool(exc.loaded), answers=False, stops=False, numbers=None,
-                      vllm_version=vllm_version, error=exc.message)
+                      vllm_version=vllm_version, error=exc.message, not_judged=exc.not_judged)
 
 
 # ---- the judgement ---------------------------------------------------------------------------------------
@@ -189,7 +190,12 @@ def compare(current: RunOutcome, candidate: RunOutcome,
     """The "what changed" column from ``current`` to ``candidate``: each pass/fail column that flipped
     (``"stops: pass→fail"``), ``answer changed: 'a' → 'b'`` when both answered with different text (the smoke is
     greedy, so one runtime gives one text), then each figure that moved beyond its tolerance
-    (``"top-1 0.95 → 0.91 (tolerance ±0.01)"``). Empty when nothing changed."""
+    (``"top-1 0.95 → 0.91 (tolerance ±0.01)"``). Empty when nothing changed. A side that could not judge the
+    artifact (``not_judged``: its build cannot run it) is said first (``"candidate: not judged here: …"``), and
+    then nothing is compared: its columns say nothing of the artifact."""
+    blind = [f"{side}: not judged here: {o.not_judged}" for side, o in zip(SIDES, (current, candidate)) if o.not_judged]
+    if blind:
+        return tuple(blind)
     out = []
     for check in CHECKS:
         a, b = getattr(current, check), getattr(candidate, check)
@@ -218,8 +224,9 @@ def _figure(v: float | None) -> str:
 
 def regressed(current: RunOutcome, candidate: RunOutcome) -> bool:
     """The gate: an artifact regresses when its smoke passes on the current runtime and fails on the candidate.
-    One that fails on both is reported (its columns say where) but is no regression of the upgrade."""
-    return current.passed and not candidate.passed
+    One that fails on both is reported (its columns say where) but is no regression of the upgrade, and neither
+    is one the candidate's build cannot run at all (``not_judged``: :func:`compare` says so)."""
+    return current.passed and not candidate.passed and candidate.not_judged is None
 
 
 def judge(name: str, revision: str, path: str, mode: str, current: RunOutcome, candidate: RunOutcome,
@@ -236,14 +243,15 @@ def exit_code(checks: Sequence[ArtifactCheck]) -> int:
 
 def table_rows(check: UpgradeCheck) -> list[tuple[str, ...]]:
     """The table, one row per artifact and runtime: artifact, runtime (label and vLLM release), loads, answers,
-    stops, numbers, top-1, KL, tokens/s, and (on the candidate's row) what changed ("-": nothing)."""
+    stops, numbers ("n/j": not judged, that runtime cannot run the artifact), top-1, KL, tokens/s, and (on the
+    candidate's row) what changed ("-": nothing)."""
     rows = []
     for a in check.artifacts:
         for side, rt in ((a.current, check.current), (a.candidate, check.candidate)):
             last = side is a.candidate
             rows.append((f"{a.name}@{a.revision[:12]}" if not last else "", f"{rt.label} {rt.vllm_version or '?'}",
-                         *(("-" if v is None else "yes" if v else "NO") for v in (side.loads, side.answers, side.stops,
-                                                                                   side.numbers)),
+                         *(("n/j" if side.not_judged else "-" if v is None else "yes" if v else "NO")
+                           for v in (side.loads, side.answers, side.stops, side.numbers)),
                          _figure(side.top1), _figure(side.kl_mean), _figure(side.tokens_per_second),
                          ("; ".join(a.changes) or "-") if last else ""))
     return rows

@@ -20,7 +20,8 @@ from typing import Any
 
 from modelyard.errors import HashMismatchError, PublishError
 from modelyard.settings import Settings
-from modelyard.transport._transfer import CHUNK, RANGE_CONCURRENCY, RANGE_PART, LocalFile, ordered_parts
+from modelyard.transport._streams import CHUNK, RANGE_CONCURRENCY, RANGE_PART, ordered_parts
+from modelyard.transport._transfer import LocalFile
 
 DEFAULT_MULTIPART = 16 * 1024 * 1024  # bytes: bigger files go up (and come down) in parts of this size
 #: parts in flight at once, each way: boto3's TransferConfig default ``max_concurrency``
@@ -276,7 +277,7 @@ def _abort(fs, bucket: str, key: str, upload_id: str) -> None:  # noqa: ANN001
 def read_ranges(fs, path: str, size: int, rel: str, uri: str, adv,  # noqa: ANN001, ANN202, PLR0913
                 part: int = RANGE_PART, concurrency: int = RANGE_CONCURRENCY, start: int = 0):
     """The bytes ``[start, size)`` of the object ``path`` (``size`` bytes, as the artifact records), in order,
-    fetched as ranged GETs of ``part`` bytes, up to ``concurrency`` in flight (:func:`~._transfer.ordered_parts`),
+    fetched as ranged GETs of ``part`` bytes, up to ``concurrency`` in flight (:func:`~._streams.ordered_parts`),
     so that the caller hashes and writes them in one pass. A whole object up to one part is one GET
     (:func:`read_chunks`); ``start`` > 0 (a killed pull's partial file continued) is always ranged. Raises
     :class:`PublishError` as :func:`read_chunks` does."""

@@ -15,9 +15,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable
@@ -27,6 +25,7 @@ from modelyard.artifact.layout import INDEX, MANIFEST, SIGNATURE
 from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, HashMismatchError, InsufficientResourcesError, ManifestError, PublishError
 from modelyard.paths import require_space, write_sliced
+from modelyard.transport._streams import CHUNK, RANGE_PART, Hashing
 from modelyard.transport.unbundle import (
     BundleContents,
     FolderSink,
@@ -36,47 +35,7 @@ from modelyard.transport.unbundle import (
     remove_tree,
 )
 
-CHUNK = 4 * 1024 * 1024
-#: the size of one ranged GET of a big file, and how many are in flight at once (boto3's TransferConfig default
-#: ``max_concurrency``); memory: at most that many parts
-RANGE_PART = 16 * 1024 * 1024
-RANGE_CONCURRENCY = 10
 INDEX_NAME = INDEX  # the artifact's index (modelyard.artifact.index), in a bundle and beside the manifest on s3://
-
-
-def ordered_parts(get: Callable[[int, int], bytes], start: int, size: int, part: int = RANGE_PART,
-                  concurrency: int = RANGE_CONCURRENCY) -> Iterator[bytes]:
-    """Bytes ``[start, size)`` of a remote file as ``get(a, b)`` returns ``[a, b)`` (a ranged GET), in parts of
-    ``part`` bytes with up to ``concurrency`` fetched at once, yielded in order, so that the caller hashes and
-    writes the whole file in one pass while the network is kept busy. A part shorter than asked ends the
-    stream (the caller's size check names the file)."""
-    starts = iter(range(start, size, part))
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="modelyard-range") as pool:
-        window: deque[Future[bytes]] = deque()
-        for a in starts:
-            window.append(pool.submit(get, a, min(a + part, size)))
-            if len(window) >= concurrency:
-                break
-        while window:
-            chunk = window.popleft().result()
-            nxt = next(starts, None)
-            if nxt is not None:
-                window.append(pool.submit(get, nxt, min(nxt + part, size)))
-            yield chunk
-            if len(chunk) < part and window:
-                for fut in window:
-                    fut.cancel()
-                return
-
-
-def skip_bytes(chunks: Iterable[bytes], n: int) -> Iterator[bytes]:
-    """``chunks`` without their first ``n`` bytes (a server that ignored ``Range`` sent the whole file)."""
-    for c in chunks:
-        if n >= len(c):
-            n -= len(c)
-            continue
-        yield c[n:]
-        n = 0
 
 
 @dataclass(frozen=True)
@@ -339,9 +298,13 @@ class Staging:
             fh: MemberFile = os.fdopen(os.open(self.tmp / rel, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW), "ab")
         else:
             fh = self.sink.open(rel)
+        hasher = Hashing(h) if size - have > RANGE_PART else None  # a big file: hashed beside the writes
         try:
             for chunk in (chunks(have) if callable(chunks) else chunks):
-                h.update(chunk)
+                if hasher is None:
+                    h.update(chunk)
+                else:
+                    hasher.feed(chunk)
                 write_sliced(fh, chunk)
                 n += len(chunk)
                 if n > size:
@@ -357,6 +320,9 @@ class Staging:
             fh.close()
             self.keep = not isinstance(exc, HashMismatchError)
             raise
+        finally:
+            if hasher is not None:
+                hasher.close()
         if n != size or h.hexdigest() != sha256:
             fh.close()
             got = f"{n} bytes" if n != size else f"sha256 {h.hexdigest()}"

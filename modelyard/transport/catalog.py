@@ -17,7 +17,7 @@ from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.artifact.store import Artifact, Store, StoreProtocol
 from modelyard.checks.report import replaced_files
-from modelyard.errors import BundleError, PublishError, StoreError
+from modelyard.errors import BundleError, ManifestError, PublishError, SourceNotFoundError, StoreError
 from modelyard.settings import Settings
 from modelyard.transport.objectstore import is_remote, open_store
 from modelyard.transport.refs import find_artifact, resolve_artifact
@@ -89,17 +89,26 @@ def show_artifact(ref: str | Path, home: str | Path | None = None, *, settings: 
     folder): identity, source, files, quantization, verification and smoke, signature presence, and the report's
     counts. Raises :class:`StoreError` (exit 2) when its manifest cannot be found or read."""
     store: StoreProtocol
+    text = str(ref)
+    if not Path(ref).expanduser().exists() and (isinstance(ref, Path) or "/" in text.partition("@")[0]
+                                                or text.startswith((".", "~"))):
+        raise SourceNotFoundError(f"{ref} does not exist", fix="Pass an artifact folder's path, or NAME@REVISION of an "
+                                                               "artifact in the store (`modelyard list`).")
     try:
         if Path(ref).expanduser().exists():
             root = resolve_artifact(ref, home, settings=settings)
             store, artifact = Store(root.parent.parent), Artifact(root.parent.name, root.name, root, "")
         else:
-            store, artifact = find_artifact(str(ref), home, settings=settings)
-        m = Manifest.from_bytes(store.read(artifact, MANIFEST))
-    except (BundleError, PublishError) as exc:
+            store, artifact = find_artifact(text, home, settings=settings)
+        m = Manifest.from_bytes(store.read(artifact, MANIFEST), where=f"{ref}/manifest.json")
+    except (BundleError, PublishError, ManifestError) as exc:
         raise StoreError(exc.message, fix=exc.fix) from exc
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot read {ref}/manifest.json: {exc}", fix="Re-ingest the model.") from exc
+    missing = [k for k in ("name", "revision", "content_digest", "files") if k not in m.present]
+    if missing:  # {} parses (every key has a default) but is no artifact's manifest
+        raise StoreError(f"{ref}/manifest.json is not a modelyard manifest: it has no {', '.join(missing)}",
+                         fix="Re-create the artifact with `modelyard ingest`; manifest.json was edited or cut.")
     s = _summary(artifact, m)
     report: dict[str, Any] | None = None
     try:

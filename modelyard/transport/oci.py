@@ -45,16 +45,8 @@ from modelyard.artifact.layout import MANIFEST, SIGNATURE
 from modelyard.errors import HashMismatchError, PublishError, SignatureError
 from modelyard.settings import Settings
 from modelyard.transport import referrers
-from modelyard.transport._transfer import (
-    RANGE_PART,
-    PublishResult,
-    PullResult,
-    Staging,
-    check_rel,
-    ordered_parts,
-    parse_listing,
-    skip_bytes,
-)
+from modelyard.transport._streams import RANGE_PART, ordered_parts, skip_bytes
+from modelyard.transport._transfer import PublishResult, PullResult, Staging, check_rel, parse_listing
 from modelyard.transport.modelpack import TITLE, annotations_of, model_config
 from modelyard.transport.oci_upload import Upload, upload_blob
 from modelyard.transport.refs import load_artifact
@@ -468,7 +460,7 @@ def _check_layers(manifest: dict[str, Any], src: OciRef) -> list[dict[str, Any]]
 
 def _blob_chunks(client, container, layer: dict[str, Any], rel: str, src: OciRef, start: int = 0):  # noqa: ANN001, ANN202
     """The blob's bytes from ``start`` on (> 0: a killed pull's file continued), in order: ranged GETs, several at
-    once (:func:`~._transfer.ordered_parts`), past one part or from ``start``, when the registry answers ``Range``
+    once (:func:`~._streams.ordered_parts`), past one part or from ``start``, when the registry answers ``Range``
     (206, as distribution does); else, and for small blobs, one streamed GET (its first ``start`` bytes skipped)."""
     import requests  # noqa: PLC0415 - heavy: requests, imported on first use
     import urllib3  # noqa: PLC0415 - requests' own transport: a streamed read's timeout is its error

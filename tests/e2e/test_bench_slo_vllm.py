@@ -100,3 +100,26 @@ def test_sweep_two_levels_from_a_prompts_file(vllm_server, tmp_path):
                                                           "p50_itl_ms", "p95_itl_ms", "p50_e2el_ms", "p95_e2el_ms",
                                                           "p99_e2el_ms", "request_throughput", "output_throughput")}
                                          for x in levels]))
+
+
+def test_open_loop_levels_offer_poisson_arrivals(vllm_server, tmp_path):
+    """--request-rate: vLLM's client offers each rate with Poisson arrivals whatever the answers do (an open loop,
+    which a capacity test needs); each level sends its requests, is judged, and the sizing answer is a rate."""
+    from PIL import Image
+
+    art, server = vllm_server
+    r = run_cli("smoke", str(art), "--smoke", "bench", "--url", server.base, "--slo", LOOSE, "--request-rate", "4,1",
+                "--requests", "4", "--output-len", "4", "--bench-out", str(tmp_path / "out"), "--json", timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    b = json_result(r.stdout, "smoke")["bench"]
+    levels = b["levels"]
+    assert [(x["request_rate"], x["concurrency"], x["num_prompts"], x["completed"], x["failed"], x["passed"])
+            for x in levels] == [(1.0, None, 4, 4, 0, True), (4.0, None, 4, 4, 0, True)]
+    assert [x["total_output_tokens"] for x in levels] == [16, 16]
+    # an open loop does not wait for answers: 4 arrivals at 1/s span about 3 s whatever the server does
+    assert levels[0]["duration"] >= 1.0, levels[0]["duration"]
+    assert (b["max_request_rate_meeting_slo"], b["max_concurrency_meeting_slo"], b["passed"]) == (4.0, None, True)
+    assert b["headline"] == {"concurrency": None, "request_rate": 4.0, "num_prompts": 4}
+    assert (b["spec"]["request_rates"], b["spec"]["concurrency"]) == ([1.0, 4.0], [])
+    with Image.open(tmp_path / "out" / "bench.png") as im:
+        assert (im.format, im.size) == ("PNG", (1100, 750))

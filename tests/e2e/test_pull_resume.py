@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.settings import Settings
-from modelyard.transport._transfer import RANGE_PART
+from modelyard.transport._streams import RANGE_PART
 from modelyard.transport.oci import publish_oci
 from modelyard.transport.s3 import publish_s3
 from tests.conftest import json_error, json_result, run_cli

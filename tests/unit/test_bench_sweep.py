@@ -222,9 +222,58 @@ def test_default_load_keeps_its_keys(monkeypatch, tmp_path):
     r, seen = _run(monkeypatch, tmp_path, [_level(4, 100.0, n=8) | {"result": _figures(4, 100.0) | {"completed": 8}}],
                    sweep.BenchSpec())
     assert seen["plan"]["levels"][0]["args"][-2:] == ["--max-concurrency", "4"] and seen["timeout"] == 300.0
-    assert set(bench.KEPT) | {"errors", "slo", "spec", "client", "device", "passed", "levels",
-                              "max_concurrency_meeting_slo"} == set(r)
+    assert set(bench.KEPT) | {"errors", "slo", "spec", "client", "device", "passed", "levels", "headline",
+                              "max_concurrency_meeting_slo", "max_request_rate_meeting_slo"} == set(r)
     assert (r["completed"], r["passed"], r["max_concurrency_meeting_slo"], r["spec"]["num_prompts"]) == (8, True, 4, 8)
+    assert (r["headline"], r["max_request_rate_meeting_slo"]) == (
+        {"concurrency": 4, "request_rate": None, "num_prompts": 8}, None)
+
+
+def _rated(rate, ttft, failed=0, n=4):
+    return {**_level(1, ttft, failed, n), "concurrency": None, "request_rate": rate}
+
+
+def test_open_loop_sweep_offers_poisson_arrivals_and_sizes_by_rate(monkeypatch, tmp_path):
+    """--request-rate: each level offers its rate with Poisson arrivals (vLLM bench's --request-rate, burstiness 1)
+    whatever the answers do; the sizing answer is the highest rate meeting the targets, and the headline says which
+    level it is (it said the spec's concurrency, whatever level the figures came from)."""
+    spec = sweep.bench_spec(request_rate="4,0.5,2", duration=10.0)
+    assert (spec.request_rates, spec.open_loop, spec.level_key) == ((0.5, 2.0, 4.0), True, "request_rate")
+    r, seen = _run(monkeypatch, tmp_path, [_rated(0.5, 100.0, n=5), _rated(2.0, 200.0, n=20),
+                                           _rated(4.0, 900.0, n=40)], spec, slo={"ttft_p95_ms": 500.0})
+    plan = seen["plan"]["levels"]
+    assert [(x["request_rate"], x["concurrency"], x["num_prompts"], x["duration"]) for x in plan] == [
+        (0.5, None, 5, None), (2.0, None, 20, None), (4.0, None, 40, None)]
+    assert plan[1]["args"][-4:] == ["--request-rate", "2", "--burstiness", "1.0"]
+    assert "--max-concurrency" not in plan[1]["args"]
+    assert [(x["request_rate"], x["passed"]) for x in r["levels"]] == [(0.5, False), (2.0, False), (4.0, False)]
+    # _figures counts 4 answers per level: 5, 20 and 40 sent are not all accounted for; with 4 sent, they are
+    r, seen = _run(monkeypatch, tmp_path, [_rated(0.5, 100.0), _rated(2.0, 200.0), _rated(4.0, 900.0)],
+                   sweep.bench_spec(request_rate="0.5,2,4", requests=4, concurrency="8"), slo={"ttft_p95_ms": 500.0})
+    assert seen["plan"]["levels"][0]["args"][-6:] == ["--request-rate", "0.5", "--burstiness", "1.0",
+                                                      "--max-concurrency", "8"]
+    assert [(x["request_rate"], x["passed"]) for x in r["levels"]] == [(0.5, True), (2.0, True), (4.0, False)]
+    assert (r["max_request_rate_meeting_slo"], r["max_concurrency_meeting_slo"], r["passed"]) == (2.0, None, True)
+    assert r["headline"] == {"concurrency": None, "request_rate": 2.0, "num_prompts": 4}
+    assert (r["spec"]["request_rates"], r["spec"]["concurrency"]) == ([0.5, 2.0, 4.0], [8])
+    files = bench_out.write_bench_out(tmp_path / "rated", r)
+    with Image.open(files["plot"]) as im:
+        assert (im.format, im.size) == ("PNG", (1100, 750))
+
+
+@pytest.mark.parametrize(("text", "msg"), [
+    ("0", "--request-rate '0' is not a number of requests per second > 0"),
+    ("1,x", "--request-rate 'x' is not a number of requests per second > 0"),
+    ("inf", "--request-rate 'inf' is not a number of requests per second > 0"),
+    ("2,2", "--request-rate gives 2 twice"),
+])
+def test_request_rates_are_positive_numbers_given_once(text, msg):
+    with pytest.raises(InvalidTargetError) as e:
+        sweep.parse_rates(text)
+    assert e.value.message == msg
+    with pytest.raises(InvalidTargetError) as e:
+        sweep.bench_spec(request_rate="1,2", concurrency="1,2")
+    assert e.value.message == "--request-rate sweeps arrival rates; --concurrency '1,2' gives several levels"
 
 
 def test_duration_plan(monkeypatch, tmp_path):

@@ -183,6 +183,23 @@ def test_json_success(command, store_artifact, tiny_llama_dir, tmp_path, monkeyp
     assert stderr.getvalue() == ""  # --json: no progress
 
 
+def test_doctor_takes_a_store_reference(store_artifact, tmp_path, monkeypatch):
+    """doctor NAME[@REV] --store judges the stored artifact, as show and serve-plan read it (it took folders only,
+    and a name gave missing_config without naming the store)."""
+    from modelyard.stages import host_facts
+
+    monkeypatch.setenv("MODELYARD_VLLM_PYTHON", str(tmp_path / "no-vllm"))
+    monkeypatch.setattr(host_facts.shutil, "which", lambda _: None)
+    home = store_artifact.parents[1]
+    by_path = CliRunner().invoke(app, ["doctor", str(store_artifact), "--json"])
+    by_ref = CliRunner().invoke(app, ["doctor", f"tiny@{store_artifact.name[:8]}", "--store", str(home), "--json"])
+    assert (by_ref.exit_code, json_envelope(by_ref.stdout, "doctor", 1)["result"]["needs"]) == (
+        by_path.exit_code, json_envelope(by_path.stdout, "doctor", 1)["result"]["needs"])
+    r = CliRunner().invoke(app, ["doctor", "nosuch", "--store", str(home), "--json"])
+    err = json_error(r.stdout, "doctor", 2)
+    assert (err["code"], err["message"]) == ("store_failed", f"the store {home} holds no artifact named 'nosuch'")
+
+
 @pytest.mark.skipif(not SHARED_CASES.is_dir(), reason="../shared/cases is not beside this checkout")
 def test_verify_json_with_errors_keeps_the_report_schema_inside_the_envelope():
     case = SHARED_CASES / "C01-llama3-eot-not-stop"

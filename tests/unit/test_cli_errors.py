@@ -195,3 +195,24 @@ def test_one_word_per_meaning_with_the_old_spellings_as_hidden_aliases(tiny_llam
 def test_show_in_a_store_that_does_not_exist_says_so(tmp_path):
     r = CliRunner().invoke(app, ["show", "nosuch", "--store", str(tmp_path / "none"), "--json"])
     assert (r.exit_code, json_error(r.stdout, "show", 2)["message"]) == (2, f"there is no store at {tmp_path / 'none'}")
+
+
+def test_show_refuses_what_is_no_artifact(tmp_path):
+    """A missing folder is source_not_found (as verify and ingest say it), a manifest.json of ``{}`` is refused
+    (it parsed, every key having a default, and show printed a guessed name), a broken one gives one fix."""
+    r = CliRunner().invoke(app, ["show", str(tmp_path / "gone"), "--json"])
+    err = json_error(r.stdout, "show", 2)
+    assert (err["code"], err["message"]) == ("source_not_found", f"{tmp_path / 'gone'} does not exist")
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "manifest.json").write_text("{}")
+    r = CliRunner().invoke(app, ["show", str(art), "--json"])
+    err = json_error(r.stdout, "show", 2)
+    assert (err["code"], err["message"]) == (
+        "store_failed", f"{art}/manifest.json is not a modelyard manifest: it has no name, revision, content_digest, files")
+    (art / "manifest.json").write_text("{not json")
+    r = run_cli("show", str(art))
+    assert (r.returncode, r.stderr.splitlines()) == (2, [
+        f"error[store_failed]: {art}/manifest.json is not valid JSON: Expecting property name enclosed in double "
+        "quotes: line 1 column 2 (char 1)",
+        "fix: Re-create the artifact with `modelyard ingest`; manifest.json was edited or cut."])

@@ -79,7 +79,9 @@ def test_tp_needs_that_many_gpus():
 def test_no_gpu_says_which_needs_are_unmet():
     checks = judge_needs(HostFacts(), FP8)
     assert _by(checks, "GPUs").ok is False
-    assert _by(checks, "FP8-DYNAMIC weights").ok is None and _by(checks, "FP8-DYNAMIC weights").severity == "error"
+    # unknown, not unmet: the failed GPUs need is the cause, and the only error
+    assert (_by(checks, "FP8-DYNAMIC weights").ok, _by(checks, "FP8-DYNAMIC weights").severity) == (None, "warning")
+    assert [c.need for c in checks if c.finding().severity.value == "error"] == ["GPUs"]
 
 
 def test_needs_are_findings_with_catalogue_codes():
@@ -107,7 +109,8 @@ def test_needs_are_findings_with_catalogue_codes():
     assert d.needs_met(judge_needs(a100, FP8)) is True
     unknown = _by(judge_needs(HostFacts(), FP8), "bfloat16").finding()
     assert (unknown.severity.value, unknown.message) == (
-        "error", "bfloat16: unknown (required compute capability >= 8.0, have unknown (no GPU))")
+        "warning", "bfloat16: unknown (required compute capability >= 8.0, have unknown (no GPU))")
+    assert d.needs_met([c for c in judge_needs(HostFacts(), FP8) if c.code == "host.compute_capability"]) is True
 
 
 def test_quant_method_needs_a_vllm_that_knows_it():

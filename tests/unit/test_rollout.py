@@ -122,11 +122,65 @@ def test_a_failed_reload_is_exit_2_and_restores_zero(tmp_path, canary_form):
                                              "was not reloaded: the reload command 'false' exited 1: ")
     assert (serve / "canary" / "upstream.conf").read_text() == upstream_conf(0)
     hist = json.loads((serve / "canary" / "rollout.json").read_text())
-    assert (hist["status"], hist["percent"], hist["steps"]) == ("rolling back", 0, [])
-    r = CliRunner().invoke(app, ["rollout", str(d), "--serve", str(serve), "--reload", "no-such-reload-cmd", "--json"])
+    assert (hist["status"], hist["percent"], hist["steps"], hist["reload"]) == ("rolling back", 0, [], "false")
+    assert (hist["stable_server"], hist["canary_server"], hist["steps_planned"]) == ("vllm:8000", "vllm-canary:8000", [10])
+    # an unfinished rollout on record: a new one refuses to start and changes nothing
+    (serve / "canary" / "upstream.conf").write_text(upstream_conf(10))
+    r = CliRunner().invoke(app, ["rollout", str(d), "--serve", str(serve), "--reload", "true", "--json"])
+    err = json_error(r.stdout, "rollout", 2)
+    assert (err["message"], err["fix"]) == (
+        f"{serve / 'canary' / 'rollout.json'}: a rollout of {d} did not finish: it says 'rolling back' at "
+        "0 %; nothing was changed", "Pass --resume to continue it from the last step that passed, or --rollback to "
+                                    "send all traffic to the stable server.")
+    assert (serve / "canary" / "upstream.conf").read_text() == upstream_conf(10)
+    # --rollback from the file alone: a reload that cannot run is still exit 2, then one that can finishes it
+    r = CliRunner().invoke(app, ["rollout", str(d), "--serve", str(serve), "--rollback", "--reload",
+                                 "no-such-reload-cmd", "--json"])
     assert json_error(r.stdout, "rollout", 2)["message"].startswith(
         "rolling back: upstream.conf says 0 % canary but nginx was not reloaded: the reload command "
         "'no-such-reload-cmd' was not found")
+    r = CliRunner().invoke(app, ["rollout", str(d), "--serve", str(serve), "--rollback", "--reload", "true", "--json"])
+    res = json_result(r.stdout, "rollout")
+    assert (res["passed"], res["percent"], res["rolled_back"], res["reason"]) == (
+        False, 0, True, "rolled back by the operator from 'rolling back' at 0 %")
+    assert (serve / "canary" / "upstream.conf").read_text() == upstream_conf(0)
+    hist = json.loads((serve / "canary" / "rollout.json").read_text())
+    assert (hist["status"], hist["percent"], hist["reason"]) == ("rolled back", 0, res["reason"])
+    r = CliRunner().invoke(app, ["rollout", str(d), "--serve", str(serve), "--resume", "--reload", "true", "--json"])
+    assert json_error(r.stdout, "rollout", 2)["message"] == (
+        f"{serve / 'canary' / 'rollout.json'}: no unfinished rollout to resume (it says 'rolled back')")
+
+
+def test_rollback_needs_a_rollout_on_record(tmp_path, canary_form):
+    serve, _ = canary_form
+    d = llama_dir(tmp_path, "8b")
+    r = CliRunner().invoke(app, ["rollout", str(d), "--serve", str(serve), "--rollback", "--json"])
+    err = json_error(r.stdout, "rollout", 2)
+    assert (err["message"], err["fix"]) == (f"{serve / 'canary' / 'rollout.json'} does not exist: no rollout is on "
+                                            "record there", "Pass --serve the canary form of serve/ the rollout ran in.")
+
+
+def test_canary_form_retries_on_the_other_server_and_scrapes_both(canary_form):
+    """nginx sends a request the canary fails (refused, reset, timed out, 5xx) once to the stable server, body
+    kept for that; Prometheus scrapes the canary beside the stable server, told apart by ``role``."""
+    serve, plan = canary_form
+    conf = (serve / "nginx.conf").read_text()
+    assert "proxy_request_buffering off;" not in conf
+    assert ("        proxy_request_buffering on;          # the canary form: kept, so that a request can be retried\n"
+            "        proxy_next_upstream error timeout http_500 http_502 http_503 http_504 non_idempotent;\n"
+            "        proxy_next_upstream_tries 2;         # a request the canary fails goes to the stable server\n") in conf
+    prom = yaml.safe_load((serve / "prometheus.yml").read_text())
+    name = plan["served_model_name"]
+    assert prom["scrape_configs"][0]["static_configs"] == [
+        {"targets": ["vllm:8000"], "labels": {"served_model_name": name, "role": "stable"}},
+        {"targets": ["vllm-canary:8000"], "labels": {"served_model_name": name, "role": "canary"}}]
+    assert (serve / "prometheus.yml").read_text().startswith("# Prometheus scrape config for vLLM's /metrics")
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (make test installs it)")
+    r = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=serve, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_kserve_canary_traffic_percent(tmp_path):

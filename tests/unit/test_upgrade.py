@@ -67,6 +67,45 @@ def test_failing_on_both_or_fixed_by_the_candidate_is_no_regression():
     assert upgrade.exit_code([both, fixed, upgrade.judge("e", "r", "/s", "chat", OK, bad)]) == 1
 
 
+def test_what_a_runtime_cannot_run_is_said_and_is_no_regression(tmp_path):
+    """A quantized artifact the CPU build cannot run failed on both sides with no word of why, or counted as a
+    regression when only the candidate's build lacked the kernel; each side now says what it cannot judge, and a
+    failure that appears only on a candidate that could judge it is still a regression."""
+    from modelyard.stages.smoke import build_cannot_run, refuse_unjudgeable
+
+    # the CPU build that lacks a CUDA kernel, from the runtime's own error text
+    kernel = SmokeFailedError("vLLM could not load or run the model: AttributeError: '_OpNamespace' '_C' object has "
+                              "no attribute 'cutlass_scaled_mm'", loaded=False,
+                              not_judged=build_cannot_run("AttributeError: '_OpNamespace' '_C' object has no attribute "
+                                                          "'cutlass_scaled_mm'"))
+    blind = upgrade.outcome_from_failure(kernel, "0.31.0")
+    assert blind.not_judged == "it needs a CUDA kernel this vLLM build lacks"
+    a = upgrade.judge("fp8", "r", "/s", "chat", OK, blind)
+    assert (a.changes, a.regressed, upgrade.exit_code([a])) == (
+        ("candidate: not judged here: it needs a CUDA kernel this vLLM build lacks",), False, 0)
+    res = upgrade.UpgradeCheck(CUR, CAND, (a,), max_tokens=32)
+    assert upgrade.table_rows(res)[1] == ("", "candidate 0.31.0", "n/j", "n/j", "n/j", "n/j", "-", "-", "-",
+                                          "candidate: not judged here: it needs a CUDA kernel this vLLM build lacks")
+    # the checkpoint's own failure is judged: a regression as before
+    own = SmokeFailedError("vLLM could not load or run the model: KeyError: 'x'", loaded=False,
+                           not_judged=build_cannot_run("KeyError: 'x'"))
+    assert upgrade.judge("m", "r", "/s", "chat", OK, upgrade.outcome_from_failure(own)).regressed is True
+    # the AMX int8 case the smoke refuses before vLLM starts: both sides, each said
+    model = tmp_path / "w8a8"
+    model.mkdir()
+    (model / "config.json").write_text('{"quantization_config": {"quant_method": "compressed-tensors", "config_groups": '
+                                       '{"g": {"input_activations": {"num_bits": 8, "type": "int", "symmetric": true}, '
+                                       '"weights": {"num_bits": 8, "type": "int"}}}}}')
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t\t: fpu avx512f amx_bf16 amx_tile amx_int8\n")
+    with pytest.raises(SmokeFailedError) as e:
+        refuse_unjudgeable(model, cpuinfo)
+    both = upgrade.outcome_from_failure(e.value)
+    a = upgrade.judge("w8a8", "r", "/s", "chat", both, both)
+    assert a.changes == tuple(f"{side}: not judged here: {e.value.not_judged}" for side in ("current", "candidate"))
+    assert (a.regressed, e.value.not_judged.startswith("its int8 activations (W8A8-INT8)")) == (False, True)
+
+
 def _smoke(**kw) -> SmokeResult:
     base = dict(passed=True, vllm_version="0.31.0", question="q", text="Paris.", finish_reason="stop", last_token=None,
                 prompt_tokens=10, completion_tokens=3, load_seconds=12.5, generate_seconds=0.2, tokens_per_second=15.0,

@@ -6,14 +6,15 @@ module is called directly::
 
     python vllm_bench.py --out result.json --plan plan.json
 
-``plan.json``: ``{"levels": [{"concurrency": int, "args": [vllm bench serve arguments without
---num-prompts], "num_prompts": int | null, "duration": seconds | null}]}``. A level with ``num_prompts``
+``plan.json``: ``{"levels": [{"concurrency": int | null, "request_rate": requests/s (an open-loop level, whose
+args carry ``--request-rate``) | absent, "args": [vllm bench serve arguments without --num-prompts],
+"num_prompts": int | null, "duration": seconds | null}]}``. A level with ``num_prompts``
 sends that many requests. A level with ``duration`` is sized: vLLM bench has no time bound (it sends a
 fixed list of requests), so a probe of :func:`probe_prompts` requests runs first at the same
 concurrency, and the level then sends :func:`requests_for` (probe request throughput x duration)
 requests; when the probe alone ran at least ``duration`` seconds, the probe is the level.
 
-``result.json``: ``{"ok": bool, "error": str | null, "levels": [{"concurrency", "num_prompts" (sent),
+``result.json``: ``{"ok": bool, "error": str | null, "levels": [{"concurrency", "request_rate", "num_prompts" (sent),
 "ok", "error", "result": {...} | null, "probe": {"num_prompts", "duration", "request_throughput"} |
 null}], "device": {...} | null}`` with the benchmark's own keys in ``result`` (``completed``,
 ``failed``, ``output_throughput``, ``p50_ttft_ms``, ``p95_itl_ms``, ...) and the device this runtime
@@ -102,14 +103,14 @@ def _bench(args: list[str], n: int) -> dict:
 
 def run_level(level: dict) -> dict:
     """One level of the plan (see the module docstring), as data; never raises."""
-    c, duration = int(level["concurrency"]), level.get("duration")
-    out: dict = {"concurrency": c, "ok": False, "error": None, "result": None, "probe": None,
-                 "num_prompts": level.get("num_prompts")}
+    c, duration = level.get("concurrency"), level.get("duration")
+    out: dict = {"concurrency": c, "request_rate": level.get("request_rate"), "ok": False, "error": None,
+                 "result": None, "probe": None, "num_prompts": level.get("num_prompts")}
     try:
         if duration is None:
             out["result"] = _bench(level["args"], int(level["num_prompts"]))
         else:
-            n = probe_prompts(c)
+            n = probe_prompts(int(c or 1))  # a duration level is closed-loop: it has a concurrency
             probe = _bench(level["args"], n)
             out["probe"] = {"num_prompts": n, "duration": probe.get("duration"),
                             "request_throughput": probe.get("request_throughput")}

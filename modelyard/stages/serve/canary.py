@@ -70,13 +70,38 @@ def upstream_conf(percent: int, *, stable: str = STABLE_SERVER, canary: str = CA
     return "".join(lines)
 
 
+#: the canary form's retry: a request one server fails (refused, reset, timed out, or answered 500/502/503/504)
+#: is sent once to the other, POST included (``non_idempotent``: a completion has no side effect), so a canary
+#: that dies or answers errors mid-step costs clients no error (ngx_http_proxy_module ``proxy_next_upstream``).
+#: Retrying needs the request body kept (``proxy_request_buffering on``): nginx cannot pass a request to the
+#: next server once it began streaming its body to the first.
+RETRY_LINES = ("        proxy_request_buffering on;          # the canary form: kept, so that a request can be retried\n"
+               "        proxy_next_upstream error timeout http_500 http_502 http_503 http_504 non_idempotent;\n"
+               "        proxy_next_upstream_tries 2;         # a request the canary fails goes to the stable server\n")
+
+
 def canary_nginx_conf(nginx_conf: str) -> str:
     """serve/nginx.conf with upstream ``vllm``'s single server replaced by the include of the weighted
-    ``canary/upstream.conf``."""
+    ``canary/upstream.conf``, and the API's requests retried once on the other server (:data:`RETRY_LINES`)."""
     old = f"    server {STABLE_SERVER};\n"
-    if nginx_conf.count(old) != 1:
-        raise ValueError("nginx.conf has no single upstream server line to replace")
-    return nginx_conf.replace(old, f"    include {NGINX_CANARY_DIR}/{UPSTREAM_FILE};  # weights: `modelyard rollout`\n")
+    unbuffered = "        proxy_request_buffering off;\n"
+    if nginx_conf.count(old) != 1 or nginx_conf.count(unbuffered) != 1:
+        raise ValueError("nginx.conf has no single upstream server line and request-buffering line to replace")
+    return nginx_conf.replace(old, f"    include {NGINX_CANARY_DIR}/{UPSTREAM_FILE};  # weights: `modelyard rollout`\n") \
+        .replace(unbuffered, RETRY_LINES)
+
+
+def canary_prometheus_yml(prometheus_yml: str) -> str:
+    """serve/prometheus.yml with the canary scraped beside the stable server: the job's one target
+    ``vllm:8000`` becomes two static groups labelled ``role: stable`` and ``role: canary``
+    (``vllm-canary:8000``), so the alert rules and a rollout's judge see the canary's own series."""
+    head = "".join(line for line in prometheus_yml.splitlines(keepends=True) if line.startswith("#"))
+    doc = yaml.safe_load(prometheus_yml)
+    job = doc["scrape_configs"][0]
+    (group,) = job["static_configs"]
+    job["static_configs"] = [{"targets": [STABLE_SERVER], "labels": {**group.get("labels", {}), "role": "stable"}},
+                             {"targets": [CANARY_SERVER], "labels": {**group.get("labels", {}), "role": "canary"}}]
+    return head + yaml.safe_dump(doc, sort_keys=False)
 
 
 def add_canary_service(doc: dict[str, Any]) -> dict[str, Any]:
@@ -127,6 +152,8 @@ def write_canary_files(serve_dir: Path, canary_config: Mapping[str, Any]) -> lis
         "nginx.conf": canary_nginx_conf((serve_dir / "nginx.conf").read_text()),
         "compose.yaml": head + yaml.safe_dump(compose, sort_keys=False, width=200),
     }
+    if (serve_dir / "prometheus.yml").is_file():
+        texts["prometheus.yml"] = canary_prometheus_yml((serve_dir / "prometheus.yml").read_text())
     (serve_dir / "canary").mkdir(exist_ok=True)
     written = []
     for rel, text in texts.items():

@@ -109,3 +109,12 @@ class RolloutFlags(BaseModel):
         "vllm:8000", description="the stable server's HOST:PORT as nginx reaches it")
     canary_server: Annotated[str, Flag("--canary-server")] = Field(
         "vllm-canary:8000", description="the canary server's HOST:PORT as nginx reaches it")
+    bake: Annotated[float, Flag("--bake")] = Field(
+        60.0, ge=0, description="seconds each step bakes under the front's real traffic once its smoke passed: the "
+                                "canary's /health and its 5xx answers (its own http_requests_total) are watched")
+    step_timeout: Annotated[float, Flag("--step-timeout")] = Field(
+        1800.0, gt=0, description="seconds a step may take (front check, smoke and bake) before it is rolled back")
+    resume: Annotated[bool, Flag("--resume")] = Field(
+        False, description="continue the unfinished rollout of serve/canary/rollout.json after its last passed step")
+    rollback: Annotated[bool, Flag("--rollback")] = Field(
+        False, description="send all traffic to the stable server now, from serve/canary/rollout.json alone")

@@ -138,7 +138,19 @@ def refuse_unjudgeable(model_dir: Path, cpuinfo: Path = CPUINFO) -> None:
     if (why := cpu_smoke_unjudgeable(model_dir, cpuinfo)) is not None:
         raise SmokeFailedError(f"the local vLLM CPU runtime cannot judge this checkpoint on this host: {why}",
                                fix="Pass --no-smoke here and smoke it where vLLM serves it (a GPU), or on a CPU host "
-                                   "without AMX.")
+                                   "without AMX.", not_judged=why)
+
+
+def build_cannot_run(error: str) -> str | None:
+    """Why the vLLM build that failed with ``error`` (its message and root cause) could not run the checkpoint at
+    all, or None when the failure is the checkpoint's: a CUDA-only kernel the CPU build lacks (``torch.ops._C``,
+    an ``_OpNamespace`` without the op) or a path vLLM leaves unimplemented there (``NotImplementedError``), the
+    patterns the verify stage's dry load reads as "not judged" (runtime/scripts/vllm_oracle.py)."""
+    if "_OpNamespace" in error or "torch.ops._C" in error:
+        return "it needs a CUDA kernel this vLLM build lacks"
+    if "NotImplementedError" in error:
+        return "this vLLM build does not implement a path it needs"
+    return None
 
 
 def cpu_smoke_env(model_dir: Path, cpuinfo: Path = CPUINFO) -> dict[str, str]:
@@ -295,7 +307,8 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
             fix = ("Add the model's chat template (`modelyard patch --chat-template FILE`), or, for a base model, "
                    "serve and smoke it as completion (--serve completion).")
         raise SmokeFailedError(f"vLLM could not load or run the model: {r.get('error')}{why}", fix=fix,
-                               loaded=r.get("load_seconds") is not None)
+                               loaded=r.get("load_seconds") is not None,
+                               not_judged=build_cannot_run(f"{r.get('error')} {cause or ''}"))
     error = judge_answer(mode, r.get("text"), r.get("finish_reason"), max_tokens)
     seen = SmokeResult(
         passed=error is None, vllm_version=r.get("vllm_version"), question=question, text=r.get("text"),

@@ -44,7 +44,7 @@ from modelyard.model.modes import DEFAULT_SERVE
 from modelyard.runtime.process import run_script
 from modelyard.runtime.scripts import SCRIPTS
 from modelyard.stages.serve.gpus import GPUS, gpu_spec, spec_for_smi_name
-from modelyard.stages.smoke.sweep import BenchSpec, dataset_args, sized_concurrency
+from modelyard.stages.smoke.sweep import BenchSpec, dataset_args, open_loop_requests, sized_concurrency
 
 RUNNER = SCRIPTS / "vllm_bench.py"
 #: the OpenAI endpoint each serving mode asks, and vLLM bench's backend for it
@@ -205,7 +205,8 @@ def bench_findings(result: Mapping[str, Any]) -> list[Finding]:
     (``value`` and ``limit`` in the target's unit), and ``smoke.bench.failed`` when the bench failed without a
     missed target (requests unaccounted for, the client failed, no level met the targets)."""
     head = result.get("max_concurrency_meeting_slo")
-    at = f" at concurrency {head}" if head is not None else ""
+    rate = result.get("max_request_rate_meeting_slo")
+    at = f" at concurrency {head}" if head is not None else f" at {rate:g} requests/s" if rate is not None else ""
     out = [Finding("smoke.slo.missed", Severity.ERROR,
                    f"SLO target {v['target']} missed{at}: {v['value']} {v['unit']} against the {v['bound']} limit "
                    f"{v['limit']} ({v['source']})", field=v["target"], value=v["value"], limit=v["limit"],
@@ -242,10 +243,19 @@ def run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchS
             "--tokenizer", str(tokenizer), *dataset_args(spec, tmp), "--ignore-eos", "--num-warmups", "1",
             "--seed", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", ",".join(map(str, PERCENTILES)), "--disable-tqdm"]
-    plan.write_text(json.dumps({"levels": [
-        {"concurrency": c, "args": [*args, "--max-concurrency", str(c)], "duration": spec.duration,
-         "num_prompts": None if spec.duration else spec.num_prompts} for c in spec.levels]}))
-    timeout = len(spec.levels) * (spec.timeout + 2 * (spec.duration or 0))
+    if spec.open_loop:  # arrivals at each rate whatever the answers do: Poisson (burstiness 1), the cap if given
+        cap = spec.concurrency[0] if spec.concurrency else None
+        levels: list[dict[str, Any]] = [
+            {"concurrency": cap, "request_rate": r, "duration": None,
+             "args": [*args, "--request-rate", f"{r:g}", "--burstiness", "1.0",
+                      *(["--max-concurrency", str(cap)] if cap else [])],
+             "num_prompts": open_loop_requests(r, spec.duration) if spec.duration else spec.num_prompts}
+            for r in spec.request_rates]
+    else:
+        levels = [{"concurrency": c, "args": [*args, "--max-concurrency", str(c)], "duration": spec.duration,
+                   "num_prompts": None if spec.duration else spec.num_prompts} for c in spec.levels]
+    plan.write_text(json.dumps({"levels": levels}))
+    timeout = len(levels) * (spec.timeout + 2 * (spec.duration or 0))
     run = run_script(python, RUNNER, ["--out", str(out), "--plan", str(plan)], env=env, timeout=timeout,
                      log=tmp / "bench.log")
     if run.timed_out:
@@ -257,12 +267,18 @@ def run_bench(python: Path, base: str, model: str, tokenizer: Path, spec: BenchS
         return {"passed": False, "error": r.get("error")}
     cls = cls if cls is not None else device_class(r.get("device"))
     targets = {**default_targets(cls), **(slo or {})}
-    levels = [_level(x, targets, cls, slo) for x in r["levels"]]
-    best = sized_concurrency(levels)
-    head = next((x for x in levels if x["concurrency"] == best), levels[0])
-    pick = {k: v for k, v in head.items() if k not in ("concurrency", "num_prompts", "probe", "passed")}
-    pick.update(spec={**asdict(spec), "concurrency": list(spec.levels)}, client="vllm.benchmarks.serve (vllm bench serve)",
-                device=r.get("device"), levels=levels, max_concurrency_meeting_slo=best, passed=r.get("ok") is True and best is not None)
+    judged = [_level(x, targets, cls, slo) for x in r["levels"]]
+    best = sized_concurrency(judged, spec.level_key)
+    head = next((x for x in judged if x[spec.level_key] == best), judged[0])
+    pick = {k: v for k, v in head.items() if k not in ("concurrency", "request_rate", "num_prompts", "probe", "passed")}
+    pick.update(spec={**asdict(spec), "request_rates": list(spec.request_rates),
+                      "concurrency": list(spec.concurrency if spec.open_loop else spec.levels)},
+                client="vllm.benchmarks.serve (vllm bench serve)", device=r.get("device"), levels=judged,
+                headline={"concurrency": head.get("concurrency"), "request_rate": head.get("request_rate"),
+                          "num_prompts": head.get("num_prompts")},
+                max_concurrency_meeting_slo=None if spec.open_loop else best,
+                max_request_rate_meeting_slo=best if spec.open_loop else None,
+                passed=r.get("ok") is True and best is not None)
     if r.get("error"):
         pick["error"] = r["error"]
     return pick
@@ -272,7 +288,9 @@ def _level(x: Mapping[str, Any], targets: Mapping[str, float], cls: str | None,
            slo: Mapping[str, float] | None) -> dict[str, Any]:
     """One level of the runner's result, shaped and judged (see :func:`run_bench`)."""
     b = x.get("result") or {}
-    level = {"concurrency": x["concurrency"], "num_prompts": x.get("num_prompts")}
+    level = {"concurrency": x.get("concurrency"), "num_prompts": x.get("num_prompts")}
+    if x.get("request_rate") is not None:
+        level["request_rate"] = x["request_rate"]
     level.update({k: round(v, 3) if isinstance(v, float) else v for k, v in ((k, b.get(k)) for k in KEPT)})
     level["errors"] = b.get("errors") or ([x["error"]] if x.get("error") else [])
     if x.get("probe"):

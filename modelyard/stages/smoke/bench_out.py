@@ -1,12 +1,16 @@
 """bench_out: the ``bench`` load's files for ``--bench-out DIR``: ``bench.json`` (the bench result, levels
 included) and ``bench.png``, the sweep plotted against concurrency.
 
-The plot (matplotlib, Agg backend, :data:`FIGSIZE` inches at :data:`DPI`, so :data:`PIXELS`) has four
-panels over the concurrency levels (log2 axis): TTFT, ITL and end-to-end latency at p50/p95/p99 (ms), and
-request and output-token throughput (per second). Each panel draws the SLO targets that bound its figures
-as dashed horizontal lines (the latency ``max`` targets of :data:`~modelyard.stages.smoke.bench.SLO_METRICS`;
-the throughput ``min`` targets), and a dotted vertical line marks the sizing answer (the highest
-concurrency meeting the targets). Both files are written atomically (a temp file in DIR, then renamed).
+The plot (matplotlib, Agg backend, constrained layout so that no label overlaps another, :data:`FIGSIZE` inches
+at :data:`DPI`, so :data:`PIXELS`) has six panels over the levels (log2 axis: the concurrency levels, or the
+offered arrival rates of an open-loop sweep): TTFT, ITL and end-to-end latency at p50/p95/p99 (ms, log axis, so
+p50 and p99 a decade apart both stay readable), output-token and request throughput (per second, each on its own
+panel; an open-loop sweep also draws the offered rate), and the failed requests. Each panel draws the SLO
+targets that bound its figures as dashed horizontal lines (the latency ``max`` targets of
+:data:`~modelyard.stages.smoke.bench.SLO_METRICS`; the throughput ``min`` targets), except a latency target more
+than 10x above every figure, which would squash the data and is named in the panel's title instead; a dotted
+vertical line marks the sizing answer (the highest level meeting the targets). Both files are written
+atomically (a temp file in DIR, then renamed).
 """
 
 from __future__ import annotations
@@ -65,40 +69,58 @@ def plot(bench: Mapping[str, Any], dst: Path) -> None:
     from matplotlib.figure import Figure  # noqa: PLC0415 - after choosing the Agg backend
 
     levels = [x for x in bench.get("levels") or [] if x.get("completed")]
-    xs = [x["concurrency"] for x in levels]
+    rated = any(x.get("request_rate") is not None for x in levels)
+    key = "request_rate" if rated else "concurrency"
+    xs = [x[key] for x in levels]
     targets = _targets(bench)
-    best = bench.get("max_concurrency_meeting_slo")
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
-    axes = fig.subplots(2, 2).ravel()
+    best = bench.get("max_request_rate_meeting_slo" if rated else "max_concurrency_meeting_slo")
+    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    axes = fig.subplots(2, 3).ravel()
     styles = {50: "-", 95: "--", 99: ":"}
     for ax, (title, metric) in zip(axes, LATENCY_PANELS, strict=False):
+        values = [v for p in PERCENTILES for x in levels if isinstance(v := x.get(f"p{p}_{metric}_ms"), (int, float))]
         for p in PERCENTILES:
             ax.plot(xs, [x.get(f"p{p}_{metric}_ms") for x in levels], styles[p], marker="o", label=f"p{p}")
         for p in PERCENTILES:
-            if (limit := targets.get(f"{metric}_p{p}_ms")) is not None:
-                ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"SLO p{p} <= {limit:g} ms")
-        ax.set_title(f"{title} (ms)")
-        ax.set_ylabel("ms")
-    ax = axes[3]
-    ax.plot(xs, [x.get("output_throughput") for x in levels], marker="o", color="tab:blue", label="output tokens/s")
-    if (limit := targets.get("output_tokens_per_s")) is not None:
-        ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"SLO >= {limit:g} tokens/s")
-    ax.set_title("throughput")
-    ax.set_ylabel("output tokens/s")
-    rx = ax.twinx()
-    rx.plot(xs, [x.get("request_throughput") for x in levels], marker="s", color="tab:green", label="requests/s")
-    if (limit := targets.get("requests_per_s")) is not None:
-        rx.axhline(limit, color="darkred", linestyle="-.", linewidth=1, label=f"SLO >= {limit:g} requests/s")
-    rx.set_ylabel("requests/s")
-    rx.legend(loc="lower right", fontsize=7)
-    for ax in axes:
+            limit = targets.get(f"{metric}_p{p}_ms")
+            if limit is None:
+                continue
+            if values and limit > 10 * max(values):  # drawn, it would squash the data: said in the title instead
+                ax.set_title(f"{title} (ms); SLO p{p} <= {limit:g} ms, off the scale", fontsize=9)
+                continue
+            ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"SLO p{p} <= {limit:g} ms")
+        if not ax.get_title():
+            ax.set_title(f"{title} (ms)", fontsize=9)
+        if values and min(values) > 0:
+            ax.set_yscale("log")  # p50 and p99 a decade apart both stay readable
+        ax.set_ylabel("ms (log)")
+    for ax, (title, field, unit, target) in zip(axes[3:5], (
+            ("output token throughput", "output_throughput", "tokens/s", "output_tokens_per_s"),
+            ("request throughput", "request_throughput", "requests/s", "requests_per_s")), strict=True):
+        ax.plot(xs, [x.get(field) for x in levels], marker="o", color="tab:blue", label=unit)
+        if (limit := targets.get(target)) is not None:
+            ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"SLO >= {limit:g} {unit}")
+        if rated and field == "request_throughput":  # what was offered, beside what was served
+            ax.plot(xs, xs, color="grey", linewidth=0.8, linestyle=":", label="offered")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(unit)
+    ax = axes[5]
+    ax.bar([str(x) for x in xs], [x.get("failed") or 0 for x in levels], color="tab:red", label="failed")
+    ax.set_title("failed requests", fontsize=9)
+    ax.set_ylabel("requests")
+    label = "offered requests/s (Poisson arrivals)" if rated else "concurrency"
+    for ax in axes[:5]:
         if xs:
             ax.set_xscale("log", base=2)
-            ax.set_xticks(xs, [str(x) for x in xs])
+            ax.set_xticks(xs, [f"{x:g}" for x in xs])
+            ax.minorticks_off()
         if best is not None:
-            ax.axvline(best, color="grey", linestyle=":", linewidth=1.5, label=f"meets SLO up to {best}")
-        ax.set_xlabel("concurrency")
+            ax.axvline(best, color="grey", linestyle=":", linewidth=1.5, label=f"meets SLO up to {best:g}")
+    for ax in axes:
+        ax.set_xlabel(label, fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=7)
-    fig.suptitle(f"vLLM bench sweep: highest concurrency meeting the SLO: {best if best is not None else 'none'}")
+        ax.legend(loc="best", fontsize=7)
+    what = "arrival rate" if rated else "concurrency"
+    fig.suptitle(f"vLLM bench sweep ({'open loop' if rated else 'closed loop'}): highest {what} meeting the SLO: "
+                 f"{f'{best:g}' if best is not None else 'none'}")
     fig.savefig(dst, format="png")

@@ -46,6 +46,9 @@ class BenchLoadFlags(BaseModel):
 
     concurrency: Annotated[Optional[str], Flag("--concurrency")] = Field(
         None, description="bench: concurrency levels to sweep, e.g. 1,2,4,8 (one vLLM bench run each; default 4)")
+    request_rate: Annotated[Optional[str], Flag("--request-rate")] = Field(
+        None, description="bench: an open-loop sweep of arrival rates instead, requests/s, e.g. 0.5,1,2 (Poisson "
+                          "arrivals whatever the answers do; --concurrency, one value, caps the requests in flight)")
     requests: Annotated[Optional[int], Flag("--requests")] = Field(None, description="bench: requests per level (default 8)")
     duration: Annotated[Optional[float], Flag("--duration")] = Field(
         None, description="bench: seconds per level instead of --requests (sized from a probe of the level)")

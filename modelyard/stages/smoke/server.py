@@ -327,7 +327,10 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     check_mode(mode)
     timeout = timeout or settings.smoke_timeout
     t0 = time.perf_counter()
-    early = numeric.start_early_reference(model_dir, max_model_len, int(settings.vllm_kvcache_space_gib * 2**30))
+    # the early reference overlaps vLLM's load; a server attached by URL has none to overlap, and a thread left
+    # computing would hold the process at exit after a failed check (a rollout's rollback waited for it)
+    early = None if url else numeric.start_early_reference(model_dir, max_model_len,
+                                                           int(settings.vllm_kvcache_space_gib * 2**30))
     server = (_attach(url, model_dir, settings, config, min(timeout, 60.0)) if url else
               start_server(model_dir, settings, config=config, max_model_len=max_model_len, timeout=timeout))
     with server as srv:

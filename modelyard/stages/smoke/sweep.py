@@ -48,7 +48,10 @@ class BenchSpec:
     level), ``max_concurrency`` in flight (the highest of ``concurrency``, the levels; empty: one level,
     ``max_concurrency``), random prompts of ``input_len`` tokens and ``output_len`` output tokens
     (spread by ``range_ratio``) unless ``prompts`` (a JSONL file, :func:`load_prompts`), each run within
-    ``timeout`` seconds (plus twice ``duration``). ``prompts_source``: ``path@sha256:<12 hex>``."""
+    ``timeout`` seconds (plus twice ``duration``). ``prompts_source``: ``path@sha256:<12 hex>``.
+    ``request_rates``: an **open-loop** sweep instead (requests/s, lowest first): each level offers that rate with
+    Poisson arrivals (vLLM bench's ``--request-rate`` with ``--burstiness 1``), whatever the server's answers do,
+    which a capacity test needs; ``concurrency``'s one level, when given, caps the requests in flight."""
 
     num_prompts: int = 8
     max_concurrency: int = 4
@@ -60,11 +63,45 @@ class BenchSpec:
     range_ratio: float = 0.0
     prompts: str | None = None
     prompts_source: str | None = None
+    request_rates: tuple[float, ...] = ()
 
     @property
     def levels(self) -> tuple[int, ...]:
         """The concurrency levels, lowest first."""
         return self.concurrency or (self.max_concurrency,)
+
+    @property
+    def open_loop(self) -> bool:
+        """True for a sweep of arrival rates (:attr:`request_rates`), False for one of concurrency levels."""
+        return bool(self.request_rates)
+
+    @property
+    def level_key(self) -> str:
+        """What a level of this sweep is named by in its results: ``request_rate`` or ``concurrency``."""
+        return "request_rate" if self.open_loop else "concurrency"
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``--request-rate`` text, ``0.5,1,2``, to the arrival rates (requests/s) in ascending order. Raises
+    :class:`InvalidTargetError` (exit 2) for an item that is not a finite number > 0, a rate given twice, no rate,
+    or more than :data:`MAX_LEVELS`."""
+    rates: list[float] = []
+    fix = "Give the arrival rates in requests per second, e.g. --request-rate 0.5,1,2,4."
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        try:
+            r = float(item)
+        except ValueError:
+            r = float("nan")
+        if not (math.isfinite(r) and r > 0):
+            raise InvalidTargetError(f"--request-rate {item!r} is not a number of requests per second > 0", fix=fix)
+        if r in rates:
+            raise InvalidTargetError(f"--request-rate gives {item} twice", fix="Give each rate once.")
+        rates.append(r)
+    if not rates or len(rates) > MAX_LEVELS:
+        raise InvalidTargetError(f"--request-rate {text!r} gives {len(rates)} rates", fix=f"Give 1 to {MAX_LEVELS} rates.")
+    return tuple(sorted(rates))
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -133,11 +170,16 @@ def load_prompts(path: Path, output_len: int) -> list[dict[str, Any]]:
 
 def bench_spec(*, concurrency: str | None = None, requests: int | None = None, duration: float | None = None,
                input_len: int | None = None, output_len: int | None = None, range_ratio: float | None = None,
-               prompts: Path | None = None) -> BenchSpec:
+               prompts: Path | None = None, request_rate: str | None = None) -> BenchSpec:
     """The :class:`BenchSpec` of the ``smoke`` options; all None gives the default load. Raises
     :class:`InvalidTargetError` (exit 2) for ``requests`` with ``duration``, ``input_len`` or
     ``range_ratio`` with ``prompts``, a ``range_ratio`` outside [0, 1), a count or length < 1, a
-    duration <= 0, and for a bad level list or prompts file (:func:`parse_levels`, :func:`load_prompts`)."""
+    duration <= 0, ``request_rate`` with more than one ``concurrency`` level (there it is the cap), and for a
+    bad level or rate list or prompts file (:func:`parse_levels`, :func:`parse_rates`, :func:`load_prompts`)."""
+    rates = parse_rates(request_rate) if request_rate else ()
+    if rates and concurrency and len(parse_levels(concurrency)) > 1:
+        raise InvalidTargetError(f"--request-rate sweeps arrival rates; --concurrency {concurrency!r} gives several "
+                                 "levels", fix="Give --concurrency one value (the cap of requests in flight), or drop it.")
     if requests is not None and duration is not None:
         raise InvalidTargetError("--requests and --duration both bound a level", fix="Pass one of them.")
     if prompts is not None and (input_len is not None or range_ratio is not None):
@@ -159,7 +201,7 @@ def bench_spec(*, concurrency: str | None = None, requests: int | None = None, d
     return BenchSpec(num_prompts=requests or base.num_prompts, max_concurrency=max(levels or (base.max_concurrency,)),
                      input_len=input_len or base.input_len, output_len=output_len or base.output_len,
                      concurrency=levels, duration=duration, range_ratio=range_ratio or 0.0,
-                     prompts=str(prompts) if prompts else None, prompts_source=source)
+                     prompts=str(prompts) if prompts else None, prompts_source=source, request_rates=rates)
 
 
 def dataset_args(spec: BenchSpec, tmp: Path) -> list[str]:
@@ -175,13 +217,19 @@ def dataset_args(spec: BenchSpec, tmp: Path) -> list[str]:
             "--skip-chat-template"]
 
 
-def sized_concurrency(levels: Sequence[Mapping[str, Any]]) -> int | None:
-    """The sizing answer: the highest ``concurrency`` of ``levels`` (lowest first) such that it and every
-    level below it passed (``passed``: all requests accounted for and every target met); None when the
-    lowest did not."""
+def sized_concurrency(levels: Sequence[Mapping[str, Any]], key: str = "concurrency") -> Any:
+    """The sizing answer: the highest ``key`` (``concurrency``, or ``request_rate`` for an open-loop sweep) of
+    ``levels`` (lowest first) such that it and every level below it passed (``passed``: all requests accounted
+    for and every target met); None when the lowest did not."""
     best = None
     for level in levels:
         if not level.get("passed"):
             break
-        best = level["concurrency"]
+        best = level[key]
     return best
+
+
+def open_loop_requests(rate: float, duration: float) -> int:
+    """Requests an open-loop level of ``rate`` requests/s sends to last about ``duration`` seconds:
+    ceil(rate x duration), at least 1 (arrivals do not wait for answers, so no probe is needed)."""
+    return max(1, math.ceil(rate * duration))
