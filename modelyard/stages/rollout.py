@@ -31,7 +31,6 @@ crash) can be continued from the last step that passed (``resume``) or rolled ba
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import signal
 import subprocess
@@ -49,6 +48,7 @@ import yaml
 from modelyard.errors import InvalidTargetError, RolloutError
 from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
+from modelyard.stages.bake import POLL_SECONDS, BakeVerdict, bake
 from modelyard.stages.serve.canary import CANARY_SERVER, STABLE_SERVER, UPSTREAM_FILE, upstream_conf
 from modelyard.stages.smoke import server as serve_smoke
 from modelyard.stages.smoke.bench import BenchSpec
@@ -60,25 +60,9 @@ HISTORY_FILE = "rollout.json"
 FINISHED = ("done", "rolled back")
 #: seconds a step may take, front check, smoke and bake together, before it fails (and is rolled back)
 STEP_TIMEOUT = 1800.0
-#: seconds between two looks at the canary while a step bakes
-POLL_SECONDS = 5.0
 RELOAD_TIMEOUT = 60.0  # seconds
 #: seconds after a reload before the front is asked: nginx's old workers finish and new ones start
 SETTLE_SECONDS = 2.0
-
-
-@dataclass(frozen=True)
-class BakeVerdict:
-    """What a step's bake saw on the canary: ``seconds`` baked, ``polls`` of ``/health`` (``unhealthy``: those
-    that failed), ``requests`` the API requests the canary answered meanwhile (``http_requests_total`` of its
-    ``/v1/`` handlers) and ``errors`` those answered 5xx; ``failed``: what failed (empty: the bake passed)."""
-
-    seconds: float
-    polls: int
-    unhealthy: int
-    requests: int
-    errors: int
-    failed: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -171,62 +155,6 @@ def read_history(serve_dir: Path) -> dict[str, Any] | None:
     return doc
 
 
-_V1_REQUESTS = re.compile(r'^http_requests_total\{([^}]*)\} (\S+)$', re.M)
-
-
-def canary_requests(canary_url: str, timeout: float = 10.0) -> tuple[int, int]:
-    """``(API requests, those answered 5xx)`` the vLLM server at ``canary_url`` has counted since it started:
-    the sum of its ``http_requests_total`` (prometheus-fastapi-instrumentator, which vLLM's API server mounts)
-    over the ``/v1/`` handlers, and over ``status="5xx"``. Raises :class:`httpx.HTTPError` when ``/metrics``
-    cannot be read."""
-    r = httpx.get(canary_url.rstrip("/") + "/metrics", timeout=timeout)
-    r.raise_for_status()
-    total = errors = 0
-    for labels, value in _V1_REQUESTS.findall(r.text):
-        if 'handler="/v1/' not in labels:
-            continue
-        total += int(float(value))
-        errors += int(float(value)) if 'status="5xx"' in labels else 0
-    return total, errors
-
-
-def bake(canary_url: str, seconds: float, *, error_rate: float = 0.0, poll: float = POLL_SECONDS) -> BakeVerdict:
-    """Watch the canary at ``canary_url`` for ``seconds`` under the traffic the front sends it: ``/health``
-    every ``poll`` seconds (a failure ends the bake at once) and, from its ``/metrics``, the API requests it
-    answered meanwhile and how many of them were 5xx (more than ``error_rate`` of them fails the bake)."""
-    t0 = time.monotonic()
-    polls = unhealthy = 0
-    failed: list[str] = []
-    try:
-        start = canary_requests(canary_url)
-    except httpx.HTTPError as exc:
-        return BakeVerdict(0.0, 0, 0, 0, 0, (f"bake: the canary's /metrics cannot be read ({type(exc).__name__})",))
-    now = start
-    while True:
-        polls += 1
-        try:
-            healthy = httpx.get(canary_url.rstrip("/") + "/health", timeout=10).status_code == 200
-        except httpx.HTTPError:
-            healthy = False
-        if not healthy:
-            unhealthy += 1
-            failed.append("bake: the canary's /health did not answer 200")
-            break
-        try:
-            now = canary_requests(canary_url)
-        except httpx.HTTPError as exc:
-            failed.append(f"bake: the canary's /metrics cannot be read ({type(exc).__name__})")
-            break
-        left = seconds - (time.monotonic() - t0)
-        if left <= 0:
-            break
-        time.sleep(min(poll, left))
-    requests, errors = now[0] - start[0], now[1] - start[1]
-    if errors > error_rate * requests:
-        failed.append(f"bake: {errors} of {requests} requests the canary served answered 5xx")
-    return BakeVerdict(round(time.monotonic() - t0, 2), polls, unhealthy, requests, errors, tuple(failed))
-
-
 class _Interrupted(BaseException):
     """SIGTERM arrived while a rollout was in a step (raised in the main thread by the handler)."""
 
@@ -311,7 +239,6 @@ def rollout(canary_model: Path, serve_dir: Path, settings: Settings, *, steps: S
                                "all traffic to the stable server.")
     prompts, src = load_golden(None, mode)
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-    error_rate = float((slo or {}).get("error_rate", 0.0))
     done: list[RolloutStep] = []
     plan = {"canary": str(canary_model), "steps_planned": list(steps), "stable_server": stable_server,
             "canary_server": canary_server, "reload": reload}
@@ -353,7 +280,7 @@ def rollout(canary_model: Path, serve_dir: Path, settings: Settings, *, steps: S
             if ended.is_set():
                 return front, smoke.to_dict(), ["ended"], None
             record(percent, "baking")
-            verdict = bake(canary_url, bake_seconds, error_rate=error_rate, poll=poll)
+            verdict = bake(canary_url, bake_seconds, slo=slo or {}, poll=poll)
             failed += verdict.failed
         return front, smoke.to_dict(), failed, verdict
 

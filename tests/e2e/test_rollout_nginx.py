@@ -174,7 +174,12 @@ def test_rollout_reaches_100_then_a_failing_canary_is_rolled_back(setup):
         bake = s["bake"]
         assert (bake["unhealthy"], bake["errors"], bake["failed"], bake["polls"] >= 2, bake["seconds"] >= 6) == (
             0, 0, [], True, True)
-    assert res["steps"][1]["bake"]["requests"] > 0  # at 100 % every client request went to the canary
+    bake = res["steps"][1]["bake"]  # at 100 % every client request went to the canary
+    assert bake["requests"] > 0
+    # the quantiles of that real traffic, from the canary's own histograms: reported ones and those of --slo
+    assert sorted(bake["latency"]) == ["e2el_p50_ms", "e2el_p95_ms", "itl_p95_ms", "ttft_p50_ms", "ttft_p95_ms"]
+    assert 0 < bake["latency"]["ttft_p50_ms"] <= bake["latency"]["ttft_p95_ms"] <= 120000, bake["latency"]
+    assert 0 < bake["latency"]["e2el_p50_ms"] <= bake["latency"]["e2el_p95_ms"], bake["latency"]
     hosts = stable.base.removeprefix("http://"), relay.base.removeprefix("http://")
     assert (serve / "canary" / "upstream.conf").read_text() == upstream_conf(100, stable=hosts[0], canary=hosts[1])
     hist = _history(serve)
