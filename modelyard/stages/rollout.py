@@ -10,10 +10,11 @@ At each step (percent of requests to the canary, e.g. 10, 50, 100):
    (:func:`~modelyard.stages.smoke.server.smoke_server`): API checks, stop, golden prompts, the
    numerical gate (vLLM's prompt_logprobs against transformers on the canary's model) and the bench load
    judged against the SLO targets;
-4. the step **bakes** for ``bake`` seconds under the front's real traffic: every ``poll`` seconds the canary's
-   ``/health`` must answer, and its own series (vLLM's ``http_requests_total`` by status class, from
-   ``/metrics``, the series the canary form's Prometheus scrapes) must show no more 5xx answers than the
-   ``error_rate`` target allows (0 by default) among the API requests it served meanwhile.
+4. the step **bakes** for ``bake`` seconds under the front's real traffic (:mod:`modelyard.stages.bake`): every
+   ``poll`` seconds the canary's ``/health`` must answer, and its own series (from ``/metrics``, the series the
+   canary form's Prometheus scrapes) must show no more 5xx answers than the ``error_rate`` target allows (0 by
+   default) among the API requests it served meanwhile, and latency quantiles of those requests within the
+   latency targets given.
 
 Any failure of a step, whatever its kind (a gate or SLO miss, an exception such as a canary that stops
 answering mid-step, a step that runs past ``step_timeout`` seconds, SIGTERM or Ctrl-C), sets the weights back
@@ -197,7 +198,7 @@ def rollout(canary_model: Path, serve_dir: Path, settings: Settings, *, steps: S
     serves) out behind the front at ``front_url`` in ``steps`` (percentages, increasing), as this
     module's docstring says. ``serve_dir`` is the canary form of serve/ (``vllm.yaml``,
     ``vllm-canary.yaml``, ``canary/``). ``slo``/``slo_class``/``bench``: the bench level's targets and
-    load (default :class:`BenchSpec`); ``slo["error_rate"]`` also bounds the bake's 5xx share.
+    load (default :class:`BenchSpec`); ``slo`` also judges the bake (its 5xx share and latency targets).
     ``bake_seconds``: how long each step bakes (0: a single look), ``poll`` seconds apart; ``step_timeout``:
     seconds a step may take. ``resume``: continue the unfinished rollout of ``rollout.json`` from the step
     after the last that passed. ``MODELYARD_API_KEY`` (``settings.api_key``) is sent to the front.
