@@ -121,12 +121,9 @@ def bake(canary_url: str, seconds: float, *, slo: Mapping[str, float] | None = N
     t0 = time.monotonic()
     polls = unhealthy = 0
     failed: list[str] = []
-    try:
-        start = read_canary(canary_url)
-    except httpx.HTTPError as exc:
-        return BakeVerdict(0.0, 0, 0, 0, 0, (f"bake: the canary's /metrics cannot be read ({type(exc).__name__})",))
-    now = start
-    while True:
+    start: CanarySample | None = None
+    now = CanarySample(0, 0)
+    while True:  # /health first at every look: a canary that is gone is named as such, not as unreadable metrics
         polls += 1
         try:
             healthy = httpx.get(canary_url.rstrip("/") + "/health", timeout=10).status_code == 200
@@ -141,10 +138,12 @@ def bake(canary_url: str, seconds: float, *, slo: Mapping[str, float] | None = N
         except httpx.HTTPError as exc:
             failed.append(f"bake: the canary's /metrics cannot be read ({type(exc).__name__})")
             break
+        start = start or now
         left = seconds - (time.monotonic() - t0)
         if left <= 0:
             break
         time.sleep(min(poll, left))
+    start = start or now
     requests, errors = now.requests - start.requests, now.errors - start.errors
     if errors > float(slo.get("error_rate", 0.0)) * requests:
         failed.append(f"bake: {errors} of {requests} requests the canary served answered 5xx")

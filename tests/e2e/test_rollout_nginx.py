@@ -278,7 +278,9 @@ def test_a_canary_that_dies_while_baking_and_rollouts_stopped_by_signals(setup):
             "did not finish: it says 'stepping' at 10 %; nothing was changed")
 
         # --resume: step 10 again (it had not passed); the canary dies while it bakes
-        killer = threading.Thread(target=lambda: (_wait_status(serve, "baking"), relay.die()), daemon=True)
+        # it dies a second into the bake: after the bake's first look, before its next one
+        killer = threading.Thread(target=lambda: (_wait_status(serve, "baking"), time.sleep(1), relay.die()),
+                                  daemon=True)
         killer.start()
         r = _rollout(art, serve, stable, relay, front, reload, "--steps", "10,50", "--slo", LOOSE, "--bake", "60",
                      "--resume")

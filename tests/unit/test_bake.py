@@ -45,3 +45,19 @@ def test_quantile_of_what_was_observed_between_two_readings(q, want):
 def test_no_request_in_between_is_not_judged():
     same = {0.1: 3.0, math.inf: 3.0}
     assert (histogram_quantile(0.95, same, same), histogram_quantile(0.95, {}, {})) == (None, None)
+
+
+def test_a_canary_that_is_gone_is_named_by_its_health():
+    """Nothing listens on the canary's port (a canary that died before the bake's first look): the bake ends at
+    once on /health, and says so rather than that its metrics cannot be read."""
+    import socket
+
+    from modelyard.stages.bake import bake
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: connection refused
+    v = bake(f"http://127.0.0.1:{port}", 30.0, slo={"ttft_p95_ms": 500.0})
+    assert (v.polls, v.unhealthy, v.requests, v.errors, v.failed, v.seconds < 30) == (
+        1, 1, 0, 0, ("bake: the canary's /health did not answer 200",), True)
+    assert v.latency == {"ttft_p50_ms": None, "ttft_p95_ms": None, "e2el_p50_ms": None, "e2el_p95_ms": None}
