@@ -392,6 +392,11 @@ def summary_line(n: dict[str, Any] | None) -> str:
     English prose perplexity against its bound, and the agreement with the reference (or why none)."""
     if not n:
         return "numerical gate: not run"
+    if n.get("kind") == "adapter":  # a LoRA adapter against its base (checks.adapter_numeric)
+        return (f"numerical gate: {'passed' if n.get('passed') else 'FAILED'}; the adapter against its base "
+                f"({n.get('reference')}): NLL +{n.get('nll_increase_mean')} nats/token, perplexity "
+                f"x{n.get('ppl_ratio_mean')} (limit +{(n.get('limits') or {}).get('nll_increase_mean')}), worst text "
+                f"+{n.get('nll_increase_worst')}")
     head = f"numerical gate: {'passed' if n.get('passed') else 'FAILED'}"
     bound = (f"English prose perplexity {n.get('prose_ppl')} (bound {n.get('ppl_bound')})" if n.get("bound_judged")
              else f"perplexity bound not judged ({n.get('bound_not_judged')})")

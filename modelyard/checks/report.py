@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from modelyard.checks import adapter_numeric
 from modelyard.checks.base import Finding, Severity, Target
 from modelyard.text import printable
 from modelyard.version import __version__
@@ -186,7 +187,11 @@ class Report:
 
 
 def numeric_md(n: dict[str, Any], findings: Any = ()) -> list[str]:
-    """The Markdown of the numerical gate (``checks.numeric.NumericVerdict.to_dict()``) and its findings."""
+    """The Markdown of the numerical gate (``checks.numeric.NumericVerdict.to_dict()``, or a LoRA adapter's
+    :func:`modelyard.checks.adapter_numeric.judge_adapter` record) and its findings."""
+    if n.get("kind") == "adapter":
+        return adapter_numeric.markdown(n) + [f"- `{f['code']}` ({f['severity']}): {f['message']}" for f in findings
+                                              if f.get("severity") != "info"]
     lim = n.get("limits") or {}
     ref = f"against {n['reference']}" if n.get("compared") else f"not compared: {n.get('not_compared')}"
     lines = ["", f"### Numerical gate ({ref}): {'passed' if n.get('passed') else 'FAILED'}", "",

@@ -37,6 +37,7 @@ from modelyard.model.modes import DEFAULT_SERVE, check_mode, default_prompt
 from modelyard.settings import Settings
 from modelyard.stages import doctor as doc
 from modelyard.stages import host_facts, smoke
+from modelyard.stages.adapter import lora_serving
 from modelyard.stages.serve import DEFAULT_GPU, ServeTarget, plan_serve
 from modelyard.stages.serve.command import ServePlanRequest, serve_plan
 from modelyard.stages.serve.files import vllm_config
@@ -165,7 +166,9 @@ def smoke_cmd(  # noqa: PLR0913
         if not path.is_dir():
             raise SourceNotFoundError(f"{path} does not exist" if not path.exists() else f"{path} is not a folder",
                                       fix="Pass a model or artifact folder (`modelyard list` shows the store's artifacts).")
-        model_dir = model_root(path)
+        # a LoRA artifact is smoked as vLLM serves it: its base (beside it in the store) with the adapter loaded
+        lora = lora_serving(path) if (path / "manifest.json").is_file() else None
+        model_dir = lora.base_model if lora else model_root(path)
         if not (model_dir / "config.json").is_file():
             raise MissingConfigError(f"{model_dir}/config.json does not exist", fix="Pass a model or artifact folder.")
         settings = Settings()
@@ -173,7 +176,8 @@ def smoke_cmd(  # noqa: PLR0913
         res: smoke.SmokeResult | serve_smoke.ServerSmokeResult
         if level == "load":
             res = smoke.smoke_load(model_dir, settings, question=question, max_tokens=max_tokens,
-                                   max_model_len=max_model_len, mode=mode)
+                                   max_model_len=max_model_len, mode=mode,
+                                   lora=(*lora.adapters[0], int(lora.overrides["max-lora-rank"])) if lora else None)
         else:
             vy = path / "serve" / "vllm.yaml"
             if vy.is_file():
@@ -181,12 +185,15 @@ def smoke_cmd(  # noqa: PLR0913
             else:
 
                 config = vllm_config(plan_serve(model_dir, ServeTarget(gpu=DEFAULT_GPU)), model=str(model_dir))
+            if lora:  # vllm.yaml names the adapters relative to the artifact; the server here gets their folders
+                config = {**config, **lora.overrides, "lora-modules": [f"{n}={d}" for n, d in lora.adapters]}
             golden = options["golden"]
             prompts, src = load_golden(Path(golden) if golden else None, mode)
             res = serve_smoke.smoke_server(model_dir, settings, config=config, question=question, max_tokens=max_tokens,
                                            golden=prompts, golden_source=src, max_model_len=cap,
                                            bench=spec if level == "bench" else None, mode=mode,
-                                           url=url, slo=targets, slo_class=cls)
+                                           url=url, slo=targets, slo_class=cls,
+                                           adapter=lora.adapters[0][0] if lora else None)
     d = res.to_dict()
     if bench_out is not None and d.get("bench") and d["bench"].get("levels"):
         d["bench"]["files"] = write_bench_out(bench_out, d["bench"])

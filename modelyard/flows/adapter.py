@@ -35,7 +35,10 @@ from modelyard.model.source import Source, sanitize_name
 from modelyard.settings import Settings
 from modelyard.stages import adapter as adapter_stage
 from modelyard.stages import serve, smoke
-from modelyard.stages.serve.files import BaseMount, write_serve_files
+from modelyard.stages.serve.files import BaseMount, vllm_config, write_serve_files
+from modelyard.stages.smoke import bench
+from modelyard.stages.smoke import server as serve_smoke
+from modelyard.stages.smoke.golden import load_golden
 from modelyard.transport.objectstore import open_store
 
 if TYPE_CHECKING:
@@ -81,17 +84,10 @@ def ingest_adapter(src: Source, options: IngestOptions, home: str | None = None)
     with store.lock(name, revision), Draft(store) as draft:
         model_dir = draft.add_model(snap)
         smoke_dict = None
-        if options.smoke:
-            res = smoke.smoke_load(base.model, settings, question=options.smoke_prompt(),
-                                   max_tokens=options.smoke_max_tokens, max_model_len=options.max_model_len,
-                                   mode=options.serve, numbers=False, lora=(name, model_dir, rank))
-            if (error := smoke.gate_error(res)) is not None:
-                raise error
-            smoke_dict = res.to_dict()
-            # vLLM loaded the adapter from the staging folder, gone once stored: the record names the artifact's own
-            smoke_dict["lora"] = {**smoke_dict["lora"], "path": MODEL_DIR}
-            report = report.with_smoke(smoke_dict)
         plan = _plan(base.model, options, base.name)  # served-model-name: the base; the adapter: its LoRA name
+        if options.smoke:
+            smoke_dict = _smoke(base.model, settings, options, plan, (name, model_dir, rank), base.name)
+            report = report.with_smoke(smoke_dict)
         if plan is not None:
             # the container mirrors the store's two levels, so vllm.yaml's relative base path holds in it too
             mount = BaseMount(model=f"../../{base.name}/{base.revision}/model",
@@ -109,6 +105,38 @@ def ingest_adapter(src: Source, options: IngestOptions, home: str | None = None)
         draft.add_metadata(manifest, report, report_json, title=f"{name}@{revision} (LoRA on {base.name}@{base.revision})")
         artifact = draft.commit(name, revision, digest)
     return AdapterResult(artifact, report, smoke_dict, src.uri)
+
+
+def _smoke(base_model: Path, settings: Settings, options: IngestOptions, plan: serve.ServePlan | None,
+           lora: tuple[str, Path, int], base_name: str) -> dict[str, Any]:
+    """The adapter's smoke at ``options.smoke_level``: ``load`` (the offline engine with ``enable_lora``), or
+    ``server``/``bench`` (vLLM's OpenAI server on the base with ``--enable-lora --lora-modules NAME=FOLDER``,
+    every request naming the adapter); each with the adapter's numerical gate against its base. Returns the
+    stored record; raises :class:`~modelyard.errors.SmokeFailedError` (exit 1) when it fails."""
+    name, folder, rank = lora
+    o = options.smoking
+    res: smoke.SmokeResult | serve_smoke.ServerSmokeResult
+    if o.level in ("server", "bench"):
+        config = vllm_config(plan, model=str(base_model)) if plan else {"served-model-name": base_name}
+        config.update(adapter_stage.lora_overrides([(name, folder, str(folder))], max_lora_rank=rank))
+        golden, src = load_golden(Path(o.golden) if o.golden else None, o.serve)
+        res = serve_smoke.smoke_server(
+            base_model, settings, config=config, question=o.prompt, max_tokens=o.smoke_max_tokens, golden=golden,
+            golden_source=src, bench=serve_smoke.BenchSpec() if o.level == "bench" else None,
+            max_model_len=min(o.max_model_len or smoke.SMOKE_LEN_CAP, smoke.SMOKE_LEN_CAP), mode=o.serve,
+            slo=bench.parse_slo(o.slo), slo_class=bench.slo_class(o.slo_class) if o.slo_class else None, adapter=name)
+    else:
+        res = smoke.smoke_load(base_model, settings, question=o.prompt, max_tokens=o.smoke_max_tokens,
+                               max_model_len=o.max_model_len, mode=o.serve, lora=lora)
+    if (error := smoke.gate_error(res)) is not None:
+        raise error
+    out = res.to_dict()
+    # vLLM loaded the adapter from the staging folder, gone once stored: the record names the artifact's own
+    if "lora" in out:
+        out["lora"] = {**out["lora"], "path": MODEL_DIR}
+    if isinstance(out.get("config"), dict) and "lora-modules" in out["config"]:
+        out["config"]["lora-modules"] = [f"{name}={MODEL_DIR}"]
+    return out
 
 
 def _snapshot(root: Path, uri: str) -> Snapshot:

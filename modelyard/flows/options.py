@@ -114,7 +114,7 @@ class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFla
         (:class:`~modelyard.errors.InvalidTargetError`) or quantization ``scheme``
         (:class:`~modelyard.errors.QuantizeError`), a bad ``slo``/``slo_class`` or one without the
         bench smoke (InvalidTargetError), a ``max_lora_rank`` vLLM does not allow or
-        ``base`` with quantization or a server smoke (InvalidTargetError), all exit 2 naming the accepted values."""
+        ``base`` with quantization (InvalidTargetError), all exit 2 naming the accepted values."""
         self.target()
         if self.gpu:
             gpu_spec(self.gpu)
@@ -128,9 +128,9 @@ class IngestOptions(TargetFlags, FetchFlags, PatchFlags, QuantizeFlags, SmokeFla
         if self.max_lora_rank is not None and self.max_lora_rank not in MAX_LORA_RANKS:
             raise InvalidTargetError(f"--max-lora-rank {self.max_lora_rank} is not a value vLLM accepts",
                                      fix=f"Use one of {', '.join(map(str, MAX_LORA_RANKS))} (vLLM MaxLoRARanks).")
-        if self.base and (self.quantize or self.smoke_level in ("server", "bench") and self.smoke):
-            raise InvalidTargetError("--base ingests a LoRA adapter: it is not quantized, and its smoke is the load smoke",
-                                     fix="Drop --quantize and --smoke server/bench (quantize the base instead).")
+        if self.base and self.quantize:
+            raise InvalidTargetError("--base ingests a LoRA adapter: it is not quantized",
+                                     fix="Drop --quantize (quantize the base instead).")
 
     # --- per-stage groups ------------------------------------------------------------------------
     def target(self) -> Target:

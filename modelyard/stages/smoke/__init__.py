@@ -250,7 +250,8 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     ``benchmarks/numeric_gate.py`` does, to measure what the gate costs). ``parent``: the checkpoint
     ``model_dir`` was quantized or patched from, whose transformers forward the gate compares too.
     ``lora``: ``(name, adapter folder, max_lora_rank)``: the engine is built with ``--enable-lora`` and the
-    answer judged is the adapter's (the base's answer is kept beside it in ``SmokeResult.lora``).
+    answer judged is the adapter's (the base's answer is kept beside it in ``SmokeResult.lora``); its numerical
+    gate is the adapter against the base in the same engine (:func:`numeric.adapter_gate`), not transformers.
     ``max_tokens`` (tokens) bounds the answer. ``max_model_len`` (tokens) defaults to
     min(``max_position_embeddings``, 4096) to bound the CPU KV cache. Raises
     :class:`InvalidTargetError` (exit 2) for another ``mode``, :class:`RuntimeNotFoundError` (exit 2)
@@ -289,7 +290,7 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
             + (["--lora", f"{lora[0]}={lora[1]}", "--max-lora-rank", str(lora[2])] if lora else [])
         t0 = time.perf_counter()
         early = numeric.start_early_reference(model_dir, max_model_len, int(settings.vllm_kvcache_space_gib * 2**30)) \
-            if numbers else None
+            if numbers and lora is None else None
         with progress.task(f"vLLM smoke load + {mode}", total=None):
             run = run_script(python, RUNNER, args, env=env, timeout=timeout, log=log)
         if run.timed_out:
@@ -321,6 +322,15 @@ def smoke_load(model_dir: Path, settings: Settings, *, question: str, max_tokens
     if not numbers:
         return seen
     t_gate = time.perf_counter()
+    if lora is not None:  # the adapter against its base, in the same engine (checks.adapter_numeric)
+        record, found = judge_adapter_numbers(r.get("reference") or [], r.get("base_reference") or [],
+                                              int(r.get("vocab_size") or 0), f"vLLM {r.get('vllm_version')}",
+                                              r.get("answer_ids") or [], finish_reason=r.get("finish_reason"),
+                                              text=r.get("text"), special=frozenset(r.get("special_ids") or ()))
+        if error is None and not record["passed"]:
+            error = "; ".join(f["message"] for f in found if f["severity"] == "error")
+        return replace(seen, passed=error is None, error=error, numeric=record, findings=tuple(found),
+                       numeric_seconds={"vllm": r.get("reference_seconds"), "reference": 0.0})
     verdict, findings = judge_numbers(model_dir, r.get("reference") or [], int(r.get("vocab_size") or 0),
                                       r.get("answer_ids") or [], finish_reason=r.get("finish_reason"), text=r.get("text"),
                                       special=frozenset(r.get("special_ids") or ()), early=early, parent=parent)
@@ -348,6 +358,19 @@ def judge_numbers(model_dir: Path, records: list[dict[str, Any]], vocab_size: in
         found.append(degenerate_finding(why, text))
         verdict = replace(verdict, passed=False)
     return verdict, [f.to_dict() for f in found]
+
+
+def judge_adapter_numbers(records: list[dict[str, Any]], base_records: list[dict[str, Any]], vocab_size: int,
+                          runtime: str, answer: list[Any], *, finish_reason: str | None, text: str | None,
+                          special: frozenset[int] = frozenset()) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A LoRA adapter's numerical gate (:func:`numeric.adapter_gate`: the reference ``records`` through the
+    adapter against ``base_records`` through the base alone, from one engine named by ``runtime``) and the
+    degenerate-answer check over ``answer`` (token ids, or words), as one record (``passed`` False when either
+    has an error) and its findings (dicts). Used by the ``load`` and the ``server`` smoke alike."""
+    record, found = numeric.adapter_gate(records, base_records, vocab_size, runtime)
+    if why := degenerate(answer, finish_reason=finish_reason, special=special):
+        found.append(degenerate_finding(why, text))
+    return {**record, "passed": not any(f.severity.value == "error" for f in found)}, [f.to_dict() for f in found]
 
 
 def gate_error(res: Any) -> SmokeFailedError | None:

@@ -23,7 +23,7 @@ import httpx
 import yaml
 
 from modelyard import paths
-from modelyard.checks import numeric
+from modelyard.checks import adapter_numeric, numeric
 from modelyard.checks.base import Finding
 from modelyard.model.checkpoint import read_safetensors_header
 
@@ -237,6 +237,18 @@ def numeric_gate(model_dir: Path, records: list[dict[str, Any]], vocab_size: int
                                        reference=f"transformers {md.version('transformers')}, float32, CPU, on the parent")
     passed = verdict.passed and not any(f.severity.value == "error" for f in pfound)
     return replace(verdict, parent=rec, passed=passed), found + pfound
+
+
+def adapter_gate(records: list[dict[str, Any]], base_records: list[dict[str, Any]], vocab_size: int,
+                 runtime: str) -> tuple[dict[str, Any], list[Finding]]:
+    """A LoRA adapter's numerical gate: the runner's ``records`` of the reference texts through the adapter
+    against ``base_records``, the same texts through the base alone in the same engine (``runtime`` names it,
+    e.g. "vLLM 0.32.0"): :func:`modelyard.checks.adapter_numeric.judge_adapter`'s record and findings. No
+    transformers reference runs: the base's own numbers were judged against it when the base was ingested."""
+    adapter = [numeric.text_figures(r["name"], r, None) for r in records]
+    base = [numeric.text_figures(r["name"], r, None) for r in base_records]
+    return adapter_numeric.judge_adapter(adapter, base, vocab_size,
+                                         reference=f"{runtime}, the base without the adapter, same engine and token ids")
 
 
 def vocab_size(model_dir: Path) -> int:

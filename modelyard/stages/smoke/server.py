@@ -44,6 +44,7 @@ import yaml
 from modelyard import paths, progress
 from modelyard.checks.base import Finding, Severity
 from modelyard.checks.catalog import rule_of
+from modelyard.checks.numeric import summary_line
 from modelyard.errors import InvalidTargetError, SmokeFailedError
 from modelyard.model.modes import DEFAULT_SERVE, PASSING_FINISH, check_mode
 from modelyard.runtime.process import free_port, kill_group
@@ -54,6 +55,7 @@ from modelyard.stages.smoke import (
     cpu_smoke_dtype,
     cpu_smoke_env,
     cpu_threads_bind,
+    judge_adapter_numbers,
     judge_numbers,
     numeric,
     refuse_unjudgeable,
@@ -309,7 +311,7 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                  bench: BenchSpec | None = None, max_model_len: int = 2048,
                  timeout: float | None = None, mode: str = DEFAULT_SERVE, url: str | None = None,
                  slo: dict[str, float] | None = None, slo_class: str | None = None,
-                 parent: Path | None = None) -> ServerSmokeResult:
+                 parent: Path | None = None, adapter: str | None = None) -> ServerSmokeResult:
     """Start the vLLM OpenAI server on ``model_dir`` from ``config`` (serve/vllm.yaml's keys) with
     :func:`cpu_config` overrides (:func:`start_server`), run the checks of this module's docstring
     through the API of ``mode`` (chat or completion), then stop it. With ``url``, check the server
@@ -317,7 +319,10 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     ``served-model-name``; ``MODELYARD_API_KEY``, when set, is sent as its Bearer key).
     ``max_tokens`` and ``max_model_len`` in tokens. With ``bench``, the load
     of :mod:`~modelyard.stages.smoke.bench` judged against ``slo`` (explicit targets) over the
-    defaults of ``slo_class`` (None: the runtime's device).
+    defaults of ``slo_class`` (None: the runtime's device). ``adapter``: the name of a LoRA adapter that
+    ``config``'s ``lora-modules`` serve (vLLM's ``--lora-modules NAME=PATH``): the checks, golden prompts and bench
+    then name it as the request's model, so vLLM answers through the adapter, and the numerical gate is the
+    adapter against the base on the same server (:func:`~modelyard.stages.smoke.judge_adapter_numbers`).
 
     Returns a result whose ``passed`` is False when a check, a golden prompt, the bench or an SLO
     target failed. Raises :class:`InvalidTargetError` (exit 2) for another ``mode`` or a bad ``url``,
@@ -329,26 +334,28 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
     t0 = time.perf_counter()
     # the early reference overlaps vLLM's load; a server attached by URL has none to overlap, and a thread left
     # computing would hold the process at exit after a failed check (a rollout's rollback waited for it)
-    early = None if url else numeric.start_early_reference(model_dir, max_model_len,
+    early = None if url or adapter else numeric.start_early_reference(model_dir, max_model_len,
                                                            int(settings.vllm_kvcache_space_gib * 2**30))
     server = (_attach(url, model_dir, settings, config, min(timeout, 60.0)) if url else
               start_server(model_dir, settings, config=config, max_model_len=max_model_len, timeout=timeout))
     with server as srv:
         name = srv.name
+        asked = adapter or name  # a LoRA name routes each request through the adapter
         try:
             key = settings.api_key.get_secret_value() if url and settings.api_key is not None else None
             with httpx.Client(base_url=srv.base, timeout=min(timeout, 300),
                               headers={"Authorization": f"Bearer {key}"} if key else None) as client, \
                     progress.task("vLLM server: OpenAI API checks", total=None):
-                version, checks, answer, results = _api_checks(client, mode, name, question, max_tokens, golden)
+                version, checks, answer, results = _api_checks(client, mode, asked, question, max_tokens, golden)
                 # a server attached by URL may serve fewer positions than the plan: the gate asks for what it serves
-                served = numeric.served_max_model_len(client, name) or max_model_len
-                records = numeric.score_over_api(client, name, numeric.reference_spec(), min(max_model_len, served))
+                served = min(max_model_len, numeric.served_max_model_len(client, name) or max_model_len)
+                records = numeric.score_over_api(client, asked, numeric.reference_spec(), served)
+                base_records = numeric.score_over_api(client, name, numeric.reference_spec(), served) if adapter else None
             bench_res = None
             if bench is not None:
                 per = f"{bench.duration:g} s" if bench.duration else f"{bench.num_prompts} requests"
                 with progress.task(f"vLLM bench: {per} x {','.join(map(str, bench.levels))} concurrent", total=None):
-                    bench_res = run_bench(srv.python, srv.base, name, model_dir, bench, srv.env, srv.tmp, mode,
+                    bench_res = run_bench(srv.python, srv.base, asked, model_dir, bench, srv.env, srv.tmp, mode,
                                           slo=slo, cls=slo_class)
         except httpx.HTTPError as exc:
             status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
@@ -357,26 +364,33 @@ def smoke_server(model_dir: Path, settings: Settings, *, config: dict[str, Any],
                                    fix="Set MODELYARD_API_KEY to a key the server's front accepts." if status == 401 else
                                    "See the server's error; `modelyard verify` on the folder may name the cause.") from exc
     text, finish, usage, s_text = answer
-    verdict, findings = judge_numbers(model_dir, records, numeric.vocab_size(model_dir), (text or "").split(),
-                                      finish_reason=finish, text=text, early=early, parent=parent)
-    checks.append(Check("numeric", verdict.passed, "; ".join(f["message"] for f in findings if f["severity"] == "error")
-                        or f"prose perplexity {verdict.prose_ppl}, KL {verdict.kl_mean}, top-1 {verdict.top1} "
-                           f"({'compared with ' + str(verdict.reference) if verdict.compared else 'not compared'})"))
+    if base_records is not None:
+        verdict, findings = judge_adapter_numbers(records, base_records, numeric.vocab_size(model_dir), f"vLLM {version}",
+                                                  (text or "").split(), finish_reason=finish, text=text)
+        passed_gate, detail = verdict["passed"], summary_line(verdict)
+    else:
+        nv, findings = judge_numbers(model_dir, records, numeric.vocab_size(model_dir), (text or "").split(),
+                                     finish_reason=finish, text=text, early=early, parent=parent)
+        verdict, passed_gate = nv.to_dict(), nv.passed
+        detail = (f"prose perplexity {nv.prose_ppl}, KL {nv.kl_mean}, top-1 {nv.top1} "
+                  f"({'compared with ' + str(nv.reference) if nv.compared else 'not compared'})")
+    checks.append(Check("numeric", passed_gate, "; ".join(f["message"] for f in findings if f["severity"] == "error")
+                        or detail))
     found = [*findings, *(x.to_dict() for x in verdicts_as_findings(checks, results, bench_res))]
-    if not verdict.passed and not any(f["severity"] == "error" for f in findings):  # a gate that failed unexplained
+    if not passed_gate and not any(f["severity"] == "error" for f in findings):  # a gate that failed unexplained
         found.append(Finding("smoke.numeric.disagreement", Severity.ERROR, checks[-1].detail).to_dict())
     passed = not any(f["severity"] == "error" for f in found)
     failed = [c.name for c in checks if not c.passed] + [f"golden:{r.name}" for r in results if not r.passed]
     if bench_res is not None and not bench_res.get("passed"):
         failed += missed(bench_res) or ["bench"]
     return ServerSmokeResult(
-        passed=passed, level="bench" if bench is not None else "server", vllm_version=version, served_model_name=name,
+        passed=passed, level="bench" if bench is not None else "server", vllm_version=version, served_model_name=asked,
         question=question, text=text, finish_reason=finish, prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"), stream_text=s_text,
         checks=tuple(checks), golden=tuple(results), golden_source=golden_source, bench=bench_res,
         startup_seconds=None if url else srv.startup_seconds, wall_seconds=round(time.perf_counter() - t0, 2),
         config=srv.config, error=f"failed: {', '.join(failed)}" if failed else None, mode=mode, url=url,
-        numeric=verdict.to_dict(), findings=tuple(found))
+        numeric=verdict, findings=tuple(found))
 
 
 def verdicts_as_findings(checks: list[Check], golden: list[GoldenVerdict],
