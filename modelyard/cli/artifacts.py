@@ -133,17 +133,22 @@ def publish_cmd(
     referrers_only: bool = typer.Option(False, "--referrers-only", help="OCI only: push no layer, only the "
                                         "signature and attestations as referrers of the manifest already at --to "
                                         "(a tag or @sha256:...; it must be this artifact's): sign after publishing"),
+    without_base: bool = typer.Option(False, "--without-base", help="a LoRA adapter artifact: publish it alone "
+                                      "(its manifest names its base by digest) instead of with its base beside it "
+                                      "(oci://HOST/[NS/]BASE:REVISION, s3://BUCKET/[PATH/]BASE/REVISION)"),
     as_json: bool = json_option("{uri, files, bytes, skipped, sent, digest, content_digest, referrers, flavour, "
                                 "storage_uri}"),
     verbose: bool = verbose_option(),
 ) -> None:
     """Publish ARTIFACT to an OCI registry (a ModelPack artifact, one raw layer per file, each layer's
     digest = the file's sha256; or with --flavour modelcar a KServe ModelCar image, model/ under /models)
-    or to S3 (manifest.json last). Credentials: MODELYARD_REGISTRY_USER / MODELYARD_REGISTRY_PASSWORD;
+    or to S3 (manifest.json last). A LoRA adapter artifact goes with its base, published first beside it
+    (unless --without-base). Credentials: MODELYARD_REGISTRY_USER / MODELYARD_REGISTRY_PASSWORD;
     the AWS variables and MODELYARD_S3_ENDPOINT_URL."""
 
     with working(as_json):
-        res = publish(artifact, to, settings=Settings(), flavour=flavour, referrers_only=referrers_only)
+        res = publish(artifact, to, settings=Settings(), flavour=flavour, referrers_only=referrers_only,
+                      with_base=not without_base)
     storage = _storage_uri(res.uri, res.digest, flavour)
     if as_json:
         emit_json(asdict(res) | {"flavour": flavour if to.startswith("oci://") else None, "storage_uri": storage})
@@ -157,6 +162,9 @@ def publish_cmd(
     if res.referrers:
         out.print(f"referrers of the manifest (OCI 1.1): {', '.join(res.referrers)}", highlight=False, soft_wrap=True)
     out.print(f"content: {res.content_digest}", highlight=False, soft_wrap=True)
+    if res.base is not None:
+        out.print(f"base published beside it: {res.base.uri}  ({res.base.content_digest})", highlight=False,
+                  soft_wrap=True)
     if storage:
         out.print(f"KServe storageUri: {storage}  (modelyard serve-plan ... --storage-uri {storage})",
                   highlight=False, soft_wrap=True)

@@ -70,6 +70,7 @@ class PublishResult:
     sent: int | None = None  # bytes sent (a killed publish's files, parts and chunks are not sent again); None: not counted
     referrers: tuple[str, ...] = ()  # OCI: what was pushed as referrers of the manifest (signature, verification, smoke)
     restarted: tuple[str, ...] = ()  # OCI: files whose kept upload session the registry had forgotten (sent again whole)
+    base: PublishResult | None = None  # a LoRA adapter's base, published beside it first (transport.publish.base_target)
 
 
 @dataclass(frozen=True)

@@ -100,4 +100,7 @@ def annotations_of(art: LocalArtifact) -> dict[str, str]:
            "dev.modelyard.content-digest": m.content_digest,
            "dev.modelyard.source.commit": str(src.commit or ""),
            "dev.modelyard.quantization": str(quant or "none")}
+    if m.is_lora and m.base is not None:  # an adapter names its base by digest (the signed report carries the same)
+        out |= {"dev.modelyard.kind": "lora", "dev.modelyard.base.name": m.base.name,
+                "dev.modelyard.base.revision": m.base.revision, "dev.modelyard.base.digest": m.base.digest}
     return {k: v for k, v in out.items() if v}

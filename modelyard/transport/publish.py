@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+from modelyard.artifact.manifest import Manifest
 from modelyard.errors import BundleError, PublishError
 from modelyard.settings import Settings
 from modelyard.transport._transfer import PublishResult, PullResult
@@ -38,8 +40,47 @@ def check_target(to: str) -> None:
         raise PublishError(f"{to!r} is not a publish target modelyard knows", fix=_FIX)
 
 
+def base_target(to: str, base_name: str, base_revision: str) -> str:
+    """Where a LoRA adapter published to ``to`` has its base published: beside it as the store keeps the two
+    (``<name>/<revision>`` each; the adapter's serve/vllm.yaml reaches its base at ``../../<base>/<revision>``):
+    ``oci://host/[ns/]<base_name>:<base_revision>``, the adapter repository's sibling, or
+    ``s3://bucket/[path/]<base_name>/<base_revision>`` for an adapter at ``s3://bucket/[path/]NAME/REVISION``.
+    Raises :class:`PublishError` (exit 2) for an S3 prefix of fewer than two levels."""
+    if to.startswith("oci://"):
+        ref = parse_oci_ref(to)
+        ns = ref.repo.rpartition("/")[0]
+        return f"oci://{ref.host}/{ns + '/' if ns else ''}{base_name}:{base_revision}"
+    bucket, prefix = parse_s3_uri(to)
+    parts = prefix.split("/")
+    if len(parts) < 2:
+        raise PublishError(f"{to!r}: an adapter's S3 prefix needs two levels, NAME/REVISION, so that its base goes "
+                           f"beside it at ../../{base_name}/{base_revision} as in the store",
+                           fix="Publish to s3://BUCKET/[PATH/]NAME/REVISION, or pass --without-base.")
+    return f"s3://{bucket}/{'/'.join([*parts[:-2], base_name, base_revision])}"
+
+
+def _lora_base(folder: Path) -> tuple[Path, Manifest] | None:
+    """A LoRA artifact's base folder (``<store>/<base>/<revision>`` beside it, its content digest the one the
+    adapter's manifest names) and the adapter's manifest; None for a model artifact. Raises
+    :class:`PublishError` (exit 2) when the base is not there."""
+    m = Manifest.load(folder)
+    if not m.is_lora or m.base is None:
+        return None
+    base_dir = folder.resolve().parent.parent / m.base.name / m.base.revision
+    try:
+        found = Manifest.load(base_dir).content_digest
+    except (OSError, ValueError):
+        found = None
+    if found != m.base.digest:
+        raise PublishError(f"the adapter's base {m.base.name}@{m.base.revision} ({m.base.digest}) is not beside it: "
+                           f"{base_dir} holds {found or 'no artifact'}",
+                           fix="Publish the adapter from the store that holds its base, or pass --without-base to "
+                               "publish the adapter alone (its manifest names the base by digest).")
+    return base_dir, m
+
+
 def publish(artifact: str | Path, to: str, *, settings: Settings, home: Path | None = None,
-            flavour: str = "modelpack", referrers_only: bool = False) -> PublishResult:
+            flavour: str = "modelpack", referrers_only: bool = False, with_base: bool = True) -> PublishResult:
     """Publish the artifact (folder or store reference ``NAME[@REV]``) to ``to`` (``oci://`` or ``s3://``).
 
     ``flavour`` (OCI only): ``modelpack`` (default) pushes the whole artifact as a ModelPack artifact, one raw
@@ -49,7 +90,11 @@ def publish(artifact: str | Path, to: str, *, settings: Settings, home: Path | N
     ``model.sig`` was not made over its files (or, with ``MODELYARD_SIGNING_PUBLIC_KEY`` set, does not verify
     with that key): nothing is pushed. ``referrers_only`` (``oci://`` only): push no layer, only the signature
     and attestations as referrers of the manifest already at ``to`` (:func:`~.oci.attach_oci`). ``settings``: the
-    run's (credentials, endpoints, the store, ``MODELYARD_SIGNING_PUBLIC_KEY``)."""
+    run's (credentials, endpoints, the store, ``MODELYARD_SIGNING_PUBLIC_KEY``).
+
+    A LoRA adapter artifact is published with its base (``with_base``, the default): the base first, at
+    :func:`base_target`, then the adapter (its OCI annotations name the base by digest); the result's ``base``
+    is the base's. Raises :class:`PublishError` (exit 2) when the base is not beside the adapter in the store."""
     if flavour not in FLAVOURS:
         raise PublishError(f"--flavour {flavour!r} is not a publish flavour", fix=f"Use one of: {', '.join(FLAVOURS)}.")
     if flavour == "modelcar" and not to.startswith("oci://"):
@@ -59,6 +104,12 @@ def publish(artifact: str | Path, to: str, *, settings: Settings, home: Path | N
         raise PublishError(f"--referrers-only attaches OCI 1.1 referrers; {to!r} is not an oci:// reference",
                            fix="Give the oci://HOST/REPO:TAG (or @sha256:...) the artifact was published as.")
     artifact = _signature_checked(artifact, settings, home)
+    lora = _lora_base(artifact) if with_base and not referrers_only and flavour == "modelpack" else None
+    if lora is not None:
+        base_dir, m = lora
+        assert m.base is not None
+        base = publish(base_dir, base_target(to, m.base.name, m.base.revision), settings=settings, home=home)
+        return replace(publish(artifact, to, settings=settings, home=home, with_base=False), base=base)
     if referrers_only:
         return attach_oci(artifact, to, settings=settings, home=home)
     if to.startswith("oci://"):

@@ -17,6 +17,7 @@ from modelyard.artifact.layout import MANIFEST, PATCHES, REPORT_JSON, is_artifac
 from modelyard.artifact.manifest import Manifest
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
+from modelyard.checks.adapter import check_adapter, read_adapter
 from modelyard.checks.base import require_judged
 from modelyard.errors import (
     InvalidSourceError,
@@ -204,7 +205,12 @@ def carried_verdict_holds(artifact: Path) -> None:
     except (OSError, ValueError):
         carried = Report(findings=())
     target = replace(carried.target, require_judged=False)  # no runtime runs here: nothing to judge
-    report = verify_folder(artifact / "model", target, runtime=None)
+    if m.is_lora:  # model/ is an adapter: judged against its base, when the base is beside it as in a store
+        report = _adapter_now(artifact, m, target)
+        if report is None:
+            return
+    else:
+        report = verify_folder(artifact / "model", target, runtime=None)
     seen = {(f.code, f.file) for f in carried.findings}
     errs = tuple(f for f in report.errors if (f.code, f.file) not in seen)
     if not errs:
@@ -215,6 +221,22 @@ def carried_verdict_holds(artifact: Path) -> None:
         f"now: {first}; the carried verdict does not belong to these files, so nothing was kept", report=report,
         fix="Someone edited the artifact after it was verified: get it from a trusted store, or sign artifacts and "
             "pull/unbundle with --key.")
+
+
+def _adapter_now(artifact: Path, m: Manifest, target: Target) -> Report | None:
+    """A LoRA artifact's adapter judged now (:func:`~modelyard.checks.adapter.check_adapter`) against the base its
+    manifest names, found beside it as the store and a publish with its base keep it
+    (``../../<base>/<revision>``, the same content digest); None when that base is not there (an adapter's shapes
+    mean nothing without it: ``pull --key`` is then what vouches for the files)."""
+    assert m.base is not None
+    base_dir = artifact.parent.parent / m.base.name / m.base.revision
+    try:
+        if Manifest.load(base_dir).content_digest != m.base.digest:
+            return None
+    except (OSError, ValueError):
+        return None
+    found = check_adapter(read_adapter(artifact / "model"), Checkpoint(base_dir / "model"))
+    return Report(findings=tuple(found), target=target)
 
 
 def gate(report: Report, what: str, ignore: frozenset[str] = frozenset()) -> None:
