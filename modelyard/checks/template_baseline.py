@@ -9,6 +9,12 @@ pieces but is not byte-identical is a near-copy of it, and each piece it adds, c
 however it is worded and in whatever language, where rules that look for instruction cues only catch what they
 know.
 
+The same file holds the words the known families' templates write into a conversation beyond role markup and the
+conversation itself (``emitted_words``: default system prompts, tool-calling instructions, date lines; rendered in
+the sandbox on the sample conversations). A template that writes :data:`UNKNOWN_WORDS_MIN` or more words none of them
+writes (``security.template.unknown_text``, a warning) adds text of its own, in whatever language: the instruction
+cues of :mod:`~modelyard.checks.template_risk` know English and a few others, this rule knows what real templates say.
+
 Rule source: the families' own published templates (the zoo the healthy-template tests render), hashed by the test
 that keeps this file in step with them; transformers renders a ``chat_template`` string verbatim, so a byte that
 differs is a template that differs.
@@ -27,7 +33,16 @@ from typing import Any
 import yaml
 
 from modelyard.checks.base import CheckContext, Finding, Severity, check
-from modelyard.checks.template_risk import MAX_TEMPLATE_BYTES, templates_of
+from modelyard.checks.template_risk import (
+    INSTRUCTION_CUES,
+    MAX_TEMPLATE_BYTES,
+    ROLE_WORDS,
+    folded,
+    residual_text,
+    specials_of,
+    templates_of,
+)
+from modelyard.checks.template_sandbox import rendered_once
 from modelyard.model.checkpoint import Checkpoint
 from modelyard.paths import DATA
 from modelyard.text import printable
@@ -41,6 +56,11 @@ SHOWN = 3
 SOURCE = ("the published chat templates of the known families (modelyard/data/template-baselines.yaml: sha256 of each "
           "template and of each of its pieces)")
 _TAG = re.compile(r"(\{[{%#].*?[}%#]\})")
+#: a template that writes this many words no known family's template writes adds text of its own
+UNKNOWN_WORDS_MIN = 3
+#: a word: two or more letters of a spaced script, or one character of a script written without spaces (Han, kana)
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_WORD = re.compile(f"[{_CJK}]|[^\\W\\d_{_CJK}]{{2,}}")
 
 
 def pieces(template: str) -> list[tuple[int, str]]:
@@ -141,9 +161,57 @@ def baseline_findings(source: str, file: str, field: str) -> list[Finding]:
                     source=SOURCE)]
 
 
+def written_words(source: str, bos_token: str = "", eos_token: str = "", specials: tuple[str, ...] = ()) -> list[str]:
+    """The words (letters, two or more, any script; lowercased; role names dropped) that ``source`` writes into the
+    sample conversations beyond role markup and the messages (:func:`~modelyard.checks.template_risk.residual_text`),
+    in order of first appearance; ``[]`` when it cannot be rendered (the render findings say why)."""
+    got = rendered_once(source, bos_token, eos_token)
+    if isinstance(got, str):
+        return []
+    seen: dict[str, None] = {}
+    for r in got:
+        for w in _WORD.findall(residual_text(r.text, specials) if r.text is not None else ""):
+            if w.lower() not in ROLE_WORDS:
+                seen.setdefault(w.lower())
+    return list(seen)
+
+
+@cache
+def emitted_words() -> frozenset[str]:
+    """What the known families' templates write (:func:`written_words` of each), from :data:`BASELINES`."""
+    return frozenset(yaml.safe_load(BASELINES.read_text()).get("emitted_words") or ())
+
+
+def unknown_text_findings(source: str, file: str, field: str, *, bos_token: str = "", eos_token: str = "",
+                          specials: tuple[str, ...] = ()) -> list[Finding]:
+    """``security.template.unknown_text`` (warning) for a template that writes :data:`UNKNOWN_WORDS_MIN` or more words
+    that no known family's template writes (:func:`emitted_words`); none where the rendering already reads as an
+    instruction (``security.template.hidden_instruction`` names it)."""
+    words = written_words(source, bos_token, eos_token, specials)
+    new = [w for w in words if w not in emitted_words()]
+    got = rendered_once(source, bos_token, eos_token)
+    texts = [residual_text(r.text, specials) for r in got if r.text is not None] if not isinstance(got, str) else []
+    if len(new) < UNKNOWN_WORDS_MIN or any(INSTRUCTION_CUES.search(folded(t)) for t in texts):
+        return []
+    sample = next((t for t in texts if any(w in t.lower() for w in new)), "")
+    return [Finding("security.template.unknown_text", Severity.WARNING,
+                    f"the chat template writes text into the conversation that no known family's template writes "
+                    f"({len(new)} words of its own, e.g. {', '.join(new[:6])}): {printable(sample)[:240]!r}",
+                    file=file, field=field, value=new[:20],
+                    fix="Read what the template adds beyond role markup: a chat format adds markup, not text; replace it "
+                        "with the base model's published template unless the text is yours.",
+                    source="the text the published chat templates of the known families write beyond role markup "
+                           "(modelyard/data/template-baselines.yaml, emitted_words)")]
+
+
 @check("security")
 def chat_template_baseline(ckpt: Checkpoint, ctx: CheckContext) -> Iterator[Finding]:
-    """Every chat template of the checkpoint against the vetted baselines of the known families."""
+    """Every chat template of the checkpoint against the vetted baselines of the known families, and the text it
+    writes against theirs."""
+    tc = ckpt.tokenizer_config or {}
+    tokens = {k: (v.get("content") if isinstance(v, dict) else v) for k in ("bos_token", "eos_token") if (v := tc.get(k))}
     for file, field, source in templates_of(ckpt):
         if len(source.encode("utf-8", "replace")) <= MAX_TEMPLATE_BYTES:  # a longer one is template_risk's finding
             yield from baseline_findings(source, file, field)
+            yield from unknown_text_findings(source, file, field, bos_token=str(tokens.get("bos_token") or ""),
+                                             eos_token=str(tokens.get("eos_token") or ""), specials=specials_of(ckpt))
