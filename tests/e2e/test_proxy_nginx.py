@@ -71,11 +71,18 @@ def _as_produced(times: list[float]) -> bool:
 
 def test_stream_passes_through_as_produced(proxy):
     base, server, conf = proxy
-    times, text = _stream(base, server.name, KEY)
     plain = httpx.post(f"{server.base}/v1/chat/completions", json=BODY | {"model": server.name},
                        timeout=300).json()["choices"][0]["message"]["content"]
-    assert text == plain  # the proxied stream is vLLM's answer, whole
-    assert _as_produced(times), times
+    # up to three streams: vLLM's API process starved of the CPU by the suite's other engines once sent all 32
+    # chunks in one burst (CI, 2 cores); a buffering proxy bursts every time (the control below)
+    tries = []
+    for _ in range(3):
+        times, text = _stream(base, server.name, KEY)
+        assert text == plain  # the proxied stream is vLLM's answer, whole
+        tries.append(times)
+        if _as_produced(times):
+            break
+    assert _as_produced(tries[-1]), tries
     # Control: the same file with buffering and gzip turned on for the stream delivers it in one burst at
     # the end; the check above tells the two apart.
     buffered = conf.replace("proxy_buffering off;", "proxy_buffering on;").replace(
