@@ -147,8 +147,10 @@ def smoke_cmd(  # noqa: PLR0913
     The question goes through the chat API, or as a plain-text prompt through the completions API with
     --serve completion. Every level also runs the numerical gate: vLLM's prompt_logprobs on fixed reference
     texts against transformers on the same token ids, an English prose perplexity bound, and a check that
-    the answer is not one token repeated. Exit 0 when every check and target passes, 1 when one fails, 2
-    for bad input."""
+    the answer is not one token repeated. A LoRA adapter artifact is smoked on its base (beside it in the store)
+    with the adapter loaded (--lora-modules for server/bench), every request naming the adapter, and its
+    numerical gate is the adapter against the base. Exit 0 when every check and target passes, 1 when one fails,
+    2 for bad input."""
     quiet_libraries(verbose)
     with working(as_json):
         level = either(smoke_level, level, "--smoke") or "server"
