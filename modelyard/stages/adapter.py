@@ -24,8 +24,9 @@ from modelyard.checks import Report, Target
 from modelyard.checks.adapter import check_adapter, read_adapter, serve_rank
 from modelyard.checks.base import CheckContext, Finding, Severity
 from modelyard.checks.files import symlinks
-from modelyard.errors import InvalidTargetError, VerificationFailedError
+from modelyard.errors import InvalidSourceError, InvalidTargetError, VerificationFailedError
 from modelyard.model.checkpoint import Checkpoint
+from modelyard.model.source import sanitize_name
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ def resolve_base(ref: str, store: StoreProtocol) -> BaseArtifact | Finding:
         name, _, rev = ref.partition("@")
         if not rev:
             return _missing(ref, "not a folder, and not NAME@REVISION")
-        hit = store.load(name, rev)
+        # the store keeps names as sanitize_name makes them: --base SmolLM2-135M-Instruct@REV is smollm2-135m-instruct
+        hit = store.load(name, rev) or (store.load(low, rev) if (low := _stored_name(name)) != name else None)
         if hit is None:
             known = store.revisions(name)
             return _missing(ref, f"{store.where} holds no {name}@{rev}"
@@ -82,6 +84,14 @@ def resolve_base(ref: str, store: StoreProtocol) -> BaseArtifact | Finding:
     if manifest.is_lora:
         return _missing(ref, "it is itself a LoRA adapter artifact; name the model it applies to")
     return BaseArtifact(name, rev, digest, path)
+
+
+def _stored_name(name: str) -> str:
+    """``name`` as the store keeps it (:func:`~modelyard.model.source.sanitize_name`), or ``name`` when it has none."""
+    try:
+        return sanitize_name(name)
+    except InvalidSourceError:
+        return name
 
 
 def verify_adapter(adapter_dir: Path, base_ref: str, store: StoreProtocol, *, target: Target | None = None,

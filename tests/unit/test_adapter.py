@@ -474,3 +474,28 @@ def test_a_failed_adapter_smoke_blames_the_adapter_not_the_base():
     assert err.fix.startswith("The adapter, not the base, breaks the answer") and "eos_token_id" not in err.fix
     same = dataclasses.replace(res, text="Paris. Paris.", lora={**res.lora, "text": "Paris. Paris.", "differs": False})
     assert smoke.gate_error(same).fix == "Check generation_config.json eos_token_id against the chat template's turn terminator."
+
+
+def test_a_refused_server_smoke_says_what_the_judged_finding_says():
+    """A wrecked adapter refused by the server smoke said only "failed: numeric, golden:..." and the fix (a new user's
+    run): the first judged finding's message, with its figures, is in the error now, as in the load smoke's."""
+    from modelyard.stages import smoke
+    from modelyard.stages.smoke.server import ServerSmokeResult
+
+    finding = {"code": "smoke.numeric.adapter_degrades", "severity": "error", "fix": "The adapter wrecks what the base knows.",
+               "message": "the adapter raises its base's negative log-likelihood on the reference texts by 3.200 nats per token"}
+    res = ServerSmokeResult(passed=False, level="server", vllm_version="0.32.0", served_model_name="my-lora", question="q",
+                            text="a-en-a", finish_reason="length", prompt_tokens=3, completion_tokens=8, stream_text="a-en-a",
+                            checks=(), golden=(), golden_source=None, bench=None, startup_seconds=1.0, wall_seconds=2.0,
+                            error="failed: numeric", findings=(finding,))
+    err = smoke.gate_error(res)
+    assert err.message == ("vLLM server smoke failed (failed: numeric): the adapter raises its base's negative "
+                           "log-likelihood on the reference texts by 3.200 nats per token; answer was 'a-en-a'")
+    assert err.fix == "The adapter wrecks what the base knows."
+
+
+def test_the_base_is_found_by_the_name_the_store_keeps(world, healthy):
+    """The docs' `--base SmolLM2-135M-Instruct@REV` was refused as missing: the store keeps smollm2-135m-instruct."""
+    _, _, store = world
+    report, base = verify_adapter(healthy, "TINY@r1", store)
+    assert report.passed and base.record()["name"] == "tiny"

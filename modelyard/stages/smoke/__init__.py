@@ -398,7 +398,8 @@ def gate_error(res: Any) -> SmokeFailedError | None:
                "Check that the model continues plain text (an instruct model may end a bare prompt at once: "
                "serve it as chat with its template, --serve chat).")
         return SmokeFailedError(f"vLLM smoke {res.mode} failed: {res.error}; answer was {res.text!r}", result=res, fix=fix)
-    return SmokeFailedError(f"vLLM {res.level} smoke failed ({res.error}); answer was {res.text!r}", result=res,
+    why = f": {judged[0]['message']}" if judged else ""  # the judged finding says what and by how much
+    return SmokeFailedError(f"vLLM {res.level} smoke failed ({res.error}){why}; answer was {res.text!r}", result=res,
                             fix=judged[0]["fix"] if judged else
                             "See the failed checks in the message; golden misses name the prompt.")
 
