@@ -176,6 +176,19 @@ class Manifest(Record):
         return path
 
 
+def base_beside(artifact: Path, m: Manifest) -> tuple[Path, str | None]:
+    """Where the LoRA artifact ``artifact`` (its manifest ``m``, kind lora) has its base as the store keeps the two,
+    ``<store>/<base>/<revision>`` beside ``<store>/<name>/<revision>`` (serve/vllm.yaml reaches it at
+    ``../../<base>/<revision>``; a publish with the base and two pulls keep the same layout), and the content
+    digest of the artifact found there (None when none is)."""
+    assert m.base is not None
+    base_dir = artifact.resolve().parent.parent / m.base.name / m.base.revision
+    try:
+        return base_dir, Manifest.load(base_dir).content_digest
+    except (OSError, ValueError):
+        return base_dir, None
+
+
 def tool_versions() -> dict[str, str | None]:
     """Versions of modelyard, Python and the libraries that shaped the artifact (None when absent)."""
     return {"modelyard": __version__, "python": platform.python_version(), **library_versions(_TOOLS)}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.artifact.layout import MODEL_DIR, is_artifact
-from modelyard.artifact.manifest import Manifest
+from modelyard.artifact.manifest import Manifest, base_beside
 from modelyard.artifact.store import StoreProtocol
 from modelyard.checks import Report, Target
 from modelyard.checks.adapter import check_adapter, read_adapter, serve_rank
@@ -181,12 +181,8 @@ def lora_serving(artifact: Path, adapters: Sequence[Path] = ()) -> LoraServing |
         return None
     if head is not None:
         assert head.base is not None
-        base_dir = artifact.resolve().parent.parent / head.base.name / head.base.revision
+        base_dir, digest = base_beside(artifact, head)
         want = head.base.digest
-        try:
-            digest = Manifest.load(base_dir).content_digest
-        except (OSError, ValueError):
-            digest = None
         if digest != want:
             raise _refuse(f"{head.base.name}@{head.base.revision}", f"{base_dir} holds {digest or 'no artifact'}, "
                           f"the adapter's manifest names {want}")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from modelyard.artifact.manifest import Manifest
+from modelyard.artifact.manifest import Manifest, base_beside
 from modelyard.errors import BundleError, PublishError
 from modelyard.settings import Settings
 from modelyard.transport._transfer import PublishResult, PullResult
@@ -66,11 +66,7 @@ def _lora_base(folder: Path) -> tuple[Path, Manifest] | None:
     m = Manifest.load(folder)
     if not m.is_lora or m.base is None:
         return None
-    base_dir = folder.resolve().parent.parent / m.base.name / m.base.revision
-    try:
-        found = Manifest.load(base_dir).content_digest
-    except (OSError, ValueError):
-        found = None
+    base_dir, found = base_beside(folder, m)
     if found != m.base.digest:
         raise PublishError(f"the adapter's base {m.base.name}@{m.base.revision} ({m.base.digest}) is not beside it: "
                            f"{base_dir} holds {found or 'no artifact'}",

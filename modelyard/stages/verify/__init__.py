@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.artifact.layout import MANIFEST, PATCHES, REPORT_JSON, is_artifact
-from modelyard.artifact.manifest import Manifest
+from modelyard.artifact.manifest import Manifest, base_beside
 from modelyard.artifact.report_record import ReportRecord
 from modelyard.checks import CheckContext, Finding, Report, Severity, Target, run_checks
 from modelyard.checks.adapter import check_adapter, read_adapter
@@ -229,11 +229,8 @@ def _adapter_now(artifact: Path, m: Manifest, target: Target) -> Report | None:
     (``../../<base>/<revision>``, the same content digest); None when that base is not there (an adapter's shapes
     mean nothing without it: ``pull --key`` is then what vouches for the files)."""
     assert m.base is not None
-    base_dir = artifact.parent.parent / m.base.name / m.base.revision
-    try:
-        if Manifest.load(base_dir).content_digest != m.base.digest:
-            return None
-    except (OSError, ValueError):
+    base_dir, digest = base_beside(artifact, m)
+    if digest != m.base.digest:
         return None
     found = check_adapter(read_adapter(artifact / "model"), Checkpoint(base_dir / "model"))
     return Report(findings=tuple(found), target=target)
